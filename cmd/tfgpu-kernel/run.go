@@ -1,0 +1,55 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+
+	"github.com/tfgpu/tfgpu-kernel/wrapper"
+)
+
+// cmdRun is what the kernelspec's argv runs:
+//
+//	tfgpu-kernel run [flags] -f {connection_file} -- python -m ipykernel_launcher -f {connection_file}
+func cmdRun(args []string) int {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	conn := fs.String("f", "", "the connection file Jupyter wrote (required)")
+	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	grace := fs.Duration("shutdown-grace", wrapper.DefaultShutdownGrace, "how long the kernel may take to exit by itself after shutdown_request")
+	killTimeout := fs.Duration("kill-timeout", wrapper.DefaultKillTimeout, "how long killing the kernel's tree may take")
+	inner := fs.String("inner-transport", "auto", "transport to the kernel: auto (ipc, else tcp), ipc, tcp")
+	example := "tfgpu-kernel run -f kernel-1.json -- /usr/bin/python3 -m ipykernel_launcher -f kernel-1.json"
+	if code, done := parseFlags(fs, args, example); done {
+		return code
+	}
+	argv := fs.Args()
+	switch {
+	case *conn == "":
+		return usageError("run", "-f CONNECTION_FILE is required")
+	case len(argv) == 0:
+		return usageError("run", "no kernel command given after --")
+	case *inner != "auto" && *inner != "ipc" && *inner != "tcp":
+		return usageError("run", fmt.Sprintf("--inner-transport %q: want auto, ipc or tcp", *inner))
+	}
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(*level)); err != nil {
+		return usageError("run", fmt.Sprintf("--log-level %q: want debug, info, warn or error", *level))
+	}
+	lg := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lv})).With("prog", "tfgpu-kernel")
+	return wrapper.Run(context.Background(), wrapper.Config{
+		ConnFile:       *conn,
+		Argv:           argv,
+		ShutdownGrace:  *grace,
+		KillTimeout:    *killTimeout,
+		InnerTransport: strings.ToLower(*inner),
+		Log:            lg,
+	})
+}
+
+func usageError(cmd, msg string) int {
+	fmt.Fprintf(os.Stderr, "tfgpu-kernel %s: %s (see 'tfgpu-kernel %s --help')\n", cmd, msg, cmd)
+	return 2
+}

@@ -1,0 +1,306 @@
+package wrapper
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log"
+	"log/slog"
+	"sync"
+
+	"github.com/go-zeromq/zmq4"
+
+	"github.com/tfgpu/tfgpu-kernel/wrapper/jmsg"
+)
+
+// Relay moves every frame between the sockets Jupyter's clients connect to
+// (outer) and the kernel's own sockets (inner), untouched:
+//
+//	shell, control, stdin: outer ROUTER  <->  inner DEALER
+//	iopub:                 inner SUB      ->  outer PUB
+//	hb:                    outer ROUTER  <->  inner DEALER (ipykernel echoes
+//	                       on a ROUTER, so the client's identity frame rides
+//	                       along and routes the echo back)
+//
+// A ROUTER prefixes the client's identity; the DEALER passes it on, the
+// kernel's ROUTER prefixes the DEALER's identity, and replies unwind the same
+// way. ipykernel sends input_request on stdin to the identities of the shell
+// request (ipykernel/kernelbase.py _input_request), so the inner shell and
+// stdin DEALERs share one identity.
+//
+// The relay only looks at headers of control and shell messages, and acts
+// (reports to the supervisor) only on messages whose HMAC verifies.
+type Relay struct {
+	log    *slog.Logger
+	signer *jmsg.Signer
+	outer  [5]zmq4.Socket
+	inner  [5]zmq4.Socket
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	// Events reports verified requests the supervisor acts on.
+	events chan<- relayEvent
+
+	mu    sync.Mutex
+	execs []execRequest // execute_requests sent to the kernel, not yet answered
+}
+
+// relayEvent is what the relay tells the supervisor's loop.
+type relayEvent struct {
+	kind    eventKind
+	frames  [][]byte // the outer message, idents included
+	restart bool
+}
+
+type eventKind int
+
+const (
+	evShutdownRequest eventKind = iota // a verified shutdown_request went to the kernel
+	evShutdownReply                    // the kernel's shutdown_reply went to the client
+)
+
+// execRequest is enough of an execute_request to answer it if the kernel
+// dies while running it.
+type execRequest struct {
+	msgID  string
+	idents [][]byte
+	header []byte
+	sess   string
+}
+
+// bindOuter binds the five sockets Jupyter asked for. Failure names the
+// channel and endpoint.
+func bindOuter(ctx context.Context, ci *jmsg.ConnInfo, lg *log.Logger) ([5]zmq4.Socket, error) {
+	registerTransports()
+	var socks [5]zmq4.Socket
+	for _, ch := range jmsg.Channels {
+		var s zmq4.Socket
+		switch ch {
+		case jmsg.IOPub:
+			s = zmq4.NewPub(ctx, zmq4.WithLogger(lg))
+		default:
+			s = zmq4.NewRouter(ctx, zmq4.WithLogger(lg))
+		}
+		ep := ci.Endpoint(ch)
+		if err := s.Listen(zmqEndpoint(ep)); err != nil {
+			s.Close()
+			closeAll(socks[:])
+			return socks, fmt.Errorf("cannot listen on %s port (%s): %w", ch, ep, unwrapListen(err))
+		}
+		socks[ch] = s
+	}
+	return socks, nil
+}
+
+// unwrapListen strips zmq4's prefix so the user sees "address already in use".
+func unwrapListen(err error) error {
+	for {
+		u := errors.Unwrap(err)
+		if u == nil {
+			return err
+		}
+		err = u
+	}
+}
+
+func closeAll(socks []zmq4.Socket) {
+	for _, s := range socks {
+		if s != nil {
+			s.Close()
+		}
+	}
+}
+
+// newRelay creates the inner sockets. They dial the kernel in the background
+// with unlimited retries (ipykernel takes about a second to bind; zmq4's
+// default 10 × 250 ms is too short), until the relay is closed.
+func newRelay(ctx context.Context, outer [5]zmq4.Socket, inner *jmsg.ConnInfo, signer *jmsg.Signer, events chan<- relayEvent, lg *slog.Logger) *Relay {
+	ctx, cancel := context.WithCancel(ctx)
+	r := &Relay{log: lg, signer: signer, outer: outer, ctx: ctx, cancel: cancel, events: events}
+	var idb [8]byte
+	_, _ = rand.Read(idb[:])
+	shared := zmq4.SocketIdentity("tfgpu-" + hex.EncodeToString(idb[:]))
+	zl := zmqLogger(lg)
+	opts := func(extra ...zmq4.Option) []zmq4.Option {
+		return append([]zmq4.Option{zmq4.WithLogger(zl), zmq4.WithDialerMaxRetries(-1),
+			zmq4.WithDialerRetry(dialRetry)}, extra...)
+	}
+	r.inner[jmsg.Shell] = zmq4.NewDealer(ctx, opts(zmq4.WithID(shared))...)
+	r.inner[jmsg.Stdin] = zmq4.NewDealer(ctx, opts(zmq4.WithID(shared))...)
+	r.inner[jmsg.Control] = zmq4.NewDealer(ctx, opts()...)
+	r.inner[jmsg.HB] = zmq4.NewDealer(ctx, opts()...)
+	sub := zmq4.NewSub(ctx, opts()...)
+	_ = sub.SetOption(zmq4.OptionSubscribe, "")
+	r.inner[jmsg.IOPub] = sub
+	for _, ch := range jmsg.Channels {
+		go r.dial(ch, inner.Endpoint(ch))
+	}
+	go r.pump(jmsg.IOPub, r.inner[jmsg.IOPub], r.outer[jmsg.IOPub], nil)
+	for _, ch := range []jmsg.Channel{jmsg.Shell, jmsg.Control, jmsg.Stdin, jmsg.HB} {
+		go r.pump(ch, r.outer[ch], r.inner[ch], r.inspectIn(ch))
+		go r.pump(ch, r.inner[ch], r.outer[ch], r.inspectOut(ch))
+	}
+	return r
+}
+
+func (r *Relay) dial(ch jmsg.Channel, ep string) {
+	if err := r.inner[ch].Dial(zmqEndpoint(ep)); err != nil && r.ctx.Err() == nil {
+		r.log.Error("cannot connect to the kernel", "channel", ch.String(), "endpoint", ep, "err", err)
+	}
+}
+
+// pump copies messages from src to dst until the relay closes. inspect, if
+// set, sees each message before it is sent; it must not keep or modify it.
+func (r *Relay) pump(ch jmsg.Channel, src, dst zmq4.Socket, inspect func([][]byte)) {
+	for {
+		msg, err := src.Recv()
+		if err != nil {
+			if r.ctx.Err() == nil {
+				r.log.Debug("relay stopped", "channel", ch.String(), "err", err)
+			}
+			return
+		}
+		// ZMTP commands (a libzmq peer's heartbeat PING) surface as messages
+		// in zmq4 v0.17.0; they belong to the connection, not the kernel.
+		if msg.Type == zmq4.CmdMsg || len(msg.Frames) == 0 {
+			continue
+		}
+		if inspect != nil {
+			inspect(msg.Frames)
+		}
+		if err := dst.SendMulti(zmq4.NewMsgFrom(msg.Frames...)); err != nil {
+			if r.ctx.Err() != nil {
+				return
+			}
+			r.log.Debug("relay send failed", "channel", ch.String(), "err", err)
+		}
+	}
+}
+
+// inspectIn returns the hook for client → kernel messages of ch.
+func (r *Relay) inspectIn(ch jmsg.Channel) func([][]byte) {
+	switch ch {
+	case jmsg.Control:
+		return func(frames [][]byte) {
+			p, ok := r.verified(frames, "shutdown_request")
+			if !ok {
+				return
+			}
+			var c struct {
+				Restart bool `json:"restart"`
+			}
+			_ = json.Unmarshal(p.Content, &c)
+			r.events <- relayEvent{kind: evShutdownRequest, frames: frames, restart: c.Restart}
+		}
+	case jmsg.Shell:
+		return func(frames [][]byte) {
+			p, ok := r.verified(frames, "execute_request")
+			if !ok {
+				return
+			}
+			h, err := jmsg.Header(p.Header)
+			if err != nil {
+				return
+			}
+			r.mu.Lock()
+			r.execs = append(r.execs, execRequest{msgID: h.MsgID, idents: cloneFrames(p.Idents),
+				header: bytes.Clone(p.Header), sess: h.Session})
+			r.mu.Unlock()
+		}
+	}
+	return nil
+}
+
+// inspectOut returns the hook for kernel → client messages of ch.
+func (r *Relay) inspectOut(ch jmsg.Channel) func([][]byte) {
+	switch ch {
+	case jmsg.Control:
+		return func(frames [][]byte) {
+			if _, ok := r.verified(frames, "shutdown_reply"); ok {
+				r.events <- relayEvent{kind: evShutdownReply, frames: frames}
+			}
+		}
+	case jmsg.Shell:
+		return func(frames [][]byte) {
+			p, ok := r.verified(frames, "execute_reply")
+			if !ok {
+				return
+			}
+			ph, err := jmsg.Header(p.Parent)
+			if err != nil {
+				return
+			}
+			r.mu.Lock()
+			for i, e := range r.execs {
+				if e.msgID == ph.MsgID {
+					r.execs = append(r.execs[:i], r.execs[i+1:]...)
+					break
+				}
+			}
+			r.mu.Unlock()
+		}
+	}
+	return nil
+}
+
+// verified returns the parts of a message of type want whose signature
+// verifies. A substring test first keeps the common case (any other message)
+// to one bytes.Contains.
+func (r *Relay) verified(frames [][]byte, want string) (jmsg.Parts, bool) {
+	p, err := jmsg.Split(frames)
+	if err != nil || !bytes.Contains(p.Header, []byte(want)) {
+		return p, false
+	}
+	if t, err := jmsg.MsgType(p.Header); err != nil || t != want {
+		return p, false
+	}
+	if !r.signer.Verify(p) {
+		r.log.Warn("ignoring message with a bad signature", "msg_type", want)
+		return p, false
+	}
+	return p, true
+}
+
+// running returns the oldest unanswered execute_request: the cell the kernel
+// was running (ipykernel runs shell requests one at a time, in order).
+func (r *Relay) running() (execRequest, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.execs) == 0 {
+		return execRequest{}, false
+	}
+	return r.execs[0], true
+}
+
+// send emits a message of the supervisor's own, signed with the session key.
+func (r *Relay) send(ch jmsg.Channel, idents [][]byte, msgType string, parent []byte, session string, content any) error {
+	frames, err := jmsg.NewMessage(r.signer, idents, msgType, parent, session, content)
+	if err != nil {
+		return fmt.Errorf("build %s: %w", msgType, err)
+	}
+	return r.outer[ch].SendMulti(zmq4.NewMsgFrom(frames...))
+}
+
+// closeInner stops talking to the kernel; the outer sockets stay bound so
+// the supervisor can still answer clients.
+func (r *Relay) closeInner() {
+	r.cancel()
+	closeAll(r.inner[:])
+}
+
+func cloneFrames(f [][]byte) [][]byte {
+	out := make([][]byte, len(f))
+	for i := range f {
+		out[i] = bytes.Clone(f[i])
+	}
+	return out
+}
+
+// zmqLogger routes zmq4's own log lines (failed handshakes) to debug level.
+func zmqLogger(lg *slog.Logger) *log.Logger {
+	return slog.NewLogLogger(lg.Handler(), slog.LevelDebug)
+}

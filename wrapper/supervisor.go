@@ -1,0 +1,301 @@
+package wrapper
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/tfgpu/tfgpu-kernel/cgroup"
+	"github.com/tfgpu/tfgpu-kernel/wrapper/jmsg"
+)
+
+// Exit codes of Run, beyond the kernel's own (see Run).
+const (
+	ExitOK     = 0
+	ExitUsage  = 2   // bad connection file, port in use, bad flags
+	ExitExec   = 126 // the kernel could not be executed
+	ExitNoExec = 127 // the kernel's program was not found
+	ExitFailed = 1   // anything else that kept the kernel from running
+)
+
+// Defaults fit jupyter_client's budget: it SIGTERMs the supervisor 2.5 s
+// after shutdown_request (half of shutdown_wait_time), so grace + kill +
+// reply must end well before.
+const (
+	DefaultShutdownGrace = time.Second
+	DefaultKillTimeout   = 1200 * time.Millisecond
+)
+
+// Config is what `tfgpu-kernel run` was asked to do.
+type Config struct {
+	ConnFile       string        // the connection file Jupyter wrote
+	Argv           []string      // the kernel's argv; ConnFile in it is replaced
+	ShutdownGrace  time.Duration // how long the kernel may take to exit after shutdown_request
+	KillTimeout    time.Duration // how long killing the tree may take
+	InnerTransport string        // "auto" (ipc, else tcp), "ipc" or "tcp"
+	Log            *slog.Logger
+	Stderr         io.Writer // where one-line usage errors go
+}
+
+// state is the supervisor's lifecycle state; only the loop in Run changes it.
+type state int
+
+const (
+	stateRunning  state = iota // the kernel runs; messages are relayed
+	stateStopping              // a shutdown_request was relayed; waiting for the kernel to exit
+)
+
+// supervisor holds what Run's loop owns.
+type supervisor struct {
+	cfg    Config
+	log    *slog.Logger
+	id     string
+	relay  *Relay
+	tree   cgroup.Tree
+	kpid   int
+	state  state
+	events chan relayEvent
+
+	shutdown *relayEvent // the shutdown_request being served
+	replied  bool        // the kernel's shutdown_reply was relayed
+	innerDir string
+}
+
+// Run supervises one kernel until it is shut down or dies, and returns the
+// process exit code: 0 after a clean shutdown or a stop by signal; 2 for
+// usage errors; 126/127 when the kernel cannot be executed; when the kernel
+// dies on its own, its exit code, or 128+signal.
+func Run(ctx context.Context, cfg Config) int {
+	if cfg.ShutdownGrace <= 0 {
+		cfg.ShutdownGrace = DefaultShutdownGrace
+	}
+	if cfg.KillTimeout <= 0 {
+		cfg.KillTimeout = DefaultKillTimeout
+	}
+	if cfg.Stderr == nil {
+		cfg.Stderr = os.Stderr
+	}
+	// A burst (a 50 MB comm buffer, a print flood) would otherwise leave the
+	// Go heap large long after (DESIGN §4).
+	debug.SetMemoryLimit(64 << 20)
+
+	ci, err := jmsg.Load(cfg.ConnFile)
+	if err != nil {
+		fmt.Fprintf(cfg.Stderr, "tfgpu-kernel: %v\n", err)
+		return ExitUsage
+	}
+	signer, err := jmsg.NewSigner(ci.SignatureScheme, ci.Key)
+	if err != nil {
+		fmt.Fprintf(cfg.Stderr, "tfgpu-kernel: connection file %s: %v\n", cfg.ConnFile, err)
+		return ExitUsage
+	}
+	s := &supervisor{cfg: cfg, id: jmsg.KernelID(cfg.ConnFile), events: make(chan relayEvent, 16)}
+	s.log = cfg.Log.With("kernel", shortID(s.id))
+
+	// Signals first, so a SIGINT that arrives while starting is forwarded,
+	// not fatal (Go's default for SIGINT is to exit).
+	sigc := make(chan os.Signal, 8)
+	signal.Notify(sigc, unix.SIGINT, unix.SIGTERM, unix.SIGHUP, parentDeathSignal)
+	defer signal.Stop(sigc)
+	if parentGone() {
+		s.log.Warn("the process that started the kernel is already gone; not starting")
+		return ExitFailed
+	}
+
+	outer, err := bindOuter(ctx, ci, zmqLogger(s.log))
+	if err != nil {
+		fmt.Fprintf(cfg.Stderr, "tfgpu-kernel: connection file %s: %v\n", cfg.ConnFile, err)
+		return ExitUsage
+	}
+	defer closeAll(outer[:])
+
+	inner, dir, err := writeInner(ci, s.id, cfg.InnerTransport)
+	if err != nil {
+		s.log.Error("cannot write the inner connection file", "err", err)
+		return ExitFailed
+	}
+	s.innerDir = dir
+	defer os.RemoveAll(dir)
+
+	if err := cgroup.SetChildSubreaper(); err != nil {
+		s.log.Warn("cannot become child subreaper; escaped daemons may survive", "err", err)
+	}
+	reaper := cgroup.StartReaper()
+	defer reaper.Stop()
+	s.tree = cgroup.NewProcTree(os.Getpid())
+	defer s.tree.Close()
+
+	exited, code := s.spawn(reaper, substituteConn(cfg.Argv, cfg.ConnFile, dir+"/"+innerConnName))
+	if exited == nil {
+		return code
+	}
+	s.relay = newRelay(ctx, outer, inner, signer, s.events, s.log)
+	defer s.relay.closeInner()
+	s.log.Info("kernel started", "pid", s.kpid, "containment", s.tree.Mode(), "inner", inner.Transport)
+	return s.loop(ctx, sigc, exited)
+}
+
+// loop is the supervisor's one event loop; every case is a lifecycle event.
+func (s *supervisor) loop(ctx context.Context, sigc <-chan os.Signal, exited <-chan cgroup.ExitStatus) int {
+	var grace <-chan time.Time
+	for {
+		select {
+		case ev := <-s.events:
+			switch ev.kind {
+			case evShutdownRequest:
+				// Relayed to the kernel already; give it the grace to
+				// reply and exit on its own, then stop() kills what is left.
+				if s.state == stateRunning {
+					s.state = stateStopping
+					s.shutdown = &ev
+					grace = time.After(s.cfg.ShutdownGrace)
+				}
+			case evShutdownReply:
+				s.replied = true
+			}
+
+		case st := <-exited:
+			if s.state == stateStopping {
+				return s.stop("shutdown", &st)
+			}
+			return s.died(st)
+
+		case <-grace:
+			s.log.Debug("kernel still running after shutdown grace", "grace", s.cfg.ShutdownGrace)
+			return s.stop("shutdown", nil)
+
+		case sig := <-sigc:
+			switch sig {
+			case unix.SIGINT:
+				// interrupt_mode "signal": the kernel's whole process group,
+				// as Jupyter would do for a kernel it started itself.
+				if err := unix.Kill(-s.kpid, unix.SIGINT); err != nil && !errors.Is(err, unix.ESRCH) {
+					s.log.Warn("cannot forward SIGINT", "err", err)
+				}
+			case parentDeathSignal:
+				if parentGone() {
+					return s.stop("the Jupyter server is gone", nil)
+				}
+			default:
+				return s.stop(sig.String(), nil)
+			}
+
+		case <-ctx.Done():
+			return s.stop("context canceled", nil)
+		}
+	}
+}
+
+// stop ends the kernel in order: (the shutdown_request was relayed and the
+// grace has passed or the kernel exited) kill every process left in the
+// tree → wait until none is alive → answer the client if the kernel did
+// not → let queued replies out. It returns the exit code: 0.
+func (s *supervisor) stop(reason string, st *cgroup.ExitStatus) int {
+	start := time.Now()
+	killed, err := s.killTree()
+	took := time.Since(start)
+	attrs := []any{"reason", reason, "processes_killed", killed, "killed_in", took.Round(time.Millisecond)}
+	if st != nil {
+		attrs = append(attrs, "kernel_exit", st.String())
+	}
+	if s.shutdown != nil {
+		attrs = append(attrs, "restart", s.shutdown.restart)
+		s.answerShutdown()
+	}
+	if err != nil {
+		s.log.Error("kernel stopped, but processes survive", append(attrs, "err", err)...)
+	} else {
+		s.log.Info("kernel stopped", attrs...)
+	}
+	drainConns(200 * time.Millisecond)
+	return ExitOK
+}
+
+// died handles a kernel that exited on its own: kill the rest of its tree,
+// tell the cell it was running why, and exit with the kernel's code so that
+// Jupyter's restarter starts a fresh kernel.
+func (s *supervisor) died(st cgroup.ExitStatus) int {
+	killed, err := s.killTree()
+	s.log.Warn("kernel died", "kernel_exit", st.String(), "processes_killed", killed, "err", err)
+	text := fmt.Sprintf("tfgpu-kernel: the kernel died (%s).", st.String())
+	if killed > 0 {
+		text += fmt.Sprintf(" %d leftover process(es) of its tree were killed.", killed)
+	}
+	text += " Jupyter will start a fresh kernel.\n"
+	if ex, ok := s.relay.running(); ok {
+		s.notifyCell(ex, text, st)
+	}
+	drainConns(300 * time.Millisecond)
+	return st.Code()
+}
+
+// notifyCell tells the client that sent ex what happened: a stderr stream
+// on iopub, an error execute_reply, and idle, all as replies to ex.
+func (s *supervisor) notifyCell(ex execRequest, text string, st cgroup.ExitStatus) {
+	r := s.relay
+	topic := [][]byte{[]byte("kernel." + s.id + ".stream")}
+	if err := r.send(jmsg.IOPub, topic, "stream", ex.header, ex.sess,
+		map[string]any{"name": "stderr", "text": text}); err != nil {
+		s.log.Debug("cannot notify the cell", "err", err)
+	}
+	_ = r.send(jmsg.Shell, ex.idents, "execute_reply", ex.header, ex.sess, map[string]any{
+		"status": "error", "ename": "KernelDied", "evalue": st.String(),
+		"traceback": []string{text}, "execution_count": nil,
+	})
+	_ = r.send(jmsg.IOPub, [][]byte{[]byte("kernel." + s.id + ".status")}, "status", ex.header, ex.sess,
+		map[string]any{"execution_state": "idle"})
+}
+
+// answerShutdown sends a shutdown_reply to the client when the kernel did
+// not get to send its own.
+func (s *supervisor) answerShutdown() {
+	if !s.replied {
+		// The kernel may have replied just before it exited; its reply may
+		// still be in the relay.
+		deadline := time.After(100 * time.Millisecond)
+	wait:
+		for !s.replied {
+			select {
+			case ev := <-s.events:
+				s.replied = s.replied || ev.kind == evShutdownReply
+			case <-deadline:
+				break wait
+			}
+		}
+	}
+	if s.replied {
+		return
+	}
+	p, err := jmsg.Split(s.shutdown.frames)
+	if err != nil {
+		return
+	}
+	h, _ := jmsg.Header(p.Header)
+	if err := s.relay.send(jmsg.Control, p.Idents, "shutdown_reply", p.Header, h.Session,
+		map[string]any{"status": "ok", "restart": s.shutdown.restart}); err != nil {
+		s.log.Debug("cannot send shutdown_reply", "err", err)
+	}
+}
+
+// killTree kills every process of the kernel's tree and waits until none
+// is alive, within KillTimeout.
+func (s *supervisor) killTree() (int, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.KillTimeout)
+	defer cancel()
+	return s.tree.Kill(ctx)
+}
+
+func shortID(id string) string {
+	if len(id) > 8 {
+		return id[:8]
+	}
+	return id
+}

@@ -1,0 +1,319 @@
+package wrapper
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/go-zeromq/zmq4"
+	"github.com/go-zeromq/zmq4/transport"
+	"golang.org/x/sys/unix"
+)
+
+// The relay's sockets use transports of our own, registered with zmq4 under
+// these names, instead of zmq4's plain "tcp" and "ipc". They differ in what
+// happens under each accepted or dialed connection (see peerConn):
+//
+//   - writes never block the caller. zmq4 fans PUB messages out from one
+//     goroutine and holds a lock while a ROUTER writes, so one peer that stops
+//     reading would otherwise freeze iopub (or a ROUTER) for every client
+//     (DESIGN §4, measured with zmq4 v0.17.0). Like libzmq at its high-water
+//     mark, a peer whose queue is full has whole messages dropped;
+//   - a complete message goes out in one write(2), and writes that pile up
+//     while the peer is slow are coalesced, instead of one write per frame
+//     header and body;
+//   - reads go through a 64 KiB buffer instead of two read(2) calls per frame.
+const (
+	schemeTCP = "tfgpu-tcp"
+	schemeIPC = "tfgpu-ipc"
+)
+
+// queueLimit is the most bytes queued for one peer before further messages
+// to it are dropped. A message that starts under the limit is always queued
+// whole, so one 50 MB comm buffer still goes through.
+var queueLimit = 16 << 20
+
+// bufferKeep is the largest write buffer kept for reuse after a flush; larger
+// ones (a burst, a big buffer) are left to the garbage collector so an idle
+// supervisor gives the memory back.
+const bufferKeep = 1 << 20
+
+var registerOnce sync.Once
+
+func registerTransports() {
+	registerOnce.Do(func() {
+		must(zmq4.RegisterTransport(schemeTCP, peerTransport{network: "tcp"}))
+		must(zmq4.RegisterTransport(schemeIPC, peerTransport{network: "unix"}))
+	})
+}
+
+func must(err error) {
+	if err != nil {
+		panic(err)
+	}
+}
+
+// zmqEndpoint turns a Jupyter endpoint ("tcp://127.0.0.1:5555",
+// "ipc://path-1") into one served by our transports.
+func zmqEndpoint(ep string) string {
+	switch {
+	case len(ep) > 6 && ep[:6] == "tcp://":
+		return schemeTCP + "://" + ep[6:]
+	case len(ep) > 6 && ep[:6] == "ipc://":
+		return schemeIPC + "://" + ep[6:]
+	}
+	return ep
+}
+
+type peerTransport struct{ network string }
+
+func (t peerTransport) Dial(ctx context.Context, d transport.Dialer, addr string) (net.Conn, error) {
+	c, err := d.DialContext(ctx, t.network, addr)
+	if err != nil {
+		return nil, err
+	}
+	return newPeerConn(c), nil
+}
+
+func (t peerTransport) Listen(ctx context.Context, addr string) (net.Listener, error) {
+	if t.network == "unix" {
+		// libzmq unlinks a stale socket file before binding; a kernel that was
+		// SIGKILLed leaves one behind. Only a socket is removed, never a file.
+		if fi, err := os.Lstat(addr); err == nil && fi.Mode()&os.ModeSocket != 0 {
+			_ = os.Remove(addr)
+		}
+	}
+	l, err := net.Listen(t.network, addr)
+	if err != nil {
+		return nil, err
+	}
+	return peerListener{l}, nil
+}
+
+func (t peerTransport) Addr(ep string) (string, error) {
+	if t.network == "unix" {
+		return ep, nil
+	}
+	host, port, err := net.SplitHostPort(ep)
+	if err != nil {
+		return "", err
+	}
+	if host == "*" || host == "" {
+		host = "0.0.0.0"
+	}
+	if port == "*" {
+		port = "0"
+	}
+	return net.JoinHostPort(host, port), nil
+}
+
+type peerListener struct{ net.Listener }
+
+func (l peerListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return newPeerConn(c), nil
+}
+
+// errSlowPeer is never returned by Write (messages are dropped, like libzmq);
+// it closes the connection when the flusher fails.
+var errClosed = errors.New("tfgpu-kernel: connection closed")
+
+// peerConn is one ZMTP connection to a peer. Reads are buffered. Writes are
+// parsed just enough (framer) to know where messages start and end: whole
+// messages are appended to out, and at each message end out is written with
+// one non-blocking write(2); what the kernel does not take is written by the
+// flusher goroutine, while later messages keep queueing behind it.
+type peerConn struct {
+	net.Conn
+	raw syscall.RawConn // nil when the conn has no fd (tests with net.Pipe)
+	rd  *bufio.Reader
+
+	mu       sync.Mutex
+	fr       framer
+	out      []byte // accepted, not yet written
+	spare    []byte
+	flushing bool // the flusher goroutine owns the write side
+	dropping bool // dropping the rest of the current message
+	closed   bool
+	err      error
+	wake     chan struct{}
+	done     chan struct{} // closed when the flusher has written everything it will
+
+	dropped atomic.Uint64 // messages dropped because the peer's queue was full
+}
+
+func newPeerConn(c net.Conn) *peerConn {
+	pc := &peerConn{
+		Conn: c,
+		rd:   bufio.NewReaderSize(c, 64<<10),
+		fr:   framer{greeting: zmtpGreetingLen},
+		wake: make(chan struct{}, 1),
+		done: make(chan struct{}),
+	}
+	if sc, ok := c.(syscall.Conn); ok {
+		if raw, err := sc.SyscallConn(); err == nil {
+			pc.raw = raw
+		}
+	}
+	live.Store(pc, struct{}{})
+	go pc.flusher()
+	return pc
+}
+
+// live holds every open peerConn, for drainConns.
+var live sync.Map
+
+// dialRetry is how long an inner socket waits between tries to reach the
+// kernel while it starts.
+const dialRetry = 20 * time.Millisecond
+
+// drainConns waits, at most max, until every connection has written what
+// was queued on it: the last replies before the supervisor exits.
+func drainConns(max time.Duration) {
+	deadline := time.Now().Add(max)
+	for time.Now().Before(deadline) {
+		busy := false
+		live.Range(func(k, _ any) bool {
+			busy = k.(*peerConn).pending()
+			return !busy
+		})
+		if !busy {
+			return
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func (c *peerConn) Read(p []byte) (int, error) { return c.rd.Read(p) }
+
+// Write takes p into the queue and returns at once; see peerConn.
+func (c *peerConn) Write(p []byte) (int, error) {
+	n := len(p)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		if c.err != nil {
+			return 0, c.err
+		}
+		return 0, &net.OpError{Op: "write", Net: "zmtp", Err: errClosed}
+	}
+	ended := false
+	for len(p) > 0 {
+		k, start, end, control := c.fr.step(p)
+		if start {
+			c.dropping = !control && len(c.out) >= queueLimit
+			if c.dropping {
+				c.dropped.Add(1)
+			}
+		}
+		if !c.dropping {
+			c.out = append(c.out, p[:k]...)
+		}
+		if end {
+			c.dropping = false
+			ended = true
+		}
+		p = p[k:]
+	}
+	if ended && !c.flushing && len(c.out) > 0 {
+		c.writeNow()
+	}
+	return n, nil
+}
+
+// writeNow tries one non-blocking write of out and hands what is left to the
+// flusher. Called with mu held; never blocks.
+func (c *peerConn) writeNow() {
+	if c.raw != nil {
+		var n int
+		var werr error
+		err := c.raw.Write(func(fd uintptr) bool {
+			n, werr = unix.Write(int(fd), c.out)
+			return true // one attempt; never wait for the peer here
+		})
+		if err == nil && werr == nil && n == len(c.out) {
+			c.out = c.out[:0]
+			return
+		}
+		if err == nil && (werr == nil || werr == unix.EAGAIN) && n > 0 {
+			c.out = append(c.out[:0], c.out[n:]...)
+		}
+		// Any other error is left for the flusher's blocking write to report.
+	}
+	c.flushing = true
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// flusher writes, blocking, whatever writeNow could not, until the conn is
+// closed. It takes out whole, so a slow peer gets large coalesced writes.
+func (c *peerConn) flusher() {
+	defer close(c.done)
+	for range c.wake {
+		c.mu.Lock()
+		for len(c.out) > 0 && !c.closed {
+			buf := c.out
+			c.out = c.spare[:0]
+			c.mu.Unlock()
+			_, err := c.Conn.Write(buf)
+			c.mu.Lock()
+			if cap(buf) <= bufferKeep {
+				c.spare = buf[:0]
+			} else {
+				c.spare = nil
+			}
+			if err != nil {
+				c.err = err
+				c.closed = true
+				c.out = nil
+				c.mu.Unlock()
+				c.Conn.Close()
+				return
+			}
+		}
+		c.flushing = false
+		closed := c.closed
+		c.mu.Unlock()
+		if closed {
+			return
+		}
+	}
+}
+
+// Close closes the connection. Messages still queued are dropped; callers
+// that need them delivered (the supervisor's last replies) call Drain first.
+func (c *peerConn) Close() error {
+	c.mu.Lock()
+	already := c.closed
+	c.closed = true
+	c.mu.Unlock()
+	if !already {
+		close(c.wake)
+	}
+	live.Delete(c)
+	return c.Conn.Close()
+}
+
+// pending reports whether bytes are queued or being written.
+func (c *peerConn) pending() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return !c.closed && (c.flushing || len(c.out) > 0)
+}
+
+// String is for logs: never includes data.
+func (c *peerConn) String() string {
+	return fmt.Sprintf("zmtp %s->%s", c.LocalAddr(), c.RemoteAddr())
+}
