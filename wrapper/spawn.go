@@ -28,10 +28,13 @@ const parentDeathSignal = unix.SIGUSR2
 
 var startPPID = os.Getppid()
 
-func init() {
-	// As early as possible: a parent that dies before this is caught by
-	// parentGone's check of JPY_PARENT_PID.
+// watchParent asks for parentDeathSignal when the parent dies. Call it after
+// signal.Notify for that signal, since its default action ends the process;
+// a parent that died before is caught by parentGone.
+// The returned func undoes it (for tests that call Run in-process).
+func watchParent() (undo func()) {
 	_ = unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(parentDeathSignal), 0, 0, 0)
+	return func() { _ = unix.Prctl(unix.PR_SET_PDEATHSIG, 0, 0, 0, 0) }
 }
 
 // parentGone reports whether the process that started the supervisor has

@@ -105,6 +105,7 @@ func Run(ctx context.Context, cfg Config) int {
 	sigc := make(chan os.Signal, 8)
 	signal.Notify(sigc, unix.SIGINT, unix.SIGTERM, unix.SIGHUP, parentDeathSignal)
 	defer signal.Stop(sigc)
+	defer watchParent()()
 	if parentGone() {
 		s.log.Warn("the process that started the kernel is already gone; not starting")
 		return ExitFailed

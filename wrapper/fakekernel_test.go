@@ -1,0 +1,176 @@
+package wrapper
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/go-zeromq/zmq4"
+
+	"github.com/tfgpu/tfgpu-kernel/wrapper/jmsg"
+)
+
+// The test binary plays a small Jupyter kernel written in Go when
+// TFGPU_FAKE_KERNEL is set (os/exec's helper-process pattern). It speaks
+// just enough of the protocol to test the relay without Python:
+//
+//	kernel_info_request → kernel_info_reply
+//	execute_request     → iopub stream with the code, then execute_reply
+//	                      whose content carries the sha256 of the frames
+//	                      it received (after the delimiter), so tests check
+//	                      byte-for-byte relaying;
+//	  code "input"      → input_request on stdin to the shell identities,
+//	                      and the answer echoed on iopub;
+//	  code "flood N"    → N stream messages of 8 KiB on iopub;
+//	  code "exit N"     → os.Exit(N) without replying;
+//	  code "spawn"      → starts a setsid'd grandchild sleeping forever and
+//	                      prints its pid on iopub;
+//	shutdown_request    → shutdown_reply, exit 0 (unless the signature is bad,
+//	                      then it is ignored, as ipykernel does).
+//	hb                  → echoed.
+func TestMain(m *testing.M) {
+	if os.Getenv("TFGPU_FAKE_KERNEL") != "" {
+		os.Exit(fakeKernel(os.Args[len(os.Args)-1]))
+	}
+	if os.Getenv("TFGPU_FAKE_SLEEPER") != "" {
+		// A grandchild that escaped with setsid and ignores SIGTERM.
+		signalIgnore()
+		time.Sleep(time.Hour)
+		return
+	}
+	os.Exit(m.Run())
+}
+
+func fakeKernel(connPath string) int {
+	ci, err := jmsg.Load(connPath)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "fake kernel:", err)
+		return 2
+	}
+	signer, _ := jmsg.NewSigner(ci.SignatureScheme, ci.Key)
+	ctx := context.Background()
+	var socks [5]zmq4.Socket
+	for _, ch := range jmsg.Channels {
+		if ch == jmsg.IOPub {
+			socks[ch] = zmq4.NewPub(ctx)
+		} else {
+			socks[ch] = zmq4.NewRouter(ctx)
+		}
+		if err := socks[ch].Listen(ci.Endpoint(ch)); err != nil {
+			fmt.Fprintln(os.Stderr, "fake kernel listen:", err)
+			return 2
+		}
+	}
+	go func() { // heartbeat: echo
+		for {
+			m, err := socks[jmsg.HB].Recv()
+			if err != nil {
+				return
+			}
+			_ = socks[jmsg.HB].SendMulti(m)
+		}
+	}()
+	send := func(ch jmsg.Channel, idents [][]byte, typ string, parent []byte, content any) {
+		frames, err := jmsg.NewMessage(signer, idents, typ, parent, "fake-kernel", content)
+		if err != nil {
+			panic(err)
+		}
+		_ = socks[ch].SendMulti(zmq4.NewMsgFrom(frames...))
+	}
+	topic := func(t string) [][]byte { return [][]byte{[]byte("kernel.fake." + t)} }
+	control := make(chan zmq4.Msg)
+	go func() {
+		for {
+			m, err := socks[jmsg.Control].Recv()
+			if err != nil {
+				return
+			}
+			control <- m
+		}
+	}()
+	shell := make(chan zmq4.Msg)
+	go func() {
+		for {
+			m, err := socks[jmsg.Shell].Recv()
+			if err != nil {
+				return
+			}
+			shell <- m
+		}
+	}()
+	for {
+		var m zmq4.Msg
+		var onControl bool
+		select {
+		case m = <-control:
+			onControl = true
+		case m = <-shell:
+		}
+		p, err := jmsg.Split(m.Frames)
+		if err != nil || !signer.Verify(p) {
+			continue // ipykernel drops messages with bad signatures
+		}
+		h, _ := jmsg.Header(p.Header)
+		ch := jmsg.Shell
+		if onControl {
+			ch = jmsg.Control
+		}
+		switch h.MsgType {
+		case "kernel_info_request":
+			send(ch, p.Idents, "kernel_info_reply", p.Header, map[string]any{"status": "ok",
+				"protocol_version": "5.3", "implementation": "fake", "language_info": map[string]any{"name": "python"}})
+		case "shutdown_request":
+			send(ch, p.Idents, "shutdown_reply", p.Header, map[string]any{"status": "ok", "restart": false})
+			time.Sleep(50 * time.Millisecond)
+			return 0
+		case "execute_request":
+			var c struct{ Code string }
+			_ = json.Unmarshal(p.Content, &c)
+			send(jmsg.IOPub, topic("status"), "status", p.Header, map[string]any{"execution_state": "busy"})
+			var n int
+			switch {
+			case c.Code == "input":
+				send(jmsg.Stdin, p.Idents, "input_request", p.Header, map[string]any{"prompt": "? ", "password": false})
+				r, err := socks[jmsg.Stdin].Recv()
+				if err == nil {
+					rp, _ := jmsg.Split(r.Frames)
+					var in struct{ Value string }
+					_ = json.Unmarshal(rp.Content, &in)
+					send(jmsg.IOPub, topic("stream"), "stream", p.Header, map[string]any{"name": "stdout", "text": "got " + in.Value})
+				}
+			case strings.HasPrefix(c.Code, "exit "):
+				fmt.Sscan(strings.TrimPrefix(c.Code, "exit "), &n)
+				os.Exit(n)
+			case strings.HasPrefix(c.Code, "flood "):
+				fmt.Sscan(strings.TrimPrefix(c.Code, "flood "), &n)
+				text := strings.Repeat("x", 8192)
+				for i := 0; i < n; i++ {
+					send(jmsg.IOPub, topic("stream"), "stream", p.Header, map[string]any{"name": "stdout", "text": text})
+				}
+			case c.Code == "spawn":
+				cmd := exec.Command(os.Args[0])
+				cmd.Env = append(os.Environ(), "TFGPU_FAKE_KERNEL=", "TFGPU_FAKE_SLEEPER=1")
+				cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+				_ = cmd.Start()
+				send(jmsg.IOPub, topic("stream"), "stream", p.Header, map[string]any{"name": "stdout", "text": fmt.Sprint(cmd.Process.Pid)})
+			default:
+				send(jmsg.IOPub, topic("stream"), "stream", p.Header, map[string]any{"name": "stdout", "text": c.Code})
+			}
+			sum := sha256.New()
+			for _, f := range m.Frames[len(p.Idents)+1:] {
+				sum.Write(f)
+			}
+			send(jmsg.Shell, p.Idents, "execute_reply", p.Header, map[string]any{"status": "ok",
+				"execution_count": 1, "frames_sha256": hex.EncodeToString(sum.Sum(nil))})
+			send(jmsg.IOPub, topic("status"), "status", p.Header, map[string]any{"execution_state": "idle"})
+		}
+	}
+}

@@ -1,0 +1,297 @@
+package wrapper
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-zeromq/zmq4"
+
+	"github.com/tfgpu/tfgpu-kernel/wrapper/jmsg"
+)
+
+// harness runs Run in-process around the Go fake kernel (fakekernel_test.go)
+// and connects a Go client to the outer sockets, as jupyter_client would.
+type harness struct {
+	t      *testing.T
+	path   string
+	ci     *jmsg.ConnInfo
+	signer *jmsg.Signer
+	stderr *syncBuffer
+	done   chan int
+	cancel context.CancelFunc
+
+	shell, control, stdin, hb, iopub zmq4.Socket
+	iopubMsgs                         chan zmq4.Msg
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func freePorts(t *testing.T) [5]int {
+	var ports [5]int
+	var ls []net.Listener
+	for i := range ports {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls = append(ls, l)
+		ports[i] = l.Addr().(*net.TCPAddr).Port
+	}
+	for _, l := range ls {
+		l.Close()
+	}
+	return ports
+}
+
+func writeConn(t *testing.T, dir string) (string, *jmsg.ConnInfo) {
+	ci := &jmsg.ConnInfo{Transport: "tcp", IP: "127.0.0.1", Ports: freePorts(t),
+		Key: "a0436f6c-1916-498b-8eb9-e81ab9368e84", SignatureScheme: "hmac-sha256"}
+	path := filepath.Join(dir, "kernel-test-1234.json")
+	if err := jmsg.WriteFile(path, ci); err != nil {
+		t.Fatal(err)
+	}
+	return path, ci
+}
+
+// startHarness starts the supervisor on the fake kernel and connects clients.
+func startHarness(t *testing.T) *harness {
+	t.Helper()
+	t.Setenv("TFGPU_FAKE_KERNEL", "1")
+	path, ci := writeConn(t, t.TempDir())
+	signer, err := jmsg.NewSigner(ci.SignatureScheme, ci.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &harness{t: t, path: path, ci: ci, signer: signer, stderr: &syncBuffer{},
+		done: make(chan int, 1), iopubMsgs: make(chan zmq4.Msg, 100000)}
+	ctx, cancel := context.WithCancel(context.Background())
+	h.cancel = cancel
+	lg := slog.New(slog.NewTextHandler(h.stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	go func() {
+		h.done <- Run(ctx, Config{ConnFile: path, Argv: []string{os.Args[0], "-test.run=^$", "-f", path},
+			Log: lg, Stderr: h.stderr})
+	}()
+	t.Cleanup(h.close)
+
+	cctx := context.Background()
+	id := zmq4.WithID(zmq4.SocketIdentity("client-" + t.Name()))
+	h.shell = zmq4.NewDealer(cctx, id)
+	h.stdin = zmq4.NewDealer(cctx, id)
+	h.control = zmq4.NewDealer(cctx)
+	h.hb = zmq4.NewReq(cctx)
+	h.iopub = zmq4.NewSub(cctx)
+	_ = h.iopub.SetOption(zmq4.OptionSubscribe, "")
+	for ch, s := range map[jmsg.Channel]zmq4.Socket{jmsg.Shell: h.shell, jmsg.Stdin: h.stdin,
+		jmsg.Control: h.control, jmsg.HB: h.hb, jmsg.IOPub: h.iopub} {
+		if err := s.Dial(ci.Endpoint(ch)); err != nil {
+			t.Fatalf("dial %s: %v", ch, err)
+		}
+	}
+	go func() {
+		for {
+			m, err := h.iopub.Recv()
+			if err != nil {
+				return
+			}
+			h.iopubMsgs <- m
+		}
+	}()
+	// Wait until the kernel answers and iopub is subscribed end to end.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		h.send(h.shell, "kernel_info_request", nil, map[string]any{})
+		if _, err := recvTimeout(h.shell, 500*time.Millisecond); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("kernel never answered; supervisor log:\n%s", h.stderr)
+		}
+	}
+	for h.execute("sync", nil); ; {
+		select {
+		case m := <-h.iopubMsgs:
+			if bytes.Contains(lastContent(m), []byte(`"sync"`)) {
+				recvTimeout(h.shell, 5*time.Second)
+				h.drainIOPub()
+				return h
+			}
+		case <-time.After(300 * time.Millisecond):
+			h.execute("sync", nil)
+		}
+	}
+}
+
+func (h *harness) close() {
+	h.cancel()
+	select {
+	case <-h.done:
+	case <-time.After(10 * time.Second):
+		h.t.Errorf("supervisor did not stop; log:\n%s", h.stderr)
+	}
+	closeAll([]zmq4.Socket{h.shell, h.stdin, h.control, h.hb, h.iopub})
+}
+
+// exitCode waits for Run to return.
+func (h *harness) exitCode(within time.Duration) int {
+	h.t.Helper()
+	select {
+	case c := <-h.done:
+		h.done <- c // close() reads it again
+		return c
+	case <-time.After(within):
+		h.t.Fatalf("supervisor still running after %v; log:\n%s", within, h.stderr)
+		return -1
+	}
+}
+
+func (h *harness) send(s zmq4.Socket, typ string, buffers [][]byte, content any) [][]byte {
+	h.t.Helper()
+	frames, err := jmsg.NewMessage(h.signer, nil, typ, nil, "client-session", content)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	frames = append(frames, buffers...)
+	if err := s.SendMulti(zmq4.NewMsgFrom(frames...)); err != nil {
+		h.t.Fatal(err)
+	}
+	return frames
+}
+
+func (h *harness) execute(code string, buffers [][]byte) [][]byte {
+	return h.send(h.shell, "execute_request", buffers, map[string]any{"code": code, "silent": false,
+		"store_history": false, "user_expressions": map[string]any{}, "allow_stdin": true, "stop_on_error": true})
+}
+
+func (h *harness) drainIOPub() {
+	for {
+		select {
+		case <-h.iopubMsgs:
+		case <-time.After(50 * time.Millisecond):
+			return
+		}
+	}
+}
+
+// nextStream returns the text of the next iopub stream message.
+func (h *harness) nextStream(within time.Duration) (name, text string) {
+	h.t.Helper()
+	deadline := time.After(within)
+	for {
+		select {
+		case m := <-h.iopubMsgs:
+			p, err := jmsg.Split(m.Frames)
+			if err != nil {
+				continue
+			}
+			if t, _ := jmsg.MsgType(p.Header); t != "stream" {
+				continue
+			}
+			var c struct{ Name, Text string }
+			_ = json.Unmarshal(p.Content, &c)
+			return c.Name, c.Text
+		case <-deadline:
+			h.t.Fatalf("no stream message within %v; log:\n%s", within, h.stderr)
+		}
+	}
+}
+
+func recvTimeout(s zmq4.Socket, d time.Duration) (zmq4.Msg, error) {
+	ch := make(chan zmq4.Msg, 1)
+	errc := make(chan error, 1)
+	go func() {
+		m, err := s.Recv()
+		if err != nil {
+			errc <- err
+			return
+		}
+		ch <- m
+	}()
+	select {
+	case m := <-ch:
+		return m, nil
+	case err := <-errc:
+		return zmq4.Msg{}, err
+	case <-time.After(d):
+		// The goroutine keeps waiting; the next Recv result is lost, so tests
+		// only time out on paths that end the test.
+		return zmq4.Msg{}, fmt.Errorf("timeout after %v", d)
+	}
+}
+
+func lastContent(m zmq4.Msg) []byte {
+	p, err := jmsg.Split(m.Frames)
+	if err != nil {
+		return nil
+	}
+	return p.Content
+}
+
+// reply receives on s and returns msg_type and content, checking the
+// signature as jupyter_client would.
+func (h *harness) reply(s zmq4.Socket, within time.Duration) (string, map[string]any) {
+	h.t.Helper()
+	m, err := recvTimeout(s, within)
+	if err != nil {
+		h.t.Fatalf("no reply: %v; log:\n%s", err, h.stderr)
+	}
+	p, err := jmsg.Split(m.Frames)
+	if err != nil {
+		h.t.Fatalf("bad reply: %v", err)
+	}
+	if !h.signer.Verify(p) {
+		h.t.Fatalf("reply signature does not verify")
+	}
+	typ, _ := jmsg.MsgType(p.Header)
+	var c map[string]any
+	_ = json.Unmarshal(p.Content, &c)
+	return typ, c
+}
+
+func framesHash(frames [][]byte) string {
+	p, _ := jmsg.Split(frames)
+	sum := sha256.New()
+	for _, f := range frames[len(p.Idents)+1:] {
+		sum.Write(f)
+	}
+	return hex.EncodeToString(sum.Sum(nil))
+}
+
+func pidAlive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i > 0 && i+2 < len(s) && s[i+2] != 'Z' && s[i+2] != 'X'
+}
+
+func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }

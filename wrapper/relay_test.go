@@ -1,0 +1,253 @@
+package wrapper
+
+import (
+	"bytes"
+	"crypto/rand"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/go-zeromq/zmq4"
+
+	"github.com/tfgpu/tfgpu-kernel/wrapper/jmsg"
+)
+
+func TestRelayRoundTripIsByteExact(t *testing.T) {
+	h := startHarness(t)
+	buf := make([]byte, 5<<20)
+	rand.Read(buf)
+	sent := h.execute("hello", [][]byte{buf, []byte("second buffer")})
+	if name, text := h.nextStream(5 * time.Second); name != "stdout" || text != "hello" {
+		t.Fatalf("stream = %s %q, want stdout hello", name, text)
+	}
+	typ, c := h.reply(h.shell, 5*time.Second)
+	if typ != "execute_reply" || c["status"] != "ok" {
+		t.Fatalf("reply %s %v", typ, c)
+	}
+	if got, want := c["frames_sha256"], framesHash(sent); got != want {
+		t.Fatalf("kernel received different bytes: sha256 %v, sent %v", got, want)
+	}
+	// Heartbeat: the REQ client's ping comes back unchanged.
+	if err := h.hb.Send(zmq4.NewMsg([]byte("ping-42"))); err != nil {
+		t.Fatal(err)
+	}
+	m, err := recvTimeout(h.hb, 5*time.Second)
+	if err != nil || string(m.Frames[len(m.Frames)-1]) != "ping-42" {
+		t.Fatalf("heartbeat echo = %q, %v", m.Frames, err)
+	}
+}
+
+func TestRelayStdinUsesShellIdentity(t *testing.T) {
+	h := startHarness(t)
+	h.execute("input", nil)
+	typ, c := h.reply(h.stdin, 5*time.Second)
+	if typ != "input_request" || c["prompt"] != "? " {
+		t.Fatalf("stdin got %s %v, want input_request", typ, c)
+	}
+	h.send(h.stdin, "input_reply", nil, map[string]any{"value": "forty-two"})
+	if _, text := h.nextStream(5 * time.Second); text != "got forty-two" {
+		t.Fatalf("kernel saw %q", text)
+	}
+}
+
+func TestShutdownKillsEscapedTreeAndReplies(t *testing.T) {
+	h := startHarness(t)
+	h.execute("spawn", nil)
+	_, text := h.nextStream(5 * time.Second)
+	pid, err := strconv.Atoi(text)
+	if err != nil || !pidAlive(pid) {
+		t.Fatalf("spawned grandchild %q not running (%v)", text, err)
+	}
+	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) })
+	h.reply(h.shell, 5*time.Second)
+
+	start := time.Now()
+	h.send(h.control, "shutdown_request", nil, map[string]any{"restart": true})
+	typ, _ := h.reply(h.control, 3*time.Second)
+	if typ != "shutdown_reply" {
+		t.Fatalf("control got %s", typ)
+	}
+	if code := h.exitCode(2500 * time.Millisecond); code != 0 {
+		t.Fatalf("exit code %d, want 0; log:\n%s", code, h.stderr)
+	}
+	took := time.Since(start)
+	if pidAlive(pid) {
+		t.Fatalf("setsid'd grandchild %d survived the shutdown", pid)
+	}
+	if !strings.Contains(h.stderr.String(), "kernel stopped") {
+		t.Fatalf("no lifecycle line in log:\n%s", h.stderr)
+	}
+	t.Logf("shutdown_request → supervisor exit: %v\n%s", took, h.stderr)
+}
+
+func TestBadSignatureIsRelayedButNotActedOn(t *testing.T) {
+	h := startHarness(t)
+	frames, _ := jmsg.NewMessage(h.signer, nil, "shutdown_request", nil, "s", map[string]any{"restart": false})
+	p, _ := jmsg.Split(frames)
+	p.Signature[0] ^= 1 // the frames alias p: this tampers the message
+	if err := h.control.SendMulti(zmq4.NewMsgFrom(frames...)); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(DefaultShutdownGrace + 300*time.Millisecond)
+	select {
+	case c := <-h.done:
+		t.Fatalf("supervisor stopped (exit %d) on a forged shutdown_request", c)
+	default:
+	}
+	h.send(h.shell, "kernel_info_request", nil, map[string]any{})
+	if typ, _ := h.reply(h.shell, 5*time.Second); typ != "kernel_info_reply" {
+		t.Fatalf("kernel no longer answers: %s", typ)
+	}
+	if !strings.Contains(h.stderr.String(), "bad signature") {
+		t.Fatalf("forged message not logged:\n%s", h.stderr)
+	}
+}
+
+func TestKernelDeathTellsTheCell(t *testing.T) {
+	h := startHarness(t)
+	h.execute("exit 3", nil)
+	name, text := h.nextStream(5 * time.Second)
+	if name != "stderr" || !strings.Contains(text, "exit code 3") {
+		t.Fatalf("cell got %s %q, want stderr naming exit code 3", name, text)
+	}
+	typ, c := h.reply(h.shell, 5*time.Second)
+	if typ != "execute_reply" || c["status"] != "error" {
+		t.Fatalf("got %s %v, want an error execute_reply", typ, c)
+	}
+	if code := h.exitCode(5 * time.Second); code != 3 {
+		t.Fatalf("exit code %d, want the kernel's 3", code)
+	}
+}
+
+// A subscriber that stops reading (here: behind a proxy that stops
+// forwarding) must not stall the other client, and its queue is bounded.
+func TestSlowSubscriberDoesNotStallOthers(t *testing.T) {
+	old := queueLimit
+	queueLimit = 1 << 20
+	t.Cleanup(func() { queueLimit = old })
+	h := startHarness(t)
+
+	var paused atomic.Bool
+	proxy := stallingProxy(t, h.ci.Endpoint(jmsg.IOPub)[len("tcp://"):], &paused)
+	slow := zmq4.NewSub(t.Context())
+	_ = slow.SetOption(zmq4.OptionSubscribe, "")
+	if err := slow.Dial("tcp://" + proxy); err != nil {
+		t.Fatal(err)
+	}
+	defer slow.Close()
+	time.Sleep(200 * time.Millisecond)
+	paused.Store(true)
+
+	const n = 4000 // 8 KiB each: 32 MB, far past the slow peer's 1 MiB queue
+	h.execute(fmt.Sprintf("flood %d", n), nil)
+	got := 0
+	deadline := time.After(60 * time.Second)
+	for got < n {
+		select {
+		case m := <-h.iopubMsgs:
+			if bytes.Contains(m.Frames[0], []byte("stream")) {
+				got++
+			}
+		case <-deadline:
+			t.Fatalf("fast client got %d of %d stream messages", got, n)
+		}
+	}
+	if typ, _ := h.reply(h.shell, 10*time.Second); typ != "execute_reply" {
+		t.Fatalf("got %s", typ)
+	}
+	var dropped uint64
+	live.Range(func(k, _ any) bool { dropped += k.(*peerConn).dropped.Load(); return true })
+	if dropped == 0 {
+		t.Fatalf("the stalled subscriber's queue was never bounded")
+	}
+	t.Logf("messages dropped for the stalled subscriber: %d", dropped)
+}
+
+// stallingProxy forwards TCP to target until paused, then stops reading
+// from the target: to the supervisor it is a client that stopped reading.
+func stallingProxy(t *testing.T, target string, paused *atomic.Bool) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				return
+			}
+			t.Cleanup(func() { c.Close(); up.Close() })
+			go io.Copy(up, c)
+			go func() {
+				buf := make([]byte, 4096)
+				for !paused.Load() {
+					n, err := up.Read(buf)
+					if err != nil {
+						return
+					}
+					c.Write(buf[:n])
+				}
+			}()
+		}
+	}()
+	return l.Addr().String()
+}
+
+func TestBadConnectionFileExits2(t *testing.T) {
+	dir := t.TempDir()
+	good, _ := writeConn(t, dir)
+	data, _ := os.ReadFile(good)
+	write := func(name, s string) string {
+		p := filepath.Join(dir, name)
+		os.WriteFile(p, []byte(s), 0o600)
+		return p
+	}
+	for _, tc := range []struct {
+		name, path, want string
+	}{
+		{"missing file", filepath.Join(dir, "nope.json"), "nope.json"},
+		{"not json", write("bad.json", "{not json"), "bad.json"},
+		{"missing port", write("noport.json", strings.Replace(string(data), `"shell_port"`, `"shell_portx"`, 1)), "shell_port"},
+		{"unknown scheme", write("scheme.json", strings.Replace(string(data), "hmac-sha256", "hmac-foo", 1)), "hmac-foo"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var stderr syncBuffer
+			code := Run(t.Context(), Config{ConnFile: tc.path, Argv: []string{"/bin/false"}, Stderr: &stderr,
+				Log: discardLogger()})
+			out := stderr.String()
+			if code != ExitUsage || strings.Count(out, "\n") != 1 || !strings.Contains(out, tc.want) {
+				t.Fatalf("exit %d, stderr %q; want exit 2 and one line naming %q", code, out, tc.want)
+			}
+		})
+	}
+}
+
+func TestPortInUseExits2(t *testing.T) {
+	path, ci := writeConn(t, t.TempDir())
+	l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", ci.Ports[jmsg.Control]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	var stderr syncBuffer
+	code := Run(t.Context(), Config{ConnFile: path, Argv: []string{"/bin/false"}, Stderr: &stderr, Log: discardLogger()})
+	out := stderr.String()
+	if code != ExitUsage || strings.Count(out, "\n") != 1 || !strings.Contains(out, "control port") ||
+		!strings.Contains(out, "address already in use") {
+		t.Fatalf("exit %d, stderr %q", code, out)
+	}
+}

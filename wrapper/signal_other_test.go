@@ -1,0 +1,8 @@
+package wrapper
+
+import (
+	"os/signal"
+	"syscall"
+)
+
+func signalIgnore() { signal.Ignore(syscall.SIGTERM, syscall.SIGHUP) }
