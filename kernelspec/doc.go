@@ -1,0 +1,45 @@
+// Package kernelspec writes and removes the Jupyter kernelspec that makes
+// Jupyter launch a kernel through the tfgpu-kernel supervisor.
+//
+// # What it owns
+//
+// A kernelspec is a directory KERNELS/NAME holding kernel.json and logos
+// (https://jupyter-client.readthedocs.io/en/stable/kernels.html#kernel-specs).
+// The kernel.json this package writes runs
+//
+//	<tfgpu-kernel> run [RunFlags…] -f {connection_file} -- <python> -m ipykernel_launcher -f {connection_file}
+//
+// with interrupt_mode "signal" (the supervisor forwards SIGINT to the
+// kernel's process group), metadata.debugger true, env
+// TF_FORCE_GPU_ALLOW_GROWTH=true unless the caller overrides it, and
+// metadata.tfgpu recording the supervisor version and the Python. Keys are
+// written in a fixed order with two-space indentation, so the file is stable
+// and diffable (golden files in testdata/).
+//
+// KERNELS is chosen the way jupyter_core.paths and `jupyter kernelspec
+// install` choose it:
+//   - User: $JUPYTER_DATA_DIR/kernels if set, else
+//     ${XDG_DATA_HOME:-$HOME/.local/share}/jupyter/kernels (Linux rule of
+//     jupyter_core 4.x/5.x; $HOME with symlinks resolved);
+//   - SysPrefix: <sys.prefix of the chosen Python>/share/jupyter/kernels;
+//   - Prefix: DIR/share/jupyter/kernels.
+//
+// # What it assumes
+//
+// The Python is found by FindPython: the one given, else the first of
+// `python3` on PATH and /usr/bin/python3 that can import ipykernel (each
+// asked with a timeout). Its sys.executable — not a pyenv shim or a name
+// looked up at launch — goes into argv, so the kernel keeps working when PATH
+// changes. The supervisor binary must be given as an absolute path.
+//
+// # Safety and idempotence
+//
+// Install refuses to touch an existing NAME directory unless Options.Replace
+// is set; the new directory is written beside the old one and renamed into
+// place, so Jupyter never sees a half-written spec. Installing twice with
+// Replace is idempotent. Uninstall removes NAME only when its kernel.json
+// carries metadata.tfgpu, so it never deletes a kernelspec someone else
+// wrote; a missing directory is reported as an error wrapping
+// fs.ErrNotExist. Names are validated (and lower-cased) as jupyter_client
+// does: [a-z0-9._-]+, case-insensitive.
+package kernelspec
