@@ -1,0 +1,195 @@
+package wrapper
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"io"
+	"net"
+	"testing"
+	"time"
+)
+
+// frame encodes one ZMTP frame as zmq4 writes it: header, then body.
+func frame(flags byte, body []byte) [][]byte {
+	if len(body) > 255 {
+		h := make([]byte, 9)
+		h[0] = flags | flagLong
+		binary.BigEndian.PutUint64(h[1:], uint64(len(body)))
+		return [][]byte{h, body}
+	}
+	return [][]byte{{flags, byte(len(body))}, body}
+}
+
+// stream is a greeting, a READY command and two messages, as the pieces
+// zmq4 passes to Write, and the expected message kinds.
+func stream() (pieces [][]byte, control []bool) {
+	pieces = append(pieces, make([]byte, zmtpGreetingLen))
+	pieces = append(pieces, frame(flagCommand, []byte("\x05READY\x0bSocket-Type\x00\x00\x00\x03PUB"))...)
+	pieces = append(pieces, frame(flagMore, []byte("topic"))...)
+	pieces = append(pieces, frame(flagMore, bytes.Repeat([]byte("y"), 300))...)
+	pieces = append(pieces, frame(flagMore, nil)...)
+	pieces = append(pieces, frame(0, []byte("last"))...)
+	pieces = append(pieces, frame(0, []byte("single"))...)
+	return pieces, []bool{true, true, false, false}
+}
+
+func TestFramerFindsMessagesInAnyChunking(t *testing.T) {
+	pieces, wantControl := stream()
+	all := bytes.Join(pieces, nil)
+	for _, tc := range []struct {
+		name   string
+		chunks func() [][]byte
+	}{
+		{"as zmq4 writes", func() [][]byte { return pieces }},
+		{"one write", func() [][]byte { return [][]byte{all} }},
+		{"byte by byte", func() [][]byte {
+			var out [][]byte
+			for i := range all {
+				out = append(out, all[i:i+1])
+			}
+			return out
+		}},
+		{"7-byte chunks", func() [][]byte {
+			var out [][]byte
+			for i := 0; i < len(all); i += 7 {
+				out = append(out, all[i:min(i+7, len(all))])
+			}
+			return out
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var f framer
+			f.greeting = zmtpGreetingLen
+			var starts, ends int
+			var control []bool
+			total := 0
+			for _, c := range tc.chunks() {
+				for len(c) > 0 {
+					k, start, end, ctl := f.step(c)
+					if k == 0 {
+						t.Fatalf("step consumed nothing")
+					}
+					if start {
+						starts++
+						control = append(control, ctl)
+					}
+					if end {
+						ends++
+						if ends != starts {
+							t.Fatalf("message %d ended before it started", ends)
+						}
+					}
+					total += k
+					c = c[k:]
+				}
+			}
+			if starts != len(wantControl) || ends != len(wantControl) || total != len(all) {
+				t.Fatalf("starts %d ends %d bytes %d; want %d messages, %d bytes",
+					starts, ends, total, len(wantControl), len(all))
+			}
+			for i := range control {
+				if control[i] != wantControl[i] {
+					t.Fatalf("message %d control = %v, want %v", i, control[i], wantControl[i])
+				}
+			}
+		})
+	}
+}
+
+// A peer that does not read: Write never blocks, the queue stays bounded,
+// and what the peer finally reads is whole messages only.
+func TestPeerConnDropsWholeMessagesForAStalledPeer(t *testing.T) {
+	old := queueLimit
+	queueLimit = 256 << 10
+	t.Cleanup(func() { queueLimit = old })
+
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, _ := l.Accept()
+		accepted <- c
+	}()
+	raw, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc := newPeerConn(raw)
+	defer pc.Close()
+	peer := <-accepted
+	defer peer.Close()
+
+	pieces, _ := stream()
+	head := pieces[:3] // greeting and READY
+	for _, p := range head {
+		pc.Write(p)
+	}
+	body := bytes.Repeat([]byte("z"), 64<<10)
+	const n = 2000 // 128 MB: far more than socket buffers and the queue
+	start := time.Now()
+	for i := 0; i < n; i++ {
+		for _, p := range append(frame(flagMore, []byte("kernel.x.stream")), frame(0, body)...) {
+			if _, err := pc.Write(p); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if d := time.Since(start); d > 20*time.Second {
+		t.Fatalf("writes to a stalled peer took %v: they block", d)
+	}
+	pc.mu.Lock()
+	queued := len(pc.out)
+	pc.mu.Unlock()
+	if queued > queueLimit+len(body)+64 {
+		t.Fatalf("queue holds %d bytes, limit %d", queued, queueLimit)
+	}
+	dropped := pc.dropped.Load()
+	if dropped == 0 {
+		t.Fatal("nothing was dropped")
+	}
+
+	// The peer now reads: a clean stream of whole messages.
+	peer.SetReadDeadline(time.Now().Add(30 * time.Second))
+	r := bufio.NewReader(peer)
+	if _, err := io.ReadFull(r, make([]byte, zmtpGreetingLen)); err != nil {
+		t.Fatal(err)
+	}
+	msgs := 0
+	for uint64(msgs)+dropped < n {
+		flags, size, err := readFrameHeader(r)
+		if err != nil {
+			break
+		}
+		if _, err := io.CopyN(io.Discard, r, int64(size)); err != nil {
+			t.Fatalf("frame body cut short after %d messages: %v", msgs, err)
+		}
+		if flags&flagCommand == 0 && size != 15 && size != uint64(len(body)) {
+			t.Fatalf("frame of %d bytes: the stream is out of step", size)
+		}
+		if flags&(flagMore|flagCommand) == 0 {
+			msgs++
+		}
+	}
+	if uint64(msgs)+dropped != n {
+		t.Fatalf("peer read %d whole messages, %d dropped, want %d in all", msgs, dropped, n)
+	}
+	t.Logf("delivered %d, dropped %d", msgs, dropped)
+}
+
+func readFrameHeader(r *bufio.Reader) (flags byte, size uint64, err error) {
+	var h [9]byte
+	if _, err = io.ReadFull(r, h[:2]); err != nil {
+		return 0, 0, err
+	}
+	if h[0]&flagLong == 0 {
+		return h[0], uint64(h[1]), nil
+	}
+	if _, err = io.ReadFull(r, h[2:9]); err != nil {
+		return 0, 0, err
+	}
+	return h[0], binary.BigEndian.Uint64(h[1:9]), nil
+}
