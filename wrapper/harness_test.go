@@ -34,7 +34,7 @@ type harness struct {
 	cancel context.CancelFunc
 
 	shell, control, stdin, hb, iopub zmq4.Socket
-	iopubMsgs                         chan zmq4.Msg
+	iopubMsgs                        chan zmq4.Msg
 }
 
 type syncBuffer struct {
