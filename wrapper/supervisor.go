@@ -131,7 +131,7 @@ func Run(ctx context.Context, cfg Config) int {
 	}
 	reaper := cgroup.StartReaper()
 	defer reaper.Stop()
-	s.tree = cgroup.NewProcTree(os.Getpid())
+	s.tree = cgroup.NewProcTree(os.Getpid(), cgroup.WithExclude(reaper.Owns))
 	defer s.tree.Close()
 
 	exited, code := s.spawn(reaper, substituteConn(cfg.Argv, cfg.ConnFile, dir+"/"+innerConnName))

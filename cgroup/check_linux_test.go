@@ -1,0 +1,104 @@
+package cgroup
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+)
+
+// What the tests check about real processes: what the helpers reported,
+// whether it is still alive, and whether the Reaper left zombies.
+
+// procID is one process, told from a later one with the same pid by its start time.
+type procID struct {
+	pid   int
+	start uint64
+}
+
+// readPidfile returns the processes reported so far.
+func readPidfile(t *testing.T, path string) []procID {
+	t.Helper()
+	f, err := os.Open(path)
+	if os.IsNotExist(err) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var ids []procID
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var id procID
+		if _, err := fmt.Sscan(sc.Text(), &id.pid, &id.start); err != nil {
+			t.Fatalf("pidfile line %q: %v", sc.Text(), err)
+		}
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+// waitReported waits until at least n processes have reported.
+func waitReported(t *testing.T, path string, n int) []procID {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		ids := readPidfile(t, path)
+		if len(ids) >= n {
+			return ids
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d helper processes reported in time", len(ids), n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// aliveIDs returns those of ids that are still alive (not zombies).
+func aliveIDs(t *testing.T, ids []procID) []procID {
+	t.Helper()
+	r := statReader{root: "/proc"}
+	var alive []procID
+	for _, id := range ids {
+		s, ok, err := r.read(id.pid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok && s.start == id.start && s.alive() {
+			alive = append(alive, id)
+		}
+	}
+	return alive
+}
+
+// zombieChildren returns the children of the test process left as zombies.
+func zombieChildren(t *testing.T) []int {
+	t.Helper()
+	r := statReader{root: "/proc"}
+	procs, err := r.scan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var z []int
+	for pid, s := range procs {
+		if s.ppid == os.Getpid() && !s.alive() {
+			z = append(z, pid)
+		}
+	}
+	return z
+}
+
+// waitNoZombies waits (the Reaper is asynchronous) until the test process
+// has no zombie child.
+func waitNoZombies(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for z := zombieChildren(t); len(z) > 0; z = zombieChildren(t) {
+		if time.Now().After(deadline) {
+			t.Fatalf("zombie children not reaped: %v", z)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

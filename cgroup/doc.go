@@ -1,0 +1,62 @@
+// Package cgroup contains one kernel's process tree: it tells which processes
+// belong to the tree, kills all of them, and waits until none is alive.
+//
+// # What it owns
+//
+// Tree tracking and killing, the child-subreaper setting, and the reaping of
+// children (Reaper). Nothing here is Jupyter-specific: the package does not
+// know what a kernel, a connection file or a GPU is. Policy (grace periods,
+// when to kill, what to tell the user) lives in the wrapper package.
+//
+// # Tree
+//
+// A Tree is the containment of one process tree, whose first process is
+// called the leader. The caller
+//
+//  1. calls Configure on the SysProcAttr it will spawn the leader with,
+//  2. spawns the leader (with Reaper.StartProcess) and calls Started(pid),
+//  3. calls Kill when the tree must go: Kill returns once no process of the
+//     tree is alive (zombies count as dead), or when its context ends, with
+//     an error that says how many survive,
+//  4. calls Close.
+//
+// Kill and Close are idempotent. Kill is safe when the leader is already dead,
+// before Started (it kills nothing) and concurrently with Pids. Configure
+// sets only the fields it owns (Setpgid, Pgid; later the cgroup fd) and
+// leaves the others, such as Pdeathsig, alone.
+//
+// Modes. "proc" (NewProcTree) needs no cgroup: the leader gets its own
+// process group, the supervisor is a child subreaper (SetChildSubreaper, to
+// be called once before any spawn), and the tree is found by scanning
+// /proc: a process belongs to the tree when its parent chain reaches the
+// leader, or reaches the supervisor (an orphan of the tree re-parented to the
+// subreaper after a double fork or setsid), or when it is in the leader's
+// process group. Kill repeats {scan; SIGSTOP all; SIGKILL all} until a scan
+// finds no live member; stopping first freezes a process that forks while it
+// is being killed. Cgroup v2 and v1 modes implement the same Tree interface.
+//
+// Limits of the proc mode: a process that leaves the tree's process group
+// and whose ancestors all die before SetChildSubreaper was called is lost
+// (re-parented to init); pids are numbers, so a process that dies between a
+// scan and its kill and whose pid is reused at once in that gap could be
+// signalled (pid_max wrap-around within milliseconds); children the
+// supervisor starts that are not the leader are claimed by the tree unless
+// excluded with WithExclude (pass Reaper.Owns).
+//
+// # Reaper: the one-reaper rule
+//
+// A subreaper inherits every orphan of the tree; each must be waited for or
+// it stays a zombie. The Reaper is the only caller of wait4 in the process:
+// on every SIGCHLD it waits for any child until none is left to wait for, and
+// delivers each status to whoever started that child through
+// Reaper.StartProcess (exactly once, on a channel buffered 1); statuses of
+// other children (orphans) are counted and dropped. StartProcess forks while
+// holding the Reaper's lock, so a child that exits at once is still
+// registered before its status is looked up, and no status is lost.
+//
+// Consequence: a program that uses the Reaper must not use exec.Cmd.Wait,
+// exec.Cmd.Run, os.Process.Wait or any other wait on a child it started: the
+// Reaper may reap that child first, and the other wait then fails with ECHILD
+// (or, after pid reuse, waits for the wrong process). Start every child with
+// Reaper.StartProcess. Stop is idempotent.
+package cgroup

@@ -1,0 +1,229 @@
+package cgroup
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// The test binary plays every process of the trees (os/exec's TestMain
+// helper-process pattern): with CGROUP_TEST_HELPER set it runs helper(mode)
+// instead of the tests. Each helper appends "pid starttime" to
+// CGROUP_TEST_PIDFILE, so that the test knows every process that was ever in
+// the tree and can tell it from a later process with the same pid.
+const (
+	envMode    = "CGROUP_TEST_HELPER"
+	envPidfile = "CGROUP_TEST_PIDFILE"
+	envNode    = "CGROUP_TEST_NODE"
+	envNodes   = "CGROUP_TEST_NODES"
+)
+
+// testReaper is the one Reaper of the test process, which is a child subreaper.
+var testReaper *Reaper
+
+func TestMain(m *testing.M) {
+	if mode := os.Getenv(envMode); mode != "" {
+		helper(mode) // never returns
+	}
+	if err := SetChildSubreaper(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	testReaper = StartReaper()
+	code := m.Run()
+	testReaper.Stop()
+	os.Exit(code)
+}
+
+// helper is the body of a helper process.
+func helper(mode string) {
+	switch mode {
+	case "sleep":
+		report(os.Getpid())
+	case "ignore-term":
+		ignoreTerm()
+		report(os.Getpid())
+	case "daemon": // leader: start a middle process and wait for it, like a shell running a daemon
+		ignoreTerm()
+		report(os.Getpid())
+		mid := spawnSelf("daemon-mid", nil)
+		var ws syscall.WaitStatus
+		if _, err := syscall.Wait4(mid, &ws, 0, nil); err != nil {
+			fail("wait daemon-mid: %v", err)
+		}
+	case "daemon-mid": // setsid + fork, then exit: the daemon is orphaned
+		report(os.Getpid())
+		spawnSelf("ignore-term", &syscall.SysProcAttr{Setsid: true})
+		os.Exit(0)
+	case "exit3-orphan": // leave a setsid'd child behind and exit 3
+		report(os.Getpid())
+		spawnSelf("ignore-term", &syscall.SysProcAttr{Setsid: true})
+		os.Exit(3)
+	case "forker": // fork a new child every 10 ms, forever
+		report(os.Getpid())
+		for {
+			pid, err := syscall.ForkExec("/bin/sleep", []string{"sleep", "1000"}, &syscall.ProcAttr{})
+			if err != nil {
+				fail("fork sleep: %v", err)
+			}
+			report(pid)
+			time.Sleep(10 * time.Millisecond)
+		}
+	case "threads": // 64 OS threads
+		for range 64 {
+			go func() {
+				runtime.LockOSThread()
+				select {}
+			}()
+		}
+		for threads() < 64 {
+			time.Sleep(time.Millisecond)
+		}
+		report(os.Getpid())
+	case "tree": // node k of a binary tree of n processes starts nodes 2k+1 and 2k+2
+		k, _ := strconv.Atoi(os.Getenv(envNode))
+		n, _ := strconv.Atoi(os.Getenv(envNodes))
+		report(os.Getpid())
+		for _, c := range []int{2*k + 1, 2*k + 2} {
+			if c < n {
+				spawnSelf("tree", nil, envNode+"="+strconv.Itoa(c))
+			}
+		}
+	default:
+		fail("unknown helper mode %q", mode)
+	}
+	for {
+		time.Sleep(time.Hour)
+	}
+}
+
+func ignoreTerm() { signal.Ignore(unix.SIGTERM) }
+
+func fail(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "helper %d: "+format+"\n", append([]any{os.Getpid()}, args...)...)
+	os.Exit(111)
+}
+
+// report appends "pid starttime" of pid to the pidfile; one write with
+// O_APPEND, so lines from concurrent helpers do not interleave.
+func report(pid int) {
+	r := statReader{root: "/proc"}
+	s, ok, err := r.read(pid)
+	if err != nil || !ok {
+		fail("stat %d: %v", pid, err)
+	}
+	f, err := os.OpenFile(os.Getenv(envPidfile), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		fail("%v", err)
+	}
+	if _, err := fmt.Fprintf(f, "%d %d\n", pid, s.start); err != nil {
+		fail("%v", err)
+	}
+	f.Close()
+}
+
+func threads() int {
+	b, _ := os.ReadFile("/proc/self/status")
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "Threads:"); ok {
+			n, _ := strconv.Atoi(strings.TrimSpace(v))
+			return n
+		}
+	}
+	return 0
+}
+
+// helperEnv is the environment for a helper in mode, with extra variables.
+func helperEnv(mode string, extra ...string) []string {
+	set := append([]string{envMode + "=" + mode}, extra...)
+	var env []string
+	for _, kv := range os.Environ() {
+		// Drop what set overrides: os.Getenv returns the first of duplicates.
+		if !slices.ContainsFunc(set, func(s string) bool {
+			k, _, _ := strings.Cut(s, "=")
+			return strings.HasPrefix(kv, k+"=")
+		}) {
+			env = append(env, kv)
+		}
+	}
+	return append(env, set...)
+}
+
+// spawnSelf starts the test binary as a helper from inside a helper (which
+// does not use the Reaper) and returns its pid.
+func spawnSelf(mode string, sys *syscall.SysProcAttr, extra ...string) int {
+	exe, err := os.Executable()
+	if err != nil {
+		fail("%v", err)
+	}
+	pid, err := syscall.ForkExec(exe, []string{exe, "-test.run=^$"}, &syscall.ProcAttr{
+		Env: helperEnv(mode, extra...), Files: []uintptr{0, 1, 2}, Sys: sys})
+	if err != nil {
+		fail("spawn %s: %v", mode, err)
+	}
+	return pid
+}
+
+// tree is a started helper tree; its cleanup kills it whatever the test did.
+type tree struct {
+	Tree
+	leader  int
+	exited  <-chan ExitStatus
+	pidfile string
+}
+
+func startTree(t *testing.T, mode string, extra ...string) *tree {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := &tree{Tree: NewProcTree(os.Getpid(), WithExclude(testReaper.Owns)),
+		pidfile: filepath.Join(t.TempDir(), "pids")}
+	sys := &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // backstop if the test binary dies
+	if err := tr.Configure(sys); err != nil {
+		t.Fatal(err)
+	}
+	if sys.Pdeathsig != syscall.SIGKILL || !sys.Setpgid {
+		t.Fatalf("Configure: Pdeathsig=%v Setpgid=%v, want SIGKILL and true", sys.Pdeathsig, sys.Setpgid)
+	}
+	attr := &syscall.ProcAttr{Env: helperEnv(mode, append(extra, envPidfile+"="+tr.pidfile)...),
+		Files: []uintptr{0, 1, 2}, Sys: sys}
+	tr.leader, tr.exited, err = testReaper.StartProcess(exe, []string{exe, "-test.run=^$"}, attr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr.Started(tr.leader)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if _, err := tr.Kill(ctx); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+		tr.Close()
+	})
+	return tr
+}
+
+// exitStatus waits for the leader's exit status.
+func (tr *tree) exitStatus(t *testing.T) ExitStatus {
+	t.Helper()
+	select {
+	case es := <-tr.exited:
+		return es
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no exit status for leader %d", tr.leader)
+		return ExitStatus{}
+	}
+}

@@ -1,0 +1,199 @@
+package cgroup
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Pauses between kill rounds: short first, since SIGKILLed processes are
+// usually zombies within a millisecond, growing so that a slow exit (a large
+// address space to tear down, a process in D state) does not spin a core.
+const (
+	firstPause = time.Millisecond
+	maxPause   = 20 * time.Millisecond
+)
+
+// procTree is the "proc" mode: process group + child subreaper + /proc scan.
+type procTree struct {
+	self int
+	opts procOptions
+
+	killMu sync.Mutex // one Kill at a time; also serializes use of stats
+	stats  statReader
+
+	mu     sync.Mutex
+	leader int
+	closed bool
+}
+
+var _ Tree = (*procTree)(nil)
+
+// NewProcTree returns a Tree in "proc" mode for a supervisor whose pid is
+// supervisorPID (os.Getpid()). The supervisor must be a child subreaper
+// (SetChildSubreaper) before it spawns the leader, or orphans that leave the
+// leader's process group escape.
+func NewProcTree(supervisorPID int, opts ...ProcOption) Tree {
+	t := &procTree{self: supervisorPID, stats: statReader{root: "/proc"}}
+	for _, o := range opts {
+		o(&t.opts)
+	}
+	return t
+}
+
+func (t *procTree) Mode() string { return ModeProc }
+
+// Configure puts the leader in a new process group of its own (pgid = its
+// pid), so that the group outlives the leader and names the tree.
+func (t *procTree) Configure(attr *syscall.SysProcAttr) error {
+	if attr == nil {
+		return errors.New("configure proc tree: nil SysProcAttr")
+	}
+	if attr.Setsid || attr.Foreground {
+		// setpgid(2) fails with EPERM on a session leader, and Foreground
+		// moves the terminal's group: neither is what the tree needs.
+		return errors.New("configure proc tree: Setsid and Foreground conflict with Setpgid")
+	}
+	attr.Setpgid, attr.Pgid = true, 0
+	return nil
+}
+
+func (t *procTree) Started(pid int) {
+	t.mu.Lock()
+	t.leader = pid
+	t.mu.Unlock()
+}
+
+func (t *procTree) state() (leader int, closed bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.leader, t.closed
+}
+
+func (t *procTree) Pids() ([]int, error) {
+	leader, closed := t.state()
+	if closed {
+		return nil, fmt.Errorf("list process tree: %w", ErrClosed)
+	}
+	t.killMu.Lock()
+	defer t.killMu.Unlock()
+	pids, err := t.scan(leader)
+	if err != nil {
+		return nil, fmt.Errorf("list process tree of %d: %w", leader, err)
+	}
+	return pids, nil
+}
+
+// scan returns the live members of leader's tree. Callers hold killMu.
+func (t *procTree) scan(leader int) ([]int, error) {
+	if leader <= 1 {
+		return nil, nil // not started: nothing to find, and pgrp <= 1 must never match
+	}
+	procs, err := t.stats.scan()
+	if err != nil {
+		return nil, err
+	}
+	m := membership{procs: procs, self: t.self, leader: leader,
+		exclude: t.opts.exclude, reread: t.stats.read}
+	return m.live()
+}
+
+// Kill repeats {scan; SIGSTOP all; SIGKILL all} until a scan finds no live
+// member. SIGSTOP goes to every member before any SIGKILL so that none of
+// them can fork a child after the scan that missed it; a child forked
+// before the stop is found by the next scan.
+func (t *procTree) Kill(ctx context.Context) (int, error) {
+	leader, closed := t.state()
+	if closed {
+		return 0, fmt.Errorf("kill process tree: %w", ErrClosed)
+	}
+	t.killMu.Lock()
+	defer t.killMu.Unlock()
+
+	killed := make(map[int]struct{})
+	var sigErr error // first unexpected signal error, reported if the tree survives
+	pause := firstPause
+	timer := time.NewTimer(pause)
+	defer timer.Stop()
+	for round := 1; ; round++ {
+		live, err := t.scan(leader)
+		if err != nil {
+			return len(killed), fmt.Errorf("kill process tree of %d: %w", leader, err)
+		}
+		if len(live) == 0 {
+			return len(killed), nil
+		}
+		for _, pid := range live {
+			if err := t.signal(pid, unix.SIGSTOP); err != nil && sigErr == nil {
+				sigErr = err
+			}
+		}
+		for _, pid := range live {
+			if err := t.signal(pid, unix.SIGKILL); err != nil {
+				if sigErr == nil {
+					sigErr = err
+				}
+				continue
+			}
+			killed[pid] = struct{}{}
+		}
+		timer.Reset(pause)
+		select {
+		case <-timer.C:
+			pause = min(2*pause, maxPause)
+		case <-ctx.Done():
+			return t.survivors(ctx, leader, round, len(killed), sigErr)
+		}
+	}
+}
+
+// survivors reports, once ctx has ended, what is still alive.
+func (t *procTree) survivors(ctx context.Context, leader, rounds, killed int, sigErr error) (int, error) {
+	live, err := t.scan(leader)
+	if err != nil {
+		return killed, fmt.Errorf("kill process tree of %d: %w", leader, err)
+	}
+	if len(live) == 0 {
+		return killed, nil // the last ones died while we waited
+	}
+	if len(live) > 8 {
+		live = live[:8]
+	}
+	err = fmt.Errorf("kill process tree of %d: %d rounds, still alive %v: %w",
+		leader, rounds, live, ctx.Err())
+	if sigErr != nil {
+		err = fmt.Errorf("%w (first signal error: %w)", err, sigErr)
+	}
+	return killed, err
+}
+
+// signal sends sig to one process, with the guards that keep a bad scan from
+// hurting anything else: never pid <= 1 (kill(2) gives 0 and -1 group and
+// broadcast meanings, and 1 is init), never the supervisor itself.
+func (t *procTree) signal(pid int, sig unix.Signal) error {
+	if pid <= 1 || pid == t.self {
+		return fmt.Errorf("signal %v to pid %d: refused", sig, pid)
+	}
+	err := unix.Kill(pid, sig)
+	if errors.Is(err, unix.ESRCH) {
+		// Expected: it died (or was reaped) between the scan and the signal,
+		// which is what we want.
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("signal %v to pid %d: %w", sig, pid, err)
+	}
+	return nil
+}
+
+func (t *procTree) Close() error {
+	t.mu.Lock()
+	t.closed = true
+	t.mu.Unlock()
+	return nil
+}

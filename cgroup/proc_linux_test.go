@@ -1,0 +1,221 @@
+package cgroup
+
+import (
+	"context"
+	"errors"
+	"os"
+	"slices"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+func TestKillTree(t *testing.T) {
+	tests := []struct {
+		name   string
+		mode   string
+		extra  []string
+		ready  int                          // processes reported before Kill
+		before func(t *testing.T, tr *tree) // after ready, before Kill
+	}{
+		{name: "plain child", mode: "sleep", ready: 1},
+		{name: "child ignoring SIGTERM", mode: "ignore-term", ready: 1},
+		{name: "setsid double-forked daemon ignoring SIGTERM", mode: "daemon", ready: 3, before: daemonEscaped},
+		{name: "forks a child every 10ms", mode: "forker", ready: 6},
+		{name: "SIGSTOPped leader", mode: "sleep", ready: 1, before: stopLeader},
+		{name: "64 threads", mode: "threads", ready: 1},
+		{name: "tree of 20 processes", mode: "tree", extra: []string{envNode + "=0", envNodes + "=20"}, ready: 20},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			orphansBefore := testReaper.Orphans()
+			tr := startTree(t, tc.mode, tc.extra...)
+			ids := waitReported(t, tr.pidfile, tc.ready)
+			if tc.before != nil {
+				tc.before(t, tr)
+			}
+			pids, err := tr.Pids()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, id := range aliveIDs(t, ids) {
+				if !slices.Contains(pids, id.pid) {
+					t.Errorf("Pids() = %v: misses reported process %d", pids, id.pid)
+				}
+			}
+
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			start := time.Now()
+			killed, err := tr.Kill(ctx)
+			elapsed := time.Since(start)
+			if err != nil {
+				t.Fatalf("Kill: %v", err)
+			}
+			t.Logf("killed %d processes (%d seen in Pids before) in %v", killed, len(pids), elapsed)
+			if killed < len(pids) {
+				t.Errorf("Kill killed %d, want >= %d", killed, len(pids))
+			}
+
+			es := tr.exitStatus(t)
+			if es.String() != "signal SIGKILL" || es.Code() != 137 || es.Pid != tr.leader {
+				t.Errorf("leader exit = %d %q code %d, want %d \"signal SIGKILL\" 137", es.Pid, es, es.Code(), tr.leader)
+			}
+			all := readPidfile(t, tr.pidfile) // the forker reported more while dying
+			if alive := aliveIDs(t, all); len(alive) > 0 {
+				t.Errorf("alive after Kill: %v (of %d ever in the tree)", alive, len(all))
+			}
+			if pids, err := tr.Pids(); err != nil || len(pids) != 0 {
+				t.Errorf("Pids after Kill = %v, %v; want none", pids, err)
+			}
+			if n, err := tr.Kill(ctx); n != 0 || err != nil {
+				t.Errorf("second Kill = %d, %v; want 0, nil", n, err)
+			}
+			waitNoZombies(t)
+			if tc.mode == "daemon" && testReaper.Orphans() <= orphansBefore {
+				t.Errorf("Reaper reaped no orphan (%d before, %d after)", orphansBefore, testReaper.Orphans())
+			}
+		})
+	}
+}
+
+// daemonEscaped waits until the daemon has left the leader's process group
+// and parent chain: re-parented to the test process, a subreaper.
+func daemonEscaped(t *testing.T, tr *tree) {
+	ids := waitReported(t, tr.pidfile, 3)
+	daemon := ids[2].pid
+	r := statReader{root: "/proc"}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		s, ok, err := r.read(daemon)
+		if err != nil || !ok {
+			t.Fatalf("daemon %d: ok=%v %v", daemon, ok, err)
+		}
+		if s.ppid == os.Getpid() && s.pgrp != tr.leader {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("daemon %d: ppid %d pgrp %d, want re-parented to %d outside group %d",
+				daemon, s.ppid, s.pgrp, os.Getpid(), tr.leader)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// stopLeader SIGSTOPs the leader and waits until it is stopped.
+func stopLeader(t *testing.T, tr *tree) {
+	if err := unix.Kill(tr.leader, unix.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	r := statReader{root: "/proc"}
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		s, ok, err := r.read(tr.leader)
+		if err != nil || !ok {
+			t.Fatalf("leader %d: ok=%v %v", tr.leader, ok, err)
+		}
+		if s.state == 'T' {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("leader %d in state %c, want T", tr.leader, s.state)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestKillAfterLeaderExited(t *testing.T) {
+	tr := startTree(t, "exit3-orphan")
+	ids := waitReported(t, tr.pidfile, 2)
+	es := tr.exitStatus(t)
+	if es.String() != "exit code 3" || es.Code() != 3 {
+		t.Errorf("leader exit = %q code %d, want \"exit code 3\" 3", es, es.Code())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if n, err := tr.Kill(ctx); n != 1 || err != nil {
+		t.Errorf("Kill = %d, %v; want 1 (the orphan), nil", n, err)
+	}
+	if n, err := tr.Kill(ctx); n != 0 || err != nil {
+		t.Errorf("second Kill = %d, %v; want 0, nil", n, err)
+	}
+	if alive := aliveIDs(t, ids); len(alive) > 0 {
+		t.Errorf("alive after Kill: %v", alive)
+	}
+	waitNoZombies(t)
+}
+
+func TestKillCanceledContextStillKills(t *testing.T) {
+	tr := startTree(t, "sleep")
+	ids := waitReported(t, tr.pidfile, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := tr.Kill(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		t.Errorf("Kill = %v, want nil or wrapping context.Canceled", err)
+	}
+	if es := tr.exitStatus(t); es.Code() != 137 {
+		t.Errorf("leader exit = %q, want signal SIGKILL", es)
+	}
+	if alive := aliveIDs(t, ids); len(alive) > 0 {
+		t.Errorf("alive after Kill: %v", alive)
+	}
+}
+
+func TestTreeLifecycle(t *testing.T) {
+	ctx := context.Background()
+	tr := NewProcTree(os.Getpid())
+	if tr.Mode() != ModeProc {
+		t.Errorf("Mode = %q", tr.Mode())
+	}
+	if n, err := tr.Kill(ctx); n != 0 || err != nil {
+		t.Errorf("Kill before Started = %d, %v; want 0, nil", n, err)
+	}
+	if pids, err := tr.Pids(); len(pids) != 0 || err != nil {
+		t.Errorf("Pids before Started = %v, %v", pids, err)
+	}
+	if err := tr.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+	if _, err := tr.Kill(ctx); !errors.Is(err, ErrClosed) {
+		t.Errorf("Kill after Close = %v, want ErrClosed", err)
+	}
+	if _, err := tr.Pids(); !errors.Is(err, ErrClosed) {
+		t.Errorf("Pids after Close = %v, want ErrClosed", err)
+	}
+}
+
+func TestConfigure(t *testing.T) {
+	tests := []struct {
+		name    string
+		attr    *syscall.SysProcAttr
+		wantErr bool
+	}{
+		{name: "keeps Pdeathsig", attr: &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}},
+		{name: "nil", attr: nil, wantErr: true},
+		{name: "Setsid conflicts", attr: &syscall.SysProcAttr{Setsid: true}, wantErr: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var before syscall.SysProcAttr
+			if tc.attr != nil {
+				before = *tc.attr
+			}
+			err := NewProcTree(os.Getpid()).Configure(tc.attr)
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("Configure = %v, wantErr %v", err, tc.wantErr)
+			}
+			if err != nil {
+				return
+			}
+			want := before
+			want.Setpgid, want.Pgid = true, 0
+			if tc.attr.Pdeathsig != want.Pdeathsig || !tc.attr.Setpgid || tc.attr.Pgid != 0 {
+				t.Errorf("Configure set %+v, want %+v", *tc.attr, want)
+			}
+		})
+	}
+}

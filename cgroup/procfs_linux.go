@@ -1,0 +1,148 @@
+package cgroup
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+
+	"golang.org/x/sys/unix"
+)
+
+// procStat is what the tree needs from /proc/PID/stat (proc(5)).
+type procStat struct {
+	pid   int
+	state byte // R S D T t Z X ...
+	ppid  int
+	pgrp  int
+	start uint64 // starttime, clock ticks after boot: tells a process from a later one with the same pid
+}
+
+// alive reports whether the process can still run: a zombie (Z) or a dead
+// task (X, x) has released everything but its pid and exit status.
+func (s procStat) alive() bool {
+	return s.state != 'Z' && s.state != 'X' && s.state != 'x'
+}
+
+// parseStat parses one /proc/PID/stat line. comm sits in parentheses and may
+// itself contain spaces and ')', so the fields start after the LAST ')'.
+func parseStat(b []byte) (procStat, error) {
+	var s procStat
+	open := bytes.IndexByte(b, '(')
+	end := bytes.LastIndexByte(b, ')')
+	if open < 1 || end < open {
+		return s, fmt.Errorf("parse stat %q: no (comm)", truncate(b))
+	}
+	pid, err := strconv.Atoi(string(bytes.TrimSpace(b[:open])))
+	if err != nil {
+		return s, fmt.Errorf("parse stat pid: %w", err)
+	}
+	// Fields after comm: 3 state, 4 ppid, 5 pgrp, ... 22 starttime.
+	f := bytes.Fields(b[end+1:])
+	if len(f) < 20 || len(f[0]) != 1 {
+		return s, fmt.Errorf("parse stat of %d: %d fields after comm", pid, len(f))
+	}
+	s.pid, s.state = pid, f[0][0]
+	if s.ppid, err = strconv.Atoi(string(f[1])); err != nil {
+		return s, fmt.Errorf("parse stat ppid of %d: %w", pid, err)
+	}
+	if s.pgrp, err = strconv.Atoi(string(f[2])); err != nil {
+		return s, fmt.Errorf("parse stat pgrp of %d: %w", pid, err)
+	}
+	if s.start, err = strconv.ParseUint(string(f[19]), 10, 64); err != nil {
+		return s, fmt.Errorf("parse stat starttime of %d: %w", pid, err)
+	}
+	return s, nil
+}
+
+func truncate(b []byte) []byte {
+	if len(b) > 64 {
+		return b[:64]
+	}
+	return b
+}
+
+// statReader reads /proc/PID/stat files into one reused buffer: a scan reads
+// every process on the host, so it avoids an allocation per file.
+type statReader struct {
+	root string // "/proc"
+	buf  []byte
+}
+
+// read returns the stat of pid; ok is false when the process is gone.
+func (r *statReader) read(pid int) (s procStat, ok bool, err error) {
+	if r.buf == nil {
+		r.buf = make([]byte, 4096) // a stat line is < 1 KiB; comm is at most 64 bytes
+	}
+	path := r.root + "/" + strconv.Itoa(pid) + "/stat"
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ESRCH) {
+			return s, false, nil // exited and reaped since the directory was listed
+		}
+		return s, false, fmt.Errorf("open %s: %w", path, err)
+	}
+	n, err := readFull(fd, r.buf)
+	unix.Close(fd)
+	if err != nil {
+		if errors.Is(err, unix.ESRCH) {
+			return s, false, nil // reaped between open and read
+		}
+		return s, false, fmt.Errorf("read %s: %w", path, err)
+	}
+	s, err = parseStat(r.buf[:n])
+	return s, err == nil, err
+}
+
+func readFull(fd int, buf []byte) (int, error) {
+	n := 0
+	for n < len(buf) {
+		m, err := unix.Read(fd, buf[n:])
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return n, err
+		}
+		n += m
+		if m == 0 || n < len(buf) {
+			// procfs produces a stat file in one read when the buffer
+			// holds it: a short read is the end, no need for a read of 0.
+			break
+		}
+	}
+	return n, nil
+}
+
+// scan reads the stat of every process in r.root. Processes that exit while
+// it runs are left out; the caller scans again.
+func (r *statReader) scan() (map[int]procStat, error) {
+	d, err := os.Open(r.root)
+	if err != nil {
+		return nil, fmt.Errorf("scan %s: %w", r.root, err)
+	}
+	names, err := d.Readdirnames(-1)
+	d.Close()
+	if err != nil {
+		return nil, fmt.Errorf("scan %s: %w", r.root, err)
+	}
+	procs := make(map[int]procStat, len(names))
+	for _, name := range names {
+		if name == "" || name[0] < '1' || name[0] > '9' {
+			continue // self, sys, meminfo, ...
+		}
+		pid, err := strconv.Atoi(name)
+		if err != nil {
+			continue
+		}
+		s, ok, err := r.read(pid)
+		if err != nil {
+			return nil, fmt.Errorf("scan %s: %w", r.root, err)
+		}
+		if ok {
+			procs[pid] = s
+		}
+	}
+	return procs, nil
+}

@@ -1,0 +1,108 @@
+package cgroup
+
+import (
+	"errors"
+	"fmt"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+func TestExitStatus(t *testing.T) {
+	tests := []struct {
+		name   string
+		status unix.WaitStatus
+		want   string
+		code   int
+	}{
+		{name: "exit 0", status: 0, want: "exit code 0", code: 0},
+		{name: "exit 3", status: 3 << 8, want: "exit code 3", code: 3},
+		{name: "exit 255", status: 255 << 8, want: "exit code 255", code: 255},
+		{name: "SIGKILL", status: unix.WaitStatus(unix.SIGKILL), want: "signal SIGKILL", code: 137},
+		{name: "SIGSEGV core", status: unix.WaitStatus(unix.SIGSEGV) | 0x80, want: "signal SIGSEGV (core dumped)", code: 139},
+		{name: "SIGSEGV", status: unix.WaitStatus(unix.SIGSEGV), want: "signal SIGSEGV", code: 139},
+		{name: "stopped", status: unix.WaitStatus(unix.SIGSTOP)<<8 | 0x7f, want: "wait status 0x137f", code: -1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			es := ExitStatus{Pid: 1, Status: tc.status}
+			if got := es.String(); got != tc.want {
+				t.Errorf("String = %q, want %q", got, tc.want)
+			}
+			if got := es.Code(); got != tc.code {
+				t.Errorf("Code = %d, want %d", got, tc.code)
+			}
+		})
+	}
+}
+
+func TestIsChildSubreaper(t *testing.T) {
+	if ok, err := IsChildSubreaper(); !ok || err != nil {
+		t.Errorf("IsChildSubreaper = %v, %v; TestMain set it", ok, err)
+	}
+}
+
+// TestReaperDeliversFastExits: children that exit at once still get their
+// status delivered, exactly once, to the right channel.
+func TestReaperDeliversFastExits(t *testing.T) {
+	const n = 30
+	chans := make([]<-chan ExitStatus, n)
+	pids := make([]int, n)
+	for i := range n {
+		script := fmt.Sprintf("exit %d", i)
+		pid, ch, err := testReaper.StartProcess("/bin/sh", []string{"sh", "-c", script},
+			&syscall.ProcAttr{Files: []uintptr{0, 1, 2}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pids[i], chans[i] = pid, ch
+	}
+	for i, ch := range chans {
+		select {
+		case es := <-ch:
+			if es.Pid != pids[i] || es.Code() != i || es.String() != fmt.Sprintf("exit code %d", i) {
+				t.Errorf("child %d: got pid %d %q", pids[i], es.Pid, es)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no status for child %d", pids[i])
+		}
+		select {
+		case es := <-ch:
+			t.Errorf("second status for %d: %v", pids[i], es)
+		default:
+		}
+		if testReaper.Owns(pids[i]) {
+			t.Errorf("Owns(%d) after its exit", pids[i])
+		}
+	}
+	waitNoZombies(t)
+}
+
+func TestReaperStartError(t *testing.T) {
+	_, _, err := testReaper.StartProcess("/nonexistent/x", []string{"x"}, &syscall.ProcAttr{})
+	if !errors.Is(err, unix.ENOENT) {
+		t.Errorf("StartProcess = %v, want wrapped ENOENT", err)
+	}
+}
+
+// TestReaperReapsOrphans: a double fork through /bin/sh leaves an orphan
+// re-parented to the test process; the Reaper reaps it when it exits.
+func TestReaperReapsOrphans(t *testing.T) {
+	before := testReaper.Orphans()
+	_, ch, err := testReaper.StartProcess("/bin/sh", []string{"sh", "-c", "(sleep 0.05 &) ; exit 0"},
+		&syscall.ProcAttr{Files: []uintptr{0, 1, 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-ch
+	deadline := time.Now().Add(10 * time.Second)
+	for testReaper.Orphans() == before {
+		if time.Now().After(deadline) {
+			t.Fatal("orphan not reaped")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	waitNoZombies(t)
+}
