@@ -138,8 +138,13 @@ type peerConn struct {
 	raw syscall.RawConn // nil when the conn has no fd (tests with net.Pipe)
 	rd  *bufio.Reader
 
+	rf    framer // follows what zmq4 reads, to answer PINGs (see Read)
+	cmd   []byte // the command being read, if small
+	isGrt bool   // the control message being read is the greeting
+
 	mu       sync.Mutex
 	fr       framer
+	pongs    [][]byte // PONG frames waiting for a message boundary
 	out      []byte // accepted, not yet written
 	spare    []byte
 	flushing bool // the flusher goroutine owns the write side
@@ -157,6 +162,7 @@ func newPeerConn(c net.Conn) *peerConn {
 		Conn: c,
 		rd:   bufio.NewReaderSize(c, 64<<10),
 		fr:   framer{greeting: zmtpGreetingLen},
+		rf:   framer{greeting: zmtpGreetingLen},
 		wake: make(chan struct{}, 1),
 		done: make(chan struct{}),
 	}
@@ -194,7 +200,52 @@ func drainConns(max time.Duration) {
 	}
 }
 
-func (c *peerConn) Read(p []byte) (int, error) { return c.rd.Read(p) }
+// Read reads through the buffer. It also follows the frames read, because
+// zmq4 v0.17.0 hands a peer's ZMTP PING (libzmq's ZMQ_HEARTBEAT_IVL) to the
+// socket as a message and never answers it, so libzmq peers with heartbeats
+// disconnect every timeout. The PONG (RFC 37/ZMTP §"Connection heartbeating")
+// is sent from here. Only one goroutine reads a conn, so no lock is needed.
+func (c *peerConn) Read(p []byte) (int, error) {
+	n, err := c.rd.Read(p)
+	for b := p[:n]; len(b) > 0; {
+		grt := c.rf.greeting > 0
+		k, start, end, control := c.rf.step(b)
+		if start {
+			c.cmd, c.isGrt = c.cmd[:0], grt
+		}
+		if control && !c.isGrt && len(c.cmd)+k <= 300 {
+			c.cmd = append(c.cmd, b[:k]...)
+		}
+		if end && control && !c.isGrt {
+			c.answerPing(c.cmd)
+		}
+		b = b[k:]
+	}
+	return n, err
+}
+
+// answerPing queues a PONG if raw (a whole short command frame) is a PING.
+func (c *peerConn) answerPing(raw []byte) {
+	const ping = "\x04PING"
+	if len(raw) < 2+len(ping)+2 || raw[0]&flagLong != 0 || string(raw[2:2+len(ping)]) != ping {
+		return
+	}
+	context := raw[2+len(ping)+2:] // after the 2-byte TTL
+	pong := append([]byte{flagCommand, byte(5 + len(context)), 4, 'P', 'O', 'N', 'G'}, context...)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return
+	}
+	if c.fr.inMsg { // zmq4 is writing a message: wait for its end
+		c.pongs = append(c.pongs, pong)
+		return
+	}
+	c.out = append(c.out, pong...)
+	if !c.flushing {
+		c.writeNow()
+	}
+}
 
 // Write takes p into the queue and returns at once; see peerConn.
 func (c *peerConn) Write(p []byte) (int, error) {
@@ -222,6 +273,10 @@ func (c *peerConn) Write(p []byte) (int, error) {
 		if end {
 			c.dropping = false
 			ended = true
+			for _, pong := range c.pongs {
+				c.out = append(c.out, pong...)
+			}
+			c.pongs = c.pongs[:0]
 		}
 		p = p[k:]
 	}

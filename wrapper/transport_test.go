@@ -104,24 +104,9 @@ func TestPeerConnDropsWholeMessagesForAStalledPeer(t *testing.T) {
 	queueLimit = 256 << 10
 	t.Cleanup(func() { queueLimit = old })
 
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		c, _ := l.Accept()
-		accepted <- c
-	}()
-	raw, err := net.Dial("tcp", l.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
+	raw, peer := tcpPair(t)
 	pc := newPeerConn(raw)
 	defer pc.Close()
-	peer := <-accepted
-	defer peer.Close()
 
 	pieces, _ := stream()
 	head := pieces[:3] // greeting and READY
@@ -192,4 +177,50 @@ func readFrameHeader(r *bufio.Reader) (flags byte, size uint64, err error) {
 		return 0, 0, err
 	}
 	return h[0], binary.BigEndian.Uint64(h[1:9]), nil
+}
+
+// zmq4 v0.17.0 never answers a libzmq peer's heartbeat PING; the transport
+// does, between messages, with the PING's context.
+func TestPeerConnAnswersPing(t *testing.T) {
+	a, b := tcpPair(t)
+	pc := newPeerConn(a)
+	defer pc.Close()
+	pc.Write(make([]byte, zmtpGreetingLen)) // our greeting
+	// The peer's greeting, then PING with TTL 0x0010 and context "ctx".
+	b.Write(make([]byte, zmtpGreetingLen))
+	ping := append([]byte{flagCommand, 5 + 2 + 3, 4, 'P', 'I', 'N', 'G', 0, 0x10}, "ctx"...)
+	b.Write(ping)
+	// zmq4 reads the greeting and the frame through pc.Read.
+	if _, err := io.ReadFull(pc, make([]byte, zmtpGreetingLen+len(ping))); err != nil {
+		t.Fatal(err)
+	}
+	b.SetReadDeadline(time.Now().Add(5 * time.Second))
+	got := make([]byte, zmtpGreetingLen+2+5+3)
+	if _, err := io.ReadFull(b, got); err != nil {
+		t.Fatalf("no PONG: %v", err)
+	}
+	want := append([]byte{flagCommand, 5 + 3, 4, 'P', 'O', 'N', 'G'}, "ctx"...)
+	if !bytes.Equal(got[zmtpGreetingLen:], want) {
+		t.Fatalf("got %q, want PONG %q", got[zmtpGreetingLen:], want)
+	}
+}
+
+func tcpPair(t *testing.T) (net.Conn, net.Conn) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, _ := l.Accept()
+		accepted <- c
+	}()
+	a, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := <-accepted
+	t.Cleanup(func() { a.Close(); b.Close() })
+	return a, b
 }
