@@ -145,7 +145,7 @@ type peerConn struct {
 	mu       sync.Mutex
 	fr       framer
 	pongs    [][]byte // PONG frames waiting for a message boundary
-	out      []byte // accepted, not yet written
+	out      []byte   // accepted, not yet written
 	spare    []byte
 	flushing bool // the flusher goroutine owns the write side
 	dropping bool // dropping the rest of the current message
