@@ -1,0 +1,234 @@
+package main
+
+// The DESIGN §8 benchmark: the same workloads against the wrapped kernel
+// (tfgpu-kernel run -- ipykernel) and the same ipykernel run directly, side
+// by side in one run, interleaved so that noise hits both alike.
+//
+//	go test ./cmd/tfgpu-kernel -run '^$' -bench Kernel -benchtime 1x -timeout 20m
+//
+// prints one line per figure (figure | wrapped | direct | ratio | budget | ok?)
+// with the medians and the per-kernel samples; TFGPU_BENCH_JSON=path also
+// writes them as JSON. The workloads are in testdata/bench/bench.py, run with
+// Debian's /usr/bin/python3 (jupyter_client 7.4.9, ipykernel 6.17).
+// TFGPU_BENCH_QUICK=1 runs tiny sizes: a smoke test of the harness, as
+// TestBenchSmoke does in every `go test`.
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+const benchPython = "/usr/bin/python3"
+
+// benchJupyterPython fails in CI (CI=true) and skips elsewhere when Debian's
+// Jupyter stack is missing.
+func benchJupyterPython(tb testing.TB) {
+	tb.Helper()
+	out, err := exec.Command(benchPython, "-c", "import ipykernel, jupyter_client, zmq").CombinedOutput()
+	if err == nil {
+		return
+	}
+	msg := "need " + benchPython + " with ipykernel and jupyter_client (apt-get install python3-ipykernel python3-jupyter-client): " + strings.TrimSpace(string(out))
+	if os.Getenv("CI") == "true" {
+		tb.Fatal(msg)
+	}
+	tb.Skip(msg)
+}
+
+// benchSetup builds the supervisor (with lazy binding, as install.sh does)
+// and writes two kernelspecs under dir/jupyter/kernels: "tfgpu", the
+// supervisor wrapping ipykernel, and "direct", the same ipykernel alone. It
+// returns the environment for bench.py. The kernel.json files are written
+// here rather than with `tfgpu-kernel install` so that the benchmark measures
+// exactly these two argvs whatever install's defaults become.
+func benchSetup(tb testing.TB, dir string) []string {
+	tb.Helper()
+	bin := filepath.Join(dir, "tfgpu-kernel")
+	build := exec.Command("go", "build", "-ldflags=-extldflags=-Wl,-z,lazy", "-o", bin, ".")
+	if out, err := build.CombinedOutput(); err != nil {
+		tb.Fatalf("go build: %v\n%s", err, out)
+	}
+	kernelArgv := []string{benchPython, "-m", "ipykernel_launcher", "-f", "{connection_file}"}
+	specs := map[string][]string{
+		"tfgpu":  append([]string{bin, "run", "-f", "{connection_file}", "--"}, kernelArgv...),
+		"direct": kernelArgv,
+	}
+	for name, argv := range specs {
+		kdir := filepath.Join(dir, "jupyter", "kernels", name)
+		if err := os.MkdirAll(kdir, 0o755); err != nil {
+			tb.Fatal(err)
+		}
+		spec, err := json.MarshalIndent(map[string]any{
+			"argv":           argv,
+			"display_name":   "bench " + name,
+			"language":       "python",
+			"interrupt_mode": "signal",
+			"metadata":       map[string]any{"debugger": true},
+		}, "", " ")
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(kdir, "kernel.json"), spec, 0o644); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	for _, d := range []string{"runtime", "data", "ipython", "logs"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o700); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	return append(os.Environ(),
+		"JUPYTER_PATH="+filepath.Join(dir, "jupyter"),
+		"JUPYTER_DATA_DIR="+filepath.Join(dir, "data"),
+		"JUPYTER_RUNTIME_DIR="+filepath.Join(dir, "runtime"),
+		"IPYTHONDIR="+filepath.Join(dir, "ipython"),
+		"BENCH_WRAPPED_KERNEL=tfgpu",
+		"BENCH_DIRECT_KERNEL=direct",
+		"BENCH_LOG_DIR="+filepath.Join(dir, "logs"),
+		"PYTHONUNBUFFERED=1",
+	)
+}
+
+type benchFigure struct {
+	Key     string   `json:"key"`
+	Figure  string   `json:"figure"`
+	Wrapped *float64 `json:"wrapped"`
+	Direct  *float64 `json:"direct"`
+	Ratio   *float64 `json:"ratio"`
+	Budget  string   `json:"budget"`
+	OK      bool     `json:"ok"`
+	Unit    string   `json:"unit"`
+}
+
+type benchResults struct {
+	Quick   bool          `json:"quick"`
+	Figures []benchFigure `json:"figures"`
+	Errors  []string      `json:"errors"`
+}
+
+// benchRun runs bench.py to the end and returns its stdout and parsed JSON.
+// On timeout bench.py gets SIGTERM, on which it shuts its kernels down.
+func benchRun(tb testing.TB, env []string, dir string, quick bool, timeout time.Duration) (string, benchResults) {
+	tb.Helper()
+	jsonPath := os.Getenv("TFGPU_BENCH_JSON")
+	if jsonPath == "" || quick {
+		jsonPath = filepath.Join(dir, "results.json")
+	}
+	env = append(env, "TFGPU_BENCH_JSON="+jsonPath)
+	if quick {
+		env = append(env, "TFGPU_BENCH_QUICK=1")
+	}
+	script, err := filepath.Abs(filepath.Join("testdata", "bench", "bench.py"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var stdout strings.Builder
+	cmd := exec.CommandContext(ctx, benchPython, script)
+	cmd.Env = env
+	cmd.Dir = dir
+	cmd.Stdout = &stdout
+	if !quick {
+		cmd.Stdout = io.MultiWriter(&stdout, os.Stdout)
+		cmd.Stderr = os.Stderr
+	} else {
+		cmd.Stderr = &stdout
+	}
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = 30 * time.Second
+	runErr := cmd.Run()
+	var res benchResults
+	raw, err := os.ReadFile(jsonPath)
+	if err == nil {
+		err = json.Unmarshal(raw, &res)
+	}
+	if runErr != nil || err != nil {
+		tb.Fatalf("bench.py: %v (results: %v)\n%s\nkernel logs in %s", runErr, err, stdout.String(), filepath.Join(dir, "logs"))
+	}
+	return stdout.String(), res
+}
+
+// BenchmarkKernel prints the DESIGN §8 figures, wrapped against direct. One
+// iteration takes a few minutes: run it with -benchtime 1x.
+func BenchmarkKernel(b *testing.B) {
+	benchJupyterPython(b)
+	dir := b.TempDir()
+	env := benchSetup(b, dir)
+	b.ResetTimer()
+	var res benchResults
+	for i := 0; i < b.N; i++ {
+		_, res = benchRun(b, env, dir, false, 15*time.Minute)
+	}
+	b.StopTimer()
+	units := map[string]string{
+		"pass": "pass-ratio", "stream": "stream-ratio", "display": "display-ratio", "restart": "restart-ratio",
+		"rss_idle": "rss-idle-MB", "rss_after": "rss-after-MB", "rss_peak": "rss-peak-MB", "cpu_idle": "idle-cpu-ms",
+	}
+	for _, f := range res.Figures {
+		if u, ok := units[f.Key]; ok && f.Ratio != nil {
+			b.ReportMetric(*f.Ratio, u)
+		} else if ok && f.Wrapped != nil {
+			b.ReportMetric(*f.Wrapped, u)
+		}
+	}
+}
+
+// TestBenchSmoke runs the benchmark harness with tiny sizes: every workload
+// runs on both kernels, every figure is printed and every process reaped.
+// The figures themselves are not asserted (noise, tiny sizes).
+func TestBenchSmoke(t *testing.T) {
+	benchJupyterPython(t)
+	if testing.Short() {
+		t.Skip("starts and restarts two real kernels")
+	}
+	dir := t.TempDir()
+	env := benchSetup(t, dir)
+	out, res := benchRun(t, env, dir, true, 3*time.Minute)
+	if len(res.Errors) > 0 || !res.Quick {
+		t.Fatalf("bench.py reported errors %q (quick=%v)\n%s", res.Errors, res.Quick, out)
+	}
+	want := []string{"pass", "stream", "display", "restart", "rss_idle", "rss_after", "rss_peak", "cpu_idle"}
+	got := map[string]benchFigure{}
+	for _, f := range res.Figures {
+		got[f.Key] = f
+	}
+	for _, k := range want {
+		f, ok := got[k]
+		if !ok || f.Wrapped == nil {
+			t.Errorf("figure %q missing from the results\n%s", k, out)
+			continue
+		}
+		// the table line: figure | wrapped | direct | ratio | budget | ok?
+		if !benchHasLine(out, f.Figure, 6) {
+			t.Errorf("no table line for %q in\n%s", f.Figure, out)
+		}
+		if strings.HasPrefix(k, "rss_") || k == "cpu_idle" {
+			continue // supervisor-only figures have no direct value or ratio
+		}
+		if f.Direct == nil || f.Ratio == nil || *f.Wrapped <= 0 || *f.Direct <= 0 {
+			t.Errorf("figure %q: want wrapped, direct and ratio, got %+v", k, f)
+		}
+	}
+	if !benchHasLine(out, "figure ", 6) {
+		t.Errorf("no table header in\n%s", out)
+	}
+	t.Logf("\n%s", out)
+}
+
+func benchHasLine(out, prefix string, cols int) bool {
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, prefix) && len(strings.Split(l, " | ")) == cols {
+			return true
+		}
+	}
+	return false
+}
