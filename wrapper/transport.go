@@ -38,7 +38,7 @@ const (
 // queueLimit is the most bytes queued for one peer before further messages
 // to it are dropped. A message that starts under the limit is always queued
 // whole, so one 50 MB comm buffer still goes through.
-var queueLimit = 16 << 20
+var queueLimit = 8 << 20
 
 // bufferKeep is the largest write buffer kept for reuse after a flush; larger
 // ones (a burst, a big buffer) are left to the garbage collector so an idle
