@@ -50,6 +50,9 @@ func TestMain(m *testing.M) {
 }
 
 func fakeKernel(connPath string) int {
+	if d, err := time.ParseDuration(os.Getenv("TFGPU_FAKE_DELAY")); err == nil {
+		time.Sleep(d) // a kernel still starting: Go's default SIGINT action kills it
+	}
 	ci, err := jmsg.Load(connPath)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "fake kernel:", err)

@@ -47,6 +47,11 @@ type Relay struct {
 
 	mu    sync.Mutex
 	execs []execRequest // execute_requests sent to the kernel, not yet answered
+
+	// ready is closed when the first message from the kernel arrives: by
+	// then ipykernel has installed its signal handlers.
+	ready     chan struct{}
+	readyOnce sync.Once
 }
 
 // relayEvent is what the relay tells the supervisor's loop.
@@ -120,7 +125,8 @@ func closeAll(socks []zmq4.Socket) {
 // default 10 × 250 ms is too short), until the relay is closed.
 func newRelay(ctx context.Context, outer [5]zmq4.Socket, inner *jmsg.ConnInfo, signer *jmsg.Signer, events chan<- relayEvent, lg *slog.Logger) *Relay {
 	ctx, cancel := context.WithCancel(ctx)
-	r := &Relay{log: lg, signer: signer, outer: outer, ctx: ctx, cancel: cancel, events: events}
+	r := &Relay{log: lg, signer: signer, outer: outer, ctx: ctx, cancel: cancel, events: events,
+		ready: make(chan struct{})}
 	var idb [8]byte
 	_, _ = rand.Read(idb[:])
 	shared := zmq4.SocketIdentity("tfgpu-" + hex.EncodeToString(idb[:]))
@@ -139,10 +145,10 @@ func newRelay(ctx context.Context, outer [5]zmq4.Socket, inner *jmsg.ConnInfo, s
 	for _, ch := range jmsg.Channels {
 		go r.dial(ch, inner.Endpoint(ch))
 	}
-	go r.pump(jmsg.IOPub, r.inner[jmsg.IOPub], r.outer[jmsg.IOPub], nil)
+	go r.pump(jmsg.IOPub, r.inner[jmsg.IOPub], r.outer[jmsg.IOPub], r.fromKernel(nil))
 	for _, ch := range []jmsg.Channel{jmsg.Shell, jmsg.Control, jmsg.Stdin, jmsg.HB} {
 		go r.pump(ch, r.outer[ch], r.inner[ch], r.inspectIn(ch))
-		go r.pump(ch, r.inner[ch], r.outer[ch], r.inspectOut(ch))
+		go r.pump(ch, r.inner[ch], r.outer[ch], r.fromKernel(r.inspectOut(ch)))
 	}
 	return r
 }
@@ -213,6 +219,27 @@ func (r *Relay) inspectIn(ch jmsg.Channel) func([][]byte) {
 		}
 	}
 	return nil
+}
+
+// fromKernel wraps the hook of a kernel → client pump so that the first
+// message marks the kernel ready.
+func (r *Relay) fromKernel(inspect func([][]byte)) func([][]byte) {
+	return func(frames [][]byte) {
+		r.readyOnce.Do(func() { close(r.ready) })
+		if inspect != nil {
+			inspect(frames)
+		}
+	}
+}
+
+// isReady reports whether the kernel has sent anything yet.
+func (r *Relay) isReady() bool {
+	select {
+	case <-r.ready:
+		return true
+	default:
+		return false
+	}
 }
 
 // inspectOut returns the hook for kernel → client messages of ch.

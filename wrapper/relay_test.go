@@ -258,3 +258,25 @@ func TestPortInUseExits2(t *testing.T) {
 		t.Fatalf("exit %d, stderr %q", code, out)
 	}
 }
+
+// jupyter_client sends SIGINT before every shutdown, also to a kernel that
+// is still starting. Before the kernel has said anything it is not
+// forwarded (it would kill it); after, it goes to the kernel's group.
+func TestSIGINTIsForwardedOnlyOnceTheKernelIsReady(t *testing.T) {
+	t.Setenv("TFGPU_FAKE_DELAY", "1s")
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		syscall.Kill(os.Getpid(), syscall.SIGINT)
+	}()
+	h := startHarness(t) // fails if the early SIGINT killed the kernel
+	if !strings.Contains(h.stderr.String(), "SIGINT before the kernel is ready") {
+		t.Fatalf("early SIGINT not seen; log:\n%s", h.stderr)
+	}
+	// The fake kernel is a Go program without a SIGINT handler: a
+	// forwarded SIGINT kills it, which proves it arrived.
+	syscall.Kill(os.Getpid(), syscall.SIGINT)
+	if code := h.exitCode(5 * time.Second); code != 128+int(syscall.SIGINT) {
+		t.Fatalf("exit %d, want %d (kernel killed by the forwarded SIGINT); log:\n%s",
+			code, 128+int(syscall.SIGINT), h.stderr)
+	}
+}

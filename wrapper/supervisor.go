@@ -177,7 +177,15 @@ func (s *supervisor) loop(ctx context.Context, sigc <-chan os.Signal, exited <-c
 			switch sig {
 			case unix.SIGINT:
 				// interrupt_mode "signal": the kernel's whole process group,
-				// as Jupyter would do for a kernel it started itself.
+				// as Jupyter would do for a kernel it started itself. But not
+				// before the kernel has said anything: jupyter_client sends
+				// SIGINT before every shutdown, and a Python still importing
+				// ipykernel dies of it (KeyboardInterrupt), which would turn
+				// a shutdown right after a restart into a "kernel died".
+				if !s.relay.isReady() {
+					s.log.Debug("SIGINT before the kernel is ready: not forwarded")
+					continue
+				}
 				if err := unix.Kill(-s.kpid, unix.SIGINT); err != nil && !errors.Is(err, unix.ESRCH) {
 					s.log.Warn("cannot forward SIGINT", "err", err)
 				}
