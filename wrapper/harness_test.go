@@ -125,26 +125,41 @@ func startHarness(t *testing.T) *harness {
 		}
 	}()
 	// Wait until the kernel answers and iopub is subscribed end to end.
+	// Every request sent here is answered eventually (the relay queues them
+	// until the kernel is up), so every reply is consumed before the test
+	// starts: a stray one would be taken for the test's own.
 	deadline := time.Now().Add(20 * time.Second)
-	for {
+	for sent := 1; ; sent++ {
 		h.send(h.shell, "kernel_info_request", nil, map[string]any{})
 		if _, err := recvTimeout(h.shell, 500*time.Millisecond); err == nil {
+			h.discardReplies(h.shell, sent-1)
 			break
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("kernel never answered; supervisor log:\n%s", h.stderr)
 		}
 	}
-	for h.execute("sync", nil); ; {
+	h.execute("sync", nil)
+	for syncs := 1; ; {
 		select {
 		case m := <-h.iopubMsgs:
-			if bytes.Contains(lastContent(m), []byte(`"sync"`)) {
-				recvTimeout(h.shell, 5*time.Second)
-				h.drainIOPub()
-				return h
+			if !bytes.Contains(lastContent(m), []byte(`"sync"`)) {
+				continue
 			}
+			h.discardReplies(h.shell, syncs)
+			h.drainIOPub()
+			return h
 		case <-time.After(300 * time.Millisecond):
 			h.execute("sync", nil)
+			syncs++
+		}
+	}
+}
+
+func (h *harness) discardReplies(s zmq4.Socket, n int) {
+	for i := 0; i < n; i++ {
+		if _, err := recvTimeout(s, 10*time.Second); err != nil {
+			h.t.Fatalf("reply %d of %d to the start-up requests: %v", i+1, n, err)
 		}
 	}
 }
@@ -223,25 +238,40 @@ func (h *harness) nextStream(within time.Duration) (name, text string) {
 	}
 }
 
-func recvTimeout(s zmq4.Socket, d time.Duration) (zmq4.Msg, error) {
-	ch := make(chan zmq4.Msg, 1)
-	errc := make(chan error, 1)
+// inboxes holds one reader goroutine's channel per client socket, so that a
+// receive that timed out never leaves a goroutine behind that would take the
+// next message.
+var inboxes sync.Map // zmq4.Socket → chan zmq4.Msg
+
+func inbox(s zmq4.Socket) chan zmq4.Msg {
+	if c, ok := inboxes.Load(s); ok {
+		return c.(chan zmq4.Msg)
+	}
+	c := make(chan zmq4.Msg, 1024)
+	if actual, loaded := inboxes.LoadOrStore(s, c); loaded {
+		return actual.(chan zmq4.Msg)
+	}
 	go func() {
-		m, err := s.Recv()
-		if err != nil {
-			errc <- err
-			return
+		defer close(c)
+		for {
+			m, err := s.Recv()
+			if err != nil {
+				return
+			}
+			c <- m
 		}
-		ch <- m
 	}()
+	return c
+}
+
+func recvTimeout(s zmq4.Socket, d time.Duration) (zmq4.Msg, error) {
 	select {
-	case m := <-ch:
+	case m, ok := <-inbox(s):
+		if !ok {
+			return zmq4.Msg{}, fmt.Errorf("socket closed")
+		}
 		return m, nil
-	case err := <-errc:
-		return zmq4.Msg{}, err
 	case <-time.After(d):
-		// The goroutine keeps waiting; the next Recv result is lost, so tests
-		// only time out on paths that end the test.
 		return zmq4.Msg{}, fmt.Errorf("timeout after %v", d)
 	}
 }
