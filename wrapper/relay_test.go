@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/go-zeromq/zmq4"
+	"golang.org/x/sys/unix"
 
 	"github.com/tfgpu/tfgpu-kernel/wrapper/jmsg"
 )
@@ -278,5 +279,32 @@ func TestSIGINTIsForwardedOnlyOnceTheKernelIsReady(t *testing.T) {
 	if code := h.exitCode(5 * time.Second); code != 128+int(syscall.SIGINT) {
 		t.Fatalf("exit %d, want %d (kernel killed by the forwarded SIGINT); log:\n%s",
 			code, 128+int(syscall.SIGINT), h.stderr)
+	}
+}
+
+// SIGTERM (and SIGHUP) to the supervisor is an orderly stop: the whole
+// tree dies, the exit code is 0.
+func TestSIGTERMStopsTheTree(t *testing.T) {
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGHUP} {
+		t.Run(sig.String(), func(t *testing.T) {
+			h := startHarness(t)
+			h.execute("spawn", nil)
+			_, text := h.nextStream(5 * time.Second)
+			pid, err := strconv.Atoi(text)
+			if err != nil || !pidAlive(pid) {
+				t.Fatalf("spawned grandchild %q not running (%v)", text, err)
+			}
+			t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) })
+			syscall.Kill(os.Getpid(), sig)
+			if code := h.exitCode(3 * time.Second); code != 0 {
+				t.Fatalf("exit %d, want 0; log:\n%s", code, h.stderr)
+			}
+			if pidAlive(pid) {
+				t.Fatalf("grandchild %d survived %v", pid, sig)
+			}
+			if !strings.Contains(h.stderr.String(), "reason="+unix.SignalName(sig)) {
+				t.Fatalf("stop reason not logged:\n%s", h.stderr)
+			}
+		})
 	}
 }

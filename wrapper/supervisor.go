@@ -193,8 +193,8 @@ func (s *supervisor) loop(ctx context.Context, sigc <-chan os.Signal, exited <-c
 				if parentGone() {
 					return s.stop("the Jupyter server is gone", nil)
 				}
-			default:
-				return s.stop(sig.String(), nil)
+			default: // SIGTERM, SIGHUP: an orderly stop, as for shutdown
+				return s.stop(unix.SignalName(sig.(unix.Signal)), nil)
 			}
 
 		case <-ctx.Done():
