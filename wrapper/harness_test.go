@@ -12,8 +12,10 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -325,3 +327,20 @@ func pidAlive(pid int) bool {
 }
 
 func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// spawnEscapee has the fake kernel start a setsid'd grandchild that ignores
+// SIGTERM, and returns its pid (killed at cleanup if it survives).
+func (h *harness) spawnEscapee() int {
+	h.t.Helper()
+	h.execute("spawn", nil)
+	_, text := h.nextStream(5 * time.Second)
+	pid, err := strconv.Atoi(text)
+	if err != nil || !pidAlive(pid) {
+		h.t.Fatalf("spawned grandchild %q not running (%v)", text, err)
+	}
+	h.t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) })
+	if typ, _ := h.reply(h.shell, 5*time.Second); typ != "execute_reply" {
+		h.t.Fatalf("spawn: got %s", typ)
+	}
+	return pid
+}

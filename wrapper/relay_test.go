@@ -8,7 +8,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -61,14 +60,7 @@ func TestRelayStdinUsesShellIdentity(t *testing.T) {
 
 func TestShutdownKillsEscapedTreeAndReplies(t *testing.T) {
 	h := startHarness(t)
-	h.execute("spawn", nil)
-	_, text := h.nextStream(5 * time.Second)
-	pid, err := strconv.Atoi(text)
-	if err != nil || !pidAlive(pid) {
-		t.Fatalf("spawned grandchild %q not running (%v)", text, err)
-	}
-	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) })
-	h.reply(h.shell, 5*time.Second)
+	pid := h.spawnEscapee()
 
 	start := time.Now()
 	h.send(h.control, "shutdown_request", nil, map[string]any{"restart": true})
@@ -288,13 +280,7 @@ func TestSIGTERMStopsTheTree(t *testing.T) {
 	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGHUP} {
 		t.Run(sig.String(), func(t *testing.T) {
 			h := startHarness(t)
-			h.execute("spawn", nil)
-			_, text := h.nextStream(5 * time.Second)
-			pid, err := strconv.Atoi(text)
-			if err != nil || !pidAlive(pid) {
-				t.Fatalf("spawned grandchild %q not running (%v)", text, err)
-			}
-			t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) })
+			pid := h.spawnEscapee()
 			syscall.Kill(os.Getpid(), sig)
 			if code := h.exitCode(3 * time.Second); code != 0 {
 				t.Fatalf("exit %d, want 0; log:\n%s", code, h.stderr)
