@@ -22,8 +22,8 @@
 //
 // Kill and Close are idempotent. Kill is safe when the leader is already dead,
 // before Started (it kills nothing) and concurrently with Pids. Configure
-// sets only the fields it owns (Setpgid, Pgid; later the cgroup fd) and
-// leaves the others, such as Pdeathsig, alone.
+// sets only the fields it owns (Setpgid, Pgid; UseCgroupFD and CgroupFD in
+// v2 mode) and leaves the others, such as Pdeathsig, alone.
 //
 // Modes. "proc" (NewProcTree) needs no cgroup: the leader gets its own
 // process group, the supervisor is a child subreaper (SetChildSubreaper, to
@@ -33,7 +33,8 @@
 // subreaper after a double fork or setsid), or when it is in the leader's
 // process group. Kill repeats {scan; SIGSTOP all; SIGKILL all} until a scan
 // finds no live member; stopping first freezes a process that forks while it
-// is being killed. Cgroup v2 and v1 modes implement the same Tree interface.
+// is being killed. The cgroup v2 mode (below), and later v1, implement the
+// same Tree interface.
 //
 // Limits of the proc mode: a process that leaves the tree's process group
 // and whose ancestors all die before SetChildSubreaper was called is lost
@@ -42,6 +43,42 @@
 // signalled (pid_max wrap-around within milliseconds); children the
 // supervisor starts that are not the leader are claimed by the tree unless
 // excluded with WithExclude (pass Reaper.Owns).
+//
+// # Cgroup v2 mode
+//
+// "v2" (NewV2Tree) gives the tree a cgroup of its own, parent/tfgpu-NAME,
+// in the cgroup2 hierarchy; DetectLayout says where that is (pure v2 at
+// /sys/fs/cgroup, or the unified tree at /sys/fs/cgroup/unified on hybrid
+// hosts) and which cgroup the supervisor is in (Layout.V2Self), the natural
+// parent. The leader is created inside it by clone3 with CLONE_INTO_CGROUP
+// (SysProcAttr.UseCgroupFD), so no process of the tree is ever outside it.
+// Kill writes cgroup.kill and waits, on an inotify watch of cgroup.events,
+// for "populated 0"; Close removes the directory. WithoutCloneInto is the
+// fallback for hosts that refuse clone3: the leader is moved by writing
+// cgroup.procs, which races with its first forks, so a proc-mode sweep
+// backs it up (see WithoutCloneInto).
+//
+// The parent. Creating a child cgroup and moving processes into it needs
+// write access to the parent directory and to cgroup.procs of the common
+// ancestor of source and target (cgroup-v2.rst, "Delegation Containment").
+// The "no internal processes" rule does not get in the way: it only forbids
+// enabling domain controllers in subtree_control of a cgroup that has
+// processes, and the supervisor's cgroup has them (the supervisor itself),
+// so its subtree_control stays empty and children are plain cgroups without
+// controllers. Enabling the memory controller for a limit needs the
+// supervisor moved to a leaf of its own first (next increment). On the
+// hybrid test machine (kernel 6.x, root, no cgroup namespace) the
+// supervisor is in the unified tree's root, "0::/", so the parent is
+// /sys/fs/cgroup/unified itself: mkdir, cgroup.procs, cgroup.kill and rmdir
+// all work there, no controller but hugetlb is attached to the unified tree
+// (memory stays on v1), and cgroup.kill exists in the children although not
+// in the root. Older kernels lack cgroup.kill (before 5.14) and
+// CLONE_INTO_CGROUP (before 5.7).
+//
+// Timing. The kernel rate-limits cgroup.events notifications to one per 10
+// ms per file (CGROUP_FILE_NOTIFY_MIN_INTV in kernel/cgroup/cgroup.c), so
+// the wait for "populated 0" can end up to ~10 ms after the last process
+// exited.
 //
 // # Reaper: the one-reaper rule
 //

@@ -7,10 +7,10 @@ import (
 )
 
 // Tree is the containment of one kernel's process tree. Implementations:
-// proc (NewProcTree); cgroup v2 and v1 later. See the package doc for the
+// proc (NewProcTree), cgroup v2 (NewV2Tree); v1 later. See the package doc for the
 // order of calls.
 type Tree interface {
-	// Mode names the mechanism: ModeProc, and later ModeV2, ModeV1.
+	// Mode names the mechanism: ModeProc, ModeV2, and later ModeV1.
 	Mode() string
 	// Configure prepares attr for spawning the leader: it sets the fields
 	// the mode owns (Setpgid and Pgid; later the cgroup fd) and no others.
@@ -32,6 +32,7 @@ type Tree interface {
 // Modes, as Tree.Mode reports them.
 const (
 	ModeProc = "proc"
+	ModeV2   = "v2"
 )
 
 var (

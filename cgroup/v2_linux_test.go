@@ -1,0 +1,464 @@
+package cgroup
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// envCgfile: a helper started with it set appends "pid 0::PATH" (its own v2
+// cgroup, read before the helper does anything else) to that file. This
+// runs from init, before TestMain hands over to helper(), so that every
+// helper mode reports it; with CLONE_INTO_CGROUP the line names the tree's
+// cgroup from the process's first instant.
+const envCgfile = "CGROUP_TEST_CGFILE"
+
+func init() {
+	path := os.Getenv(envCgfile)
+	if os.Getenv(envMode) == "" || path == "" {
+		return
+	}
+	self, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		fail("%v", err)
+	}
+	p, _, err := parseSelfV2(self)
+	if err != nil {
+		fail("%v", err)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		fail("%v", err)
+	}
+	fmt.Fprintf(f, "%d %s\n", os.Getpid(), p)
+	f.Close()
+}
+
+// requireRoot fails the test in CI (CI=true), where it must run, and skips
+// it elsewhere.
+func requireRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		skipOrFail(t, "needs root (euid %d)", os.Geteuid())
+	}
+}
+
+// requireCgroupV2 returns the directory of the test process's own v2
+// cgroup, which must be writable and support cgroup.kill (Linux 5.14).
+func requireCgroupV2(t *testing.T) string {
+	t.Helper()
+	requireRoot(t)
+	l, err := DetectLayout()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.V2Self == "" {
+		skipOrFail(t, "needs cgroup v2: layout %q, v2 mount %q", l.Kind, l.V2Mount)
+	}
+	// cgroup.kill is missing in the root cgroup by design, so probe a child.
+	probe, err := NewV2Tree(context.Background(), l.V2Self, fmt.Sprintf("probe-%d", os.Getpid()))
+	if err != nil {
+		skipOrFail(t, "needs a writable cgroup v2 tree: %v", err)
+	}
+	_, kerr := os.Stat(filepath.Join(probe.Dir(), "cgroup.kill"))
+	if err := probe.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if kerr != nil {
+		skipOrFail(t, "needs cgroup.kill (Linux 5.14): %v", kerr)
+	}
+	return l.V2Self
+}
+
+func skipOrFail(t *testing.T, format string, args ...any) {
+	t.Helper()
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("CI=true: "+format, args...)
+	}
+	t.Skipf(format, args...)
+}
+
+var treeSeq atomic.Int64
+
+// v2Spawn is how startV2Tree starts the leader.
+type v2Spawn struct {
+	cloneInto bool // CLONE_INTO_CGROUP; else WithoutCloneInto
+	noStarted bool // do not call Started (the test calls it)
+}
+
+// startV2Tree starts a helper tree in a new cgroup under parent; its cleanup
+// kills it, closes it and checks that the directory is gone.
+func startV2Tree(t *testing.T, parent string, sp v2Spawn, mode string, extra ...string) (*tree, *V2Tree, string) {
+	t.Helper()
+	var opts []V2Option
+	if !sp.cloneInto {
+		opts = append(opts, WithoutCloneInto(WithExclude(testReaper.Owns)))
+	}
+	name := fmt.Sprintf("test-%d-%d", os.Getpid(), treeSeq.Add(1))
+	v2, err := NewV2Tree(context.Background(), parent, name, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	tr := &tree{Tree: v2, pidfile: filepath.Join(dir, "pids")}
+	cgfile := filepath.Join(dir, "cgroups")
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if _, err := v2.Kill(ctx); err != nil && !errors.Is(err, ErrClosed) {
+			t.Errorf("cleanup: %v", err)
+		}
+		if err := v2.Close(); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+		// Backstop: whatever escaped (a bug) must not outlive the test.
+		for _, id := range aliveIDs(t, readPidfile(t, tr.pidfile)) {
+			t.Errorf("cleanup: process %d survived; killing it", id.pid)
+			syscall.Kill(id.pid, syscall.SIGKILL)
+		}
+		if _, err := os.Stat(v2.Dir()); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("cgroup %s left after Close: %v", v2.Dir(), err)
+		}
+	})
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sys := &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := v2.Configure(sys); err != nil {
+		t.Fatal(err)
+	}
+	if sys.Pdeathsig != syscall.SIGKILL || !sys.Setpgid || sys.UseCgroupFD != sp.cloneInto {
+		t.Fatalf("Configure: Pdeathsig=%v Setpgid=%v UseCgroupFD=%v", sys.Pdeathsig, sys.Setpgid, sys.UseCgroupFD)
+	}
+	env := helperEnv(mode, append(extra, envPidfile+"="+tr.pidfile, envCgfile+"="+cgfile)...)
+	attr := &syscall.ProcAttr{Env: env, Files: []uintptr{0, 1, 2}, Sys: sys}
+	tr.leader, tr.exited, err = testReaper.StartProcess(exe, []string{exe, "-test.run=^$"}, attr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sp.noStarted {
+		tr.Started(tr.leader)
+	}
+	return tr, v2, cgfile
+}
+
+// cgroupOf returns the v2 cgroup path of pid, from /proc/PID/cgroup.
+func cgroupOf(t *testing.T, pid int) string {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _, err := parseSelfV2(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// selfReports returns what the helpers wrote to cgfile: pid -> cgroup path.
+func selfReports(t *testing.T, cgfile string) map[int]string {
+	t.Helper()
+	f, err := os.Open(cgfile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	m := map[int]string{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var pid int
+		var p string
+		if _, err := fmt.Sscan(sc.Text(), &pid, &p); err != nil {
+			t.Fatalf("cgfile line %q: %v", sc.Text(), err)
+		}
+		m[pid] = p
+	}
+	return m
+}
+
+func populated(t *testing.T, dir string) bool {
+	t.Helper()
+	p, err := readPopulated(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestV2KillTree: the torture cases of TestKillTree in a v2 cgroup, with the
+// leader cloned into it and with the cgroup.procs fallback.
+func TestV2KillTree(t *testing.T) {
+	parent := requireCgroupV2(t)
+	tests := []struct {
+		name   string
+		mode   string
+		extra  []string
+		ready  int
+		before func(t *testing.T, tr *tree)
+	}{
+		{name: "child ignoring SIGTERM", mode: "ignore-term", ready: 1},
+		{name: "setsid double-forked daemon ignoring SIGTERM", mode: "daemon", ready: 3, before: daemonEscaped},
+		{name: "forks a child every 10ms", mode: "forker", ready: 6},
+		{name: "SIGSTOPped leader", mode: "sleep", ready: 1, before: stopLeader},
+		{name: "64 threads", mode: "threads", ready: 1},
+		{name: "tree of 20 processes", mode: "tree", extra: []string{envNode + "=0", envNodes + "=20"}, ready: 20},
+	}
+	for _, sp := range []v2Spawn{{cloneInto: true}, {cloneInto: false}} {
+		for _, tc := range tests {
+			t.Run(fmt.Sprintf("cloneInto=%v/%s", sp.cloneInto, tc.name), func(t *testing.T) {
+				tr, v2, cgfile := startV2Tree(t, parent, sp, tc.mode, tc.extra...)
+				ids := waitReported(t, tr.pidfile, tc.ready)
+				if tc.before != nil {
+					tc.before(t, tr)
+				}
+				// With CLONE_INTO_CGROUP every process is in the cgroup;
+				// with the fallback, those forked before the move are not
+				// (the sweep finds them).
+				want := "/" + filepath.Base(v2.Dir())
+				var outside []int
+				for _, id := range aliveIDs(t, ids) {
+					if p := cgroupOf(t, id.pid); !strings.HasSuffix(p, want) {
+						outside = append(outside, id.pid)
+					}
+				}
+				if sp.cloneInto && len(outside) > 0 || slices.Contains(outside, tr.leader) {
+					t.Errorf("processes %v outside cgroup .../%s", outside, want)
+				}
+				if len(outside) > 0 {
+					t.Logf("%d of %d processes escaped the cgroup (forked before the move)", len(outside), len(ids))
+				}
+				if sp.cloneInto { // in the cgroup before any of its own code ran
+					for pid, p := range selfReports(t, cgfile) {
+						if !strings.HasSuffix(p, want) {
+							t.Errorf("process %d started in cgroup %q, want .../%s", pid, p, want)
+						}
+					}
+				}
+				pids, err := tr.Pids()
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, id := range aliveIDs(t, ids) {
+					if !slices.Contains(pids, id.pid) {
+						t.Errorf("Pids() = %v: misses reported process %d", pids, id.pid)
+					}
+				}
+
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				start := time.Now()
+				killed, err := tr.Kill(ctx)
+				elapsed := time.Since(start)
+				if err != nil {
+					t.Fatalf("Kill: %v", err)
+				}
+				t.Logf("killed %d processes (%d seen in Pids before) in %v", killed, len(pids), elapsed)
+				if killed < len(pids) {
+					t.Errorf("Kill killed %d, want >= %d", killed, len(pids))
+				}
+				if populated(t, v2.Dir()) {
+					t.Errorf("populated after Kill")
+				}
+				if es := tr.exitStatus(t); es.Code() != 137 || es.Pid != tr.leader {
+					t.Errorf("leader exit = %d %q, want %d signal SIGKILL", es.Pid, es, tr.leader)
+				}
+				all := readPidfile(t, tr.pidfile)
+				if alive := aliveIDs(t, all); len(alive) > 0 {
+					t.Errorf("alive after Kill: %v (of %d ever in the tree)", alive, len(all))
+				}
+				if pids, err := tr.Pids(); err != nil || len(pids) != 0 {
+					t.Errorf("Pids after Kill = %v, %v; want none", pids, err)
+				}
+				if n, err := tr.Kill(ctx); n != 0 || err != nil {
+					t.Errorf("second Kill = %d, %v; want 0, nil", n, err)
+				}
+				waitNoZombies(t)
+				if err := tr.Close(); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := os.Stat(v2.Dir()); !errors.Is(err, os.ErrNotExist) {
+					t.Errorf("cgroup dir after Close: %v", err)
+				}
+			})
+		}
+	}
+}
+
+// TestV2CloneInto proves that the leader is created in the cgroup: without
+// Started, a cloned-into leader is in it, a fallback leader is not (until
+// Started moves it).
+func TestV2CloneInto(t *testing.T) {
+	parent := requireCgroupV2(t)
+	for _, cloneInto := range []bool{true, false} {
+		t.Run(fmt.Sprintf("cloneInto=%v", cloneInto), func(t *testing.T) {
+			tr, v2, cgfile := startV2Tree(t, parent, v2Spawn{cloneInto: cloneInto, noStarted: true}, "sleep")
+			waitReported(t, tr.pidfile, 1)
+			want := "/" + filepath.Base(v2.Dir())
+			self := selfReports(t, cgfile)[tr.leader]
+			if got := strings.HasSuffix(cgroupOf(t, tr.leader), want); got != cloneInto {
+				t.Errorf("before Started: leader in cgroup %q, want in .../%s: %v", cgroupOf(t, tr.leader), want, cloneInto)
+			}
+			if got := strings.HasSuffix(self, want); got != cloneInto {
+				t.Errorf("leader saw itself at start in %q, want in .../%s: %v", self, want, cloneInto)
+			}
+			tr.Started(tr.leader)
+			if p := cgroupOf(t, tr.leader); !strings.HasSuffix(p, want) {
+				t.Errorf("after Started: leader in cgroup %q, want .../%s", p, want)
+			}
+		})
+	}
+}
+
+func TestV2Lifecycle(t *testing.T) {
+	parent := requireCgroupV2(t)
+	ctx := context.Background()
+	v2, err := NewV2Tree(ctx, parent, fmt.Sprintf("life-%d", os.Getpid()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v2.Close()
+	if v2.Mode() != ModeV2 {
+		t.Errorf("Mode = %q", v2.Mode())
+	}
+	if n, err := v2.Kill(ctx); n != 0 || err != nil {
+		t.Errorf("Kill before Started = %d, %v; want 0, nil", n, err)
+	}
+	if pids, err := v2.Pids(); len(pids) != 0 || err != nil {
+		t.Errorf("Pids before Started = %v, %v", pids, err)
+	}
+	if err := v2.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := v2.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+	if _, err := os.Stat(v2.Dir()); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("cgroup dir after Close: %v", err)
+	}
+	if _, err := v2.Kill(ctx); !errors.Is(err, ErrClosed) {
+		t.Errorf("Kill after Close = %v, want ErrClosed", err)
+	}
+	if _, err := v2.Pids(); !errors.Is(err, ErrClosed) {
+		t.Errorf("Pids after Close = %v, want ErrClosed", err)
+	}
+	if err := v2.Configure(&syscall.SysProcAttr{}); !errors.Is(err, ErrClosed) {
+		t.Errorf("Configure after Close = %v, want ErrClosed", err)
+	}
+	for _, name := range []string{"", ".", "..", "a/b"} {
+		if v, err := NewV2Tree(ctx, parent, name); err == nil {
+			v.Close()
+			t.Errorf("NewV2Tree(%q) succeeded", name)
+		}
+	}
+	if _, err := NewV2Tree(ctx, t.TempDir(), "x"); err == nil {
+		t.Errorf("NewV2Tree outside cgroup2 succeeded")
+	}
+}
+
+// TestV2Leftover: a cgroup of the same name with a process in it (a
+// supervisor that died) is emptied and reused.
+func TestV2Leftover(t *testing.T) {
+	parent := requireCgroupV2(t)
+	old, _, _ := startV2Tree(t, parent, v2Spawn{cloneInto: true}, "ignore-term")
+	ids := waitReported(t, old.pidfile, 1)
+	dir := old.Tree.(*V2Tree).Dir()
+	name := strings.TrimPrefix(filepath.Base(dir), "tfgpu-")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	v2, err := NewV2Tree(ctx, parent, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v2.Close()
+	if v2.Dir() != dir || populated(t, dir) {
+		t.Errorf("NewV2Tree on leftover: dir %s (want %s), populated %v", v2.Dir(), dir, populated(t, dir))
+	}
+	if alive := aliveIDs(t, ids); len(alive) > 0 {
+		t.Errorf("leftover alive: %v", alive)
+	}
+	if es := old.exitStatus(t); es.Code() != 137 {
+		t.Errorf("leftover exit = %q, want signal SIGKILL", es)
+	}
+}
+
+func TestV2Cycles(t *testing.T) {
+	parent := requireCgroupV2(t)
+	before := tfgpuCgroups(t, parent)
+	for i := range 20 {
+		sp := v2Spawn{cloneInto: i%2 == 0}
+		t.Run(fmt.Sprint(i), func(t *testing.T) {
+			tr, _, _ := startV2Tree(t, parent, sp, "daemon")
+			waitReported(t, tr.pidfile, 3)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if _, err := tr.Kill(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := tr.Close(); err != nil {
+				t.Fatal(err)
+			}
+			tr.exitStatus(t)
+		})
+	}
+	waitNoZombies(t)
+	if after := tfgpuCgroups(t, parent); !slices.Equal(before, after) {
+		t.Errorf("tfgpu-* cgroups before %v, after %v", before, after)
+	}
+}
+
+func tfgpuCgroups(t *testing.T, parent string) []string {
+	t.Helper()
+	m, err := filepath.Glob(filepath.Join(parent, "tfgpu-*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// TestKillTiming logs kill + wait-until-empty of the 20-process tree, median
+// of 20, in proc and v2 mode.
+func TestKillTiming(t *testing.T) {
+	if testing.Short() {
+		t.Skip("timing: not in -short")
+	}
+	parent := requireCgroupV2(t)
+	const runs = 20
+	nodes := []string{envNode + "=0", envNodes + "=20"}
+	measure := func(t *testing.T, start func(t *testing.T) *tree) time.Duration {
+		var d []time.Duration
+		for range runs {
+			t.Run("", func(t *testing.T) {
+				tr := start(t)
+				waitReported(t, tr.pidfile, 20)
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				begin := time.Now()
+				n, err := tr.Kill(ctx)
+				d = append(d, time.Since(begin))
+				if err != nil || n != 20 {
+					t.Fatalf("Kill = %d, %v; want 20", n, err)
+				}
+				tr.exitStatus(t)
+			})
+		}
+		slices.Sort(d)
+		return d[len(d)/2]
+	}
+	proc := measure(t, func(t *testing.T) *tree { return startTree(t, "tree", nodes...) })
+	v2 := measure(t, func(t *testing.T) *tree {
+		tr, _, _ := startV2Tree(t, parent, v2Spawn{cloneInto: true}, "tree", nodes...)
+		return tr
+	})
+	t.Logf("kill + wait until empty, 20-process tree, median of %d: proc %v, v2 %v", runs, proc, v2)
+}

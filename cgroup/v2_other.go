@@ -1,0 +1,27 @@
+//go:build !linux
+
+package cgroup
+
+import (
+	"context"
+	"fmt"
+)
+
+// V2Tree is Linux-only; NewV2Tree fails with ErrUnsupported.
+type V2Tree struct{ unsupportedTree }
+
+var _ Tree = (*V2Tree)(nil)
+
+// V2Option configures NewV2Tree.
+type V2Option func()
+
+// WithoutCloneInto is Linux-only.
+func WithoutCloneInto() V2Option { return func() {} }
+
+// NewV2Tree fails with ErrUnsupported.
+func NewV2Tree(ctx context.Context, parent, name string, opts ...V2Option) (*V2Tree, error) {
+	return nil, fmt.Errorf("create cgroup: %w", ErrUnsupported)
+}
+
+func (t *V2Tree) Dir() string  { return "" }
+func (t *V2Tree) Mode() string { return ModeV2 }
