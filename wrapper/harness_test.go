@@ -21,6 +21,8 @@ import (
 
 	"github.com/go-zeromq/zmq4"
 
+	"github.com/tfgpu/tfgpu-kernel/cgroup"
+
 	"github.com/tfgpu/tfgpu-kernel/wrapper/jmsg"
 )
 
@@ -84,7 +86,10 @@ func writeConn(t *testing.T, dir string) (string, *jmsg.ConnInfo) {
 }
 
 // startHarness starts the supervisor on the fake kernel and connects clients.
-func startHarness(t *testing.T) *harness {
+func startHarness(t *testing.T) *harness { return startHarnessWith(t, nil) }
+
+// startHarnessWith lets the test adjust the supervisor's Config.
+func startHarnessWith(t *testing.T, adjust func(*Config)) *harness {
 	t.Helper()
 	t.Setenv("TFGPU_FAKE_KERNEL", "1")
 	path, ci := writeConn(t, t.TempDir())
@@ -97,10 +102,11 @@ func startHarness(t *testing.T) *harness {
 	ctx, cancel := context.WithCancel(context.Background())
 	h.cancel = cancel
 	lg := slog.New(slog.NewTextHandler(h.stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	go func() {
-		h.done <- Run(ctx, Config{ConnFile: path, Argv: []string{os.Args[0], "-test.run=^$", "-f", path},
-			Log: lg, Stderr: h.stderr})
-	}()
+	cfg := Config{ConnFile: path, Argv: []string{os.Args[0], "-test.run=^$", "-f", path}, Log: lg, Stderr: h.stderr}
+	if adjust != nil {
+		adjust(&cfg)
+	}
+	go func() { h.done <- Run(ctx, cfg) }()
 	t.Cleanup(h.close)
 
 	cctx := context.Background()
@@ -343,4 +349,23 @@ func (h *harness) spawnEscapee() int {
 		h.t.Fatalf("spawn: got %s", typ)
 	}
 	return pid
+}
+
+// requireCgroupV2 fails the test in CI (CI=true), where it must run, and
+// skips it elsewhere, unless a v2 cgroup can be created and removed here.
+// It returns the directory the supervisor's kernel cgroups go in.
+func requireCgroupV2(t *testing.T) string {
+	t.Helper()
+	tree, _, err := newTree(CgroupV2, fmt.Sprintf("probe-%d", os.Getpid()), nil)
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("CI=true: needs a writable cgroup v2 tree: %v", err)
+		}
+		t.Skipf("needs a writable cgroup v2 tree: %v", err)
+	}
+	dir := filepath.Dir(tree.(*cgroup.V2Tree).Dir())
+	if err := tree.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }

@@ -17,6 +17,8 @@ import (
 	"github.com/go-zeromq/zmq4"
 	"golang.org/x/sys/unix"
 
+	"github.com/tfgpu/tfgpu-kernel/cgroup"
+
 	"github.com/tfgpu/tfgpu-kernel/wrapper/jmsg"
 )
 
@@ -59,26 +61,51 @@ func TestRelayStdinUsesShellIdentity(t *testing.T) {
 }
 
 func TestShutdownKillsEscapedTreeAndReplies(t *testing.T) {
-	h := startHarness(t)
-	pid := h.spawnEscapee()
+	for _, tc := range []struct {
+		name, mode string
+		opts       []cgroup.V2Option
+		wantMode   string
+	}{
+		{name: "auto", mode: CgroupAuto, wantMode: "mode=v2"},
+		{name: "v2 moved after fork", mode: CgroupV2, wantMode: "mode=v2",
+			opts: []cgroup.V2Option{cgroup.WithoutCloneInto()}},
+		{name: "none", mode: CgroupNone, wantMode: "mode=proc"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			parent := ""
+			if tc.mode != CgroupNone {
+				parent = requireCgroupV2(t)
+			}
+			h := startHarnessWith(t, func(c *Config) { c.Cgroup, c.v2opts = tc.mode, tc.opts })
+			if !strings.Contains(h.stderr.String(), tc.wantMode) {
+				t.Fatalf("containment not %s; log:\n%s", tc.wantMode, h.stderr)
+			}
+			pid := h.spawnEscapee()
 
-	start := time.Now()
-	h.send(h.control, "shutdown_request", nil, map[string]any{"restart": true})
-	typ, _ := h.reply(h.control, 3*time.Second)
-	if typ != "shutdown_reply" {
-		t.Fatalf("control got %s", typ)
+			start := time.Now()
+			h.send(h.control, "shutdown_request", nil, map[string]any{"restart": true})
+			typ, _ := h.reply(h.control, 3*time.Second)
+			if typ != "shutdown_reply" {
+				t.Fatalf("control got %s", typ)
+			}
+			if code := h.exitCode(2500 * time.Millisecond); code != 0 {
+				t.Fatalf("exit code %d, want 0; log:\n%s", code, h.stderr)
+			}
+			took := time.Since(start)
+			if pidAlive(pid) {
+				t.Fatalf("setsid'd grandchild %d survived the shutdown", pid)
+			}
+			if !strings.Contains(h.stderr.String(), "kernel stopped") {
+				t.Fatalf("no lifecycle line in log:\n%s", h.stderr)
+			}
+			if parent != "" {
+				if _, err := os.Stat(filepath.Join(parent, "tfgpu-test-1234")); !os.IsNotExist(err) {
+					t.Fatalf("cgroup left behind (stat: %v)", err)
+				}
+			}
+			t.Logf("shutdown_request → supervisor exit: %v", took)
+		})
 	}
-	if code := h.exitCode(2500 * time.Millisecond); code != 0 {
-		t.Fatalf("exit code %d, want 0; log:\n%s", code, h.stderr)
-	}
-	took := time.Since(start)
-	if pidAlive(pid) {
-		t.Fatalf("setsid'd grandchild %d survived the shutdown", pid)
-	}
-	if !strings.Contains(h.stderr.String(), "kernel stopped") {
-		t.Fatalf("no lifecycle line in log:\n%s", h.stderr)
-	}
-	t.Logf("shutdown_request → supervisor exit: %v\n%s", took, h.stderr)
 }
 
 func TestBadSignatureIsRelayedButNotActedOn(t *testing.T) {

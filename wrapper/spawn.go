@@ -80,11 +80,18 @@ func (s *supervisor) spawn(r *cgroup.Reaper, argv []string) (<-chan cgroup.ExitS
 		return nil, ExitFailed
 	}
 	defer devnull.Close()
-	pid, exited, err := r.StartProcess(path, argv, &syscall.ProcAttr{
-		Env:   env,
-		Files: []uintptr{devnull.Fd(), os.Stdout.Fd(), os.Stderr.Fd()},
-		Sys:   sys,
-	})
+	attr := &syscall.ProcAttr{Env: env, Files: []uintptr{devnull.Fd(), os.Stdout.Fd(), os.Stderr.Fd()}, Sys: sys}
+	pid, exited, err := r.StartProcess(path, argv, attr)
+	if err != nil && sys.UseCgroupFD && cloneRefused(err) {
+		// clone3 with CLONE_INTO_CGROUP refused (old kernel, seccomp):
+		// spawn plainly and move the kernel into the cgroup after.
+		s.log.Warn("cannot start the kernel inside its cgroup; moving it there after start", "err", err)
+		if err := s.retreeWithoutCloneInto(r, sys); err != nil {
+			s.log.Error("cannot prepare the kernel's containment", "err", err)
+			return nil, ExitFailed
+		}
+		pid, exited, err = r.StartProcess(path, argv, attr)
+	}
 	if err != nil {
 		fmt.Fprintf(s.cfg.Stderr, "tfgpu-kernel: cannot run the kernel %s: %v\n", path, err)
 		if errors.Is(err, unix.ENOENT) {
@@ -95,6 +102,30 @@ func (s *supervisor) spawn(r *cgroup.Reaper, argv []string) (<-chan cgroup.ExitS
 	s.kpid = pid
 	s.tree.Started(pid)
 	return exited, 0
+}
+
+// cloneRefused reports whether a spawn failed in clone3 itself rather than
+// in exec.
+func cloneRefused(err error) bool {
+	for _, e := range []error{unix.ENOSYS, unix.EPERM, unix.EINVAL, unix.EOPNOTSUPP, unix.E2BIG} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+// retreeWithoutCloneInto replaces a v2 tree by one that moves the kernel
+// into the cgroup after the fork, and prepares sys for it.
+func (s *supervisor) retreeWithoutCloneInto(r *cgroup.Reaper, sys *syscall.SysProcAttr) error {
+	s.tree.Close()
+	tree, _, err := newTree(CgroupV2, s.id, r, cgroup.WithoutCloneInto(cgroup.WithExclude(r.Owns)))
+	if err != nil {
+		return err
+	}
+	s.tree = tree
+	*sys = syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	return s.tree.Configure(sys)
 }
 
 // substituteConn replaces every argument naming Jupyter's connection file

@@ -41,8 +41,11 @@ type Config struct {
 	ShutdownGrace  time.Duration // how long the kernel may take to exit after shutdown_request
 	KillTimeout    time.Duration // how long killing the tree may take
 	InnerTransport string        // "auto" (ipc, else tcp), "ipc" or "tcp"
+	Cgroup         string        // containment: CgroupAuto (default), CgroupV2, CgroupNone
 	Log            *slog.Logger
 	Stderr         io.Writer // where one-line usage errors go
+
+	v2opts []cgroup.V2Option // tests force the cgroup.procs fallback with these
 }
 
 // state is the supervisor's lifecycle state; only the loop in Run changes it.
@@ -131,8 +134,17 @@ func Run(ctx context.Context, cfg Config) int {
 	}
 	reaper := cgroup.StartReaper()
 	defer reaper.Stop()
-	s.tree = cgroup.NewProcTree(os.Getpid(), cgroup.WithExclude(reaper.Owns))
-	defer s.tree.Close()
+	if cfg.Cgroup == "" {
+		cfg.Cgroup = CgroupAuto
+	}
+	tree, why, err := newTree(cfg.Cgroup, s.id, reaper, cfg.v2opts...)
+	if err != nil {
+		fmt.Fprintf(cfg.Stderr, "tfgpu-kernel: containment: %v\n", err)
+		return ExitUsage
+	}
+	s.tree = tree
+	defer func() { s.tree.Close() }() // spawn may replace the tree
+	s.log.Info("containment", "mode", tree.Mode(), "why", why)
 
 	exited, code := s.spawn(reaper, substituteConn(cfg.Argv, cfg.ConnFile, dir+"/"+innerConnName))
 	if exited == nil {

@@ -22,6 +22,7 @@ func cmdRun(args []string) int {
 	grace := fs.Duration("shutdown-grace", wrapper.DefaultShutdownGrace, "how long the kernel may take to exit by itself after shutdown_request")
 	killTimeout := fs.Duration("kill-timeout", wrapper.DefaultKillTimeout, "how long killing the kernel's tree may take")
 	inner := fs.String("inner-transport", "auto", "transport to the kernel: auto (ipc, else tcp), ipc, tcp")
+	cg := fs.String("cgroup", wrapper.CgroupAuto, "containment: auto (cgroup v2 when writable, else none), v2, none (process group and /proc)")
 	example := "tfgpu-kernel run -f kernel-1.json -- /usr/bin/python3 -m ipykernel_launcher -f kernel-1.json"
 	if code, done := parseFlags(fs, args, example); done {
 		return code
@@ -32,6 +33,8 @@ func cmdRun(args []string) int {
 		return usageError("run", "-f CONNECTION_FILE is required")
 	case len(argv) == 0:
 		return usageError("run", "no kernel command given after --")
+	case *cg != wrapper.CgroupAuto && *cg != wrapper.CgroupV2 && *cg != wrapper.CgroupNone:
+		return usageError("run", fmt.Sprintf("--cgroup %q: want auto, v2 or none", *cg))
 	case *inner != "auto" && *inner != "ipc" && *inner != "tcp":
 		return usageError("run", fmt.Sprintf("--inner-transport %q: want auto, ipc or tcp", *inner))
 	}
@@ -55,6 +58,7 @@ func cmdRun(args []string) int {
 		ShutdownGrace:  *grace,
 		KillTimeout:    *killTimeout,
 		InnerTransport: strings.ToLower(*inner),
+		Cgroup:         *cg,
 		Log:            lg,
 	})
 }
