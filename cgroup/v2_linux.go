@@ -21,9 +21,10 @@ import (
 // double-forking, setsid or re-parenting; kill is cgroup.kill, and the tree
 // is dead when cgroup.events says "populated 0".
 type V2Tree struct {
-	dir   string
-	opts  v2Options
-	dirFD int // open directory, for CLONE_INTO_CGROUP; -1 once closed
+	dir       string
+	opts      v2Options
+	dirFD     int // open directory, for CLONE_INTO_CGROUP; -1 once closed
+	leftovers int // processes of a dead supervisor killed by NewV2Tree
 
 	killMu sync.Mutex // one Kill at a time
 
@@ -69,10 +70,15 @@ func WithoutCloneInto(sweep ...ProcOption) V2Option {
 //
 // If the cgroup exists already it is a leftover, from a supervisor of the
 // same name that died without cleaning up: its processes are killed and
-// waited for (until ctx ends) and the cgroup is reused. Deciding whether the
+// waited for (until ctx ends), and the cgroup is removed and created anew
+// (Leftovers says how many were killed). Deciding whether the
 // old processes may be killed, and reaping cgroups of other names, is policy
 // for the caller.
 func NewV2Tree(ctx context.Context, parent, name string, opts ...V2Option) (*V2Tree, error) {
+	return newV2Tree(ctx, parent, name, false, opts...)
+}
+
+func newV2Tree(ctx context.Context, parent, name string, retried bool, opts ...V2Option) (*V2Tree, error) {
 	if name == "" || name == "." || name == ".." || strings.ContainsRune(name, '/') {
 		return nil, fmt.Errorf("create cgroup: bad name %q", name)
 	}
@@ -105,13 +111,34 @@ func NewV2Tree(ctx context.Context, parent, name string, opts ...V2Option) (*V2T
 	}
 	t.dirFD = fd
 	if leftover {
-		if _, err := t.Kill(ctx); err != nil {
+		n, err := t.Kill(ctx)
+		if err != nil {
 			t.closeFD()
 			return nil, fmt.Errorf("clear leftover cgroup: %w", err)
 		}
+		// A cgroup that has been killed is not reused: on Linux 6.18 a
+		// process cloned into it afterwards (CLONE_INTO_CGROUP) was
+		// SIGKILLed at birth, 8 ms after spawn, although cgroup.kill had
+		// returned and populated was 0. A fresh cgroup has no such history.
+		if err := t.Close(); err != nil {
+			return nil, fmt.Errorf("clear leftover cgroup: %w", err)
+		}
+		if retried {
+			return nil, fmt.Errorf("create cgroup %s: it keeps reappearing", t.dir)
+		}
+		fresh, err := newV2Tree(ctx, parent, name, true, opts...)
+		if err != nil {
+			return nil, err
+		}
+		fresh.leftovers = n
+		return fresh, nil
 	}
 	return t, nil
 }
+
+// Leftovers is how many processes of a dead supervisor's cgroup of the same
+// name NewV2Tree killed.
+func (t *V2Tree) Leftovers() int { return t.leftovers }
 
 // Dir is the cgroup's directory.
 func (t *V2Tree) Dir() string { return t.dir }

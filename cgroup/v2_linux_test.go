@@ -390,6 +390,29 @@ func TestV2Leftover(t *testing.T) {
 	if es := old.exitStatus(t); es.Code() != 137 {
 		t.Errorf("leftover exit = %q, want signal SIGKILL", es)
 	}
+	if v2.Leftovers() < 1 {
+		t.Errorf("Leftovers() = %d, want the killed process counted", v2.Leftovers())
+	}
+	// A process cloned into the cgroup after the leftovers were killed
+	// lives (reusing the killed cgroup got it SIGKILLed at birth on 6.18).
+	attr := &syscall.SysProcAttr{}
+	if err := v2.Configure(attr); err != nil {
+		t.Fatal(err)
+	}
+	pid, exited, err := testReaper.StartProcess("/bin/sleep", []string{"sleep", "30"}, &syscall.ProcAttr{Sys: attr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v2.Started(pid)
+	select {
+	case es := <-exited:
+		t.Fatalf("a process cloned into the cleared cgroup died at birth: %s", es)
+	case <-time.After(200 * time.Millisecond):
+	}
+	if _, err := v2.Kill(ctx); err != nil {
+		t.Fatal(err)
+	}
+	<-exited
 }
 
 func TestV2Cycles(t *testing.T) {

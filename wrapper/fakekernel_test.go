@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"strings"
@@ -37,6 +38,13 @@ import (
 //	                      then it is ignored, as ipykernel does).
 //	hb                  → echoed.
 func TestMain(m *testing.M) {
+	if path := os.Getenv("TFGPU_TEST_SUPERVISOR"); path != "" {
+		// The supervisor as a process of its own (startExternal).
+		os.Unsetenv("TFGPU_TEST_SUPERVISOR")
+		lg := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		os.Exit(Run(context.Background(), Config{ConnFile: path,
+			Argv: []string{os.Args[0], "-test.run=^$", "-f", path}, Log: lg}))
+	}
 	if os.Getenv("TFGPU_FAKE_KERNEL") != "" {
 		os.Exit(fakeKernel(os.Args[len(os.Args)-1]))
 	}

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -91,24 +92,64 @@ func startHarness(t *testing.T) *harness { return startHarnessWith(t, nil) }
 // startHarnessWith lets the test adjust the supervisor's Config.
 func startHarnessWith(t *testing.T, adjust func(*Config)) *harness {
 	t.Helper()
-	t.Setenv("TFGPU_FAKE_KERNEL", "1")
-	path, ci := writeConn(t, t.TempDir())
-	signer, err := jmsg.NewSigner(ci.SignatureScheme, ci.Key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := &harness{t: t, path: path, ci: ci, signer: signer, stderr: &syncBuffer{},
-		done: make(chan int, 1), iopubMsgs: make(chan zmq4.Msg, 100000)}
+	h := newHarness(t, "")
 	ctx, cancel := context.WithCancel(context.Background())
 	h.cancel = cancel
 	lg := slog.New(slog.NewTextHandler(h.stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	cfg := Config{ConnFile: path, Argv: []string{os.Args[0], "-test.run=^$", "-f", path}, Log: lg, Stderr: h.stderr}
+	cfg := Config{ConnFile: h.path, Argv: []string{os.Args[0], "-test.run=^$", "-f", h.path}, Log: lg, Stderr: h.stderr}
 	if adjust != nil {
 		adjust(&cfg)
 	}
 	go func() { h.done <- Run(ctx, cfg) }()
 	t.Cleanup(h.close)
+	h.connect()
+	return h
+}
 
+// startExternal runs the supervisor as a process of its own (the test
+// binary with TFGPU_TEST_SUPERVISOR, see TestMain), so a test can SIGKILL it.
+// path "" writes a new connection file.
+func startExternal(t *testing.T, path string) (*harness, *exec.Cmd) {
+	t.Helper()
+	h := newHarness(t, path)
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "TFGPU_TEST_SUPERVISOR="+h.path)
+	cmd.Stderr = h.stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+		h.closeClients()
+	})
+	h.connect()
+	return h, cmd
+}
+
+// newHarness prepares a harness on the connection file path, or on a new
+// one when path is "".
+func newHarness(t *testing.T, path string) *harness {
+	t.Setenv("TFGPU_FAKE_KERNEL", "1")
+	var ci *jmsg.ConnInfo
+	var err error
+	if path == "" {
+		path, ci = writeConn(t, t.TempDir())
+	} else if ci, err = jmsg.Load(path); err != nil {
+		t.Fatal(err)
+	}
+	signer, err := jmsg.NewSigner(ci.SignatureScheme, ci.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &harness{t: t, path: path, ci: ci, signer: signer, stderr: &syncBuffer{},
+		done: make(chan int, 1), iopubMsgs: make(chan zmq4.Msg, 100000)}
+}
+
+// connect connects the clients and waits until the kernel answers.
+func (h *harness) connect() {
+	t, ci := h.t, h.ci
+	t.Helper()
 	cctx := context.Background()
 	id := zmq4.WithID(zmq4.SocketIdentity("client-" + t.Name()))
 	h.shell = zmq4.NewDealer(cctx, id)
@@ -120,7 +161,7 @@ func startHarnessWith(t *testing.T, adjust func(*Config)) *harness {
 	for ch, s := range map[jmsg.Channel]zmq4.Socket{jmsg.Shell: h.shell, jmsg.Stdin: h.stdin,
 		jmsg.Control: h.control, jmsg.HB: h.hb, jmsg.IOPub: h.iopub} {
 		if err := s.Dial(ci.Endpoint(ch)); err != nil {
-			t.Fatalf("dial %s: %v", ch, err)
+			t.Fatalf("dial %s: %v; supervisor log:\n%s", ch, err, h.stderr)
 		}
 	}
 	go func() {
@@ -156,7 +197,7 @@ func startHarnessWith(t *testing.T, adjust func(*Config)) *harness {
 			}
 			h.discardReplies(h.shell, syncs)
 			h.drainIOPub()
-			return h
+			return
 		case <-time.After(300 * time.Millisecond):
 			h.execute("sync", nil)
 			syncs++
@@ -179,6 +220,10 @@ func (h *harness) close() {
 	case <-time.After(10 * time.Second):
 		h.t.Errorf("supervisor did not stop; log:\n%s", h.stderr)
 	}
+	h.closeClients()
+}
+
+func (h *harness) closeClients() {
 	closeAll([]zmq4.Socket{h.shell, h.stdin, h.control, h.hb, h.iopub})
 }
 

@@ -321,3 +321,30 @@ func TestSIGTERMStopsTheTree(t *testing.T) {
 		})
 	}
 }
+
+// A supervisor that is SIGKILLed leaves its kernel's escaped processes in
+// the kernel's cgroup; the next supervisor of the same kernel id kills them
+// before its kernel starts.
+func TestLeftoversOfAKilledSupervisorAreKilledAtNextStart(t *testing.T) {
+	requireCgroupV2(t)
+	old, cmd := startExternal(t, "")
+	pid := old.spawnEscapee()
+	cmd.Process.Kill()
+	cmd.Wait()
+	old.closeClients()
+	time.Sleep(200 * time.Millisecond) // the old kernel dies of its parent-death signal
+	if !pidAlive(pid) {
+		t.Fatalf("escapee %d died with its supervisor; nothing left to test", pid)
+	}
+	h := startHarnessWith(t, func(c *Config) {}) // new connection file, same kernel id
+	if pidAlive(pid) {
+		t.Fatalf("escapee %d of the killed supervisor still alive after the new start", pid)
+	}
+	log := h.stderr.String()
+	if !strings.Contains(log, "left by a previous supervisor") || !strings.Contains(log, "processes=1") {
+		t.Fatalf("leftover kill not logged:\n%s", log)
+	}
+	if strings.Index(log, "left by a previous supervisor") > strings.Index(log, "kernel started") {
+		t.Fatalf("leftovers killed after the new kernel started:\n%s", log)
+	}
+}

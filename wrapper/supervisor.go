@@ -145,6 +145,11 @@ func Run(ctx context.Context, cfg Config) int {
 	s.tree = tree
 	defer func() { s.tree.Close() }() // spawn may replace the tree
 	s.log.Info("containment", "mode", tree.Mode(), "why", why)
+	if lt, ok := tree.(interface{ Leftovers() int }); ok && lt.Leftovers() > 0 {
+		// DESIGN §3 Start 3: a previous supervisor of this kernel was
+		// SIGKILLed and its tree lived on; it is gone before the new kernel.
+		s.log.Warn("killed processes left by a previous supervisor of this kernel", "processes", lt.Leftovers())
+	}
 
 	exited, code := s.spawn(reaper, substituteConn(cfg.Argv, cfg.ConnFile, dir+"/"+innerConnName))
 	if exited == nil {
