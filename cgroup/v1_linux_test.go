@@ -1,0 +1,461 @@
+package cgroup
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// requireFreezer returns the directories of the test process's own cgroups
+// in the v1 freezer hierarchy and in the pids hierarchy ("" when that is not
+// mounted). It fails in CI (CI=true) when they are missing or not writable,
+// and skips elsewhere.
+func requireFreezer(t *testing.T) (freezer, pids string) {
+	t.Helper()
+	requireRoot(t)
+	l, err := DetectLayout()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.V1["freezer"] == "" {
+		skipOrFail(t, "needs the cgroup v1 freezer: layout %q, v1 controllers %v", l.Kind, l.V1)
+	}
+	freezer, err = V1SelfDir(l, "freezer")
+	if err != nil {
+		skipOrFail(t, "needs the cgroup v1 freezer: %v", err)
+	}
+	if l.V1["pids"] != "" {
+		if pids, err = V1SelfDir(l, "pids"); err != nil {
+			t.Logf("no pids cgroup: %v", err)
+		}
+	}
+	probe, err := NewV1Tree(context.Background(), freezer, "", fmt.Sprintf("probe-%d", os.Getpid()))
+	if err != nil {
+		skipOrFail(t, "needs a writable cgroup v1 freezer: %v", err)
+	}
+	if err := probe.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return freezer, pids
+}
+
+// startV1Tree starts a helper tree in a new freezer cgroup; its cleanup
+// kills it, closes it and checks that the directories are gone.
+func startV1Tree(t *testing.T, freezer, pids string, noStarted bool, mode string, extra ...string) (*tree, *V1Tree) {
+	t.Helper()
+	name := fmt.Sprintf("test-%d-%d", os.Getpid(), treeSeq.Add(1))
+	v1, err := NewV1Tree(context.Background(), freezer, pids, name, WithExclude(testReaper.Owns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pids != "" && v1.PidsDir() == "" {
+		t.Errorf("no pids cgroup under %s", pids)
+	}
+	tr := &tree{Tree: v1, pidfile: filepath.Join(t.TempDir(), "pids")}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if _, err := v1.Kill(ctx); err != nil && !errors.Is(err, ErrClosed) {
+			t.Errorf("cleanup: %v", err)
+		}
+		if err := v1.Close(); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+		for _, id := range aliveIDs(t, readPidfile(t, tr.pidfile)) {
+			t.Errorf("cleanup: process %d survived; killing it", id.pid)
+			syscall.Kill(id.pid, syscall.SIGKILL)
+		}
+		for _, d := range []string{v1.Dir(), v1.PidsDir()} {
+			if _, err := os.Stat(d); d != "" && !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("cgroup %s left after Close: %v", d, err)
+			}
+		}
+	})
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sys := &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := v1.Configure(sys); err != nil {
+		t.Fatal(err)
+	}
+	if sys.Pdeathsig != syscall.SIGKILL || !sys.Setpgid || sys.UseCgroupFD {
+		t.Fatalf("Configure: Pdeathsig=%v Setpgid=%v UseCgroupFD=%v", sys.Pdeathsig, sys.Setpgid, sys.UseCgroupFD)
+	}
+	env := helperEnv(mode, append(extra, envPidfile+"="+tr.pidfile)...)
+	attr := &syscall.ProcAttr{Env: env, Files: []uintptr{0, 1, 2}, Sys: sys}
+	tr.leader, tr.exited, err = testReaper.StartProcess(exe, []string{exe, "-test.run=^$"}, attr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !noStarted {
+		tr.Started(tr.leader)
+	}
+	return tr, v1
+}
+
+// v1CgroupOf returns pid's cgroup path in the hierarchy of controller.
+func v1CgroupOf(t *testing.T, pid int, controller string) string {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _, err := parseSelfV1(b, controller)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestParseV1SelfDir(t *testing.T) {
+	const mi = `25 30 0:23 / /sys/fs/cgroup rw - tmpfs tmpfs ro,mode=755
+33 25 0:28 / /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw,nsdelegate
+37 25 0:32 / /sys/fs/cgroup/freezer rw - cgroup cgroup rw,freezer
+38 25 0:33 /kubepods /sys/fs/cgroup/pids rw - cgroup cgroup rw,pids
+39 25 0:34 / /sys/fs/cgroup/cpu,cpuacct rw - cgroup cgroup rw,cpu,cpuacct
+`
+	const cg = `9:pids:/kubepods/pod1
+6:freezer:/user.slice
+2:cpu,cpuacct:/a
+1:name=systemd:/init.scope
+0::/
+`
+	tests := []struct{ mnt, ctrl, want string }{
+		{"/sys/fs/cgroup/freezer", "freezer", "/sys/fs/cgroup/freezer/user.slice"},
+		{"/sys/fs/cgroup/pids", "pids", "/sys/fs/cgroup/pids/pod1"},
+		{"/sys/fs/cgroup/cpu,cpuacct", "cpuacct", "/sys/fs/cgroup/cpu,cpuacct/a"},
+		{"/sys/fs/cgroup/memory", "memory", ""},   // no line
+		{"/sys/fs/cgroup/freezer", "pids", ""},    // no pids mount there
+		{"/sys/fs/cgroup/freezer", "systemd", ""}, // name=systemd is no controller
+		{"/sys/fs/cgroup/pids", "freezer", ""},    // wrong mount
+		{"/sys/fs/cgroup/unified", "freezer", ""}, // cgroup2
+		{"/sys/fs/cgroup", "freezer", ""},         // tmpfs
+		{"/sys/fs/cgroup/cpu,cpuacct", "cpu", "/sys/fs/cgroup/cpu,cpuacct/a"},
+	}
+	for _, tc := range tests {
+		got, err := parseV1SelfDir([]byte(mi), []byte(cg), tc.mnt, tc.ctrl)
+		if got != tc.want || (err == nil) != (tc.want != "") {
+			t.Errorf("parseV1SelfDir(%s, %s) = %q, %v; want %q", tc.mnt, tc.ctrl, got, err, tc.want)
+		}
+	}
+	// A cgroup outside the mount's root is not visible.
+	if got, err := parseV1SelfDir([]byte(mi), []byte("9:pids:/other\n"), "/sys/fs/cgroup/pids", "pids"); err == nil {
+		t.Errorf("outside the mount's root: %q, want an error", got)
+	}
+	if _, _, err := parseSelfV1([]byte("6:freezer:relative\n"), "freezer"); err == nil {
+		t.Errorf("relative path: want an error")
+	}
+}
+
+// TestV1KillTree: the torture cases of TestV2KillTree in a v1 freezer cgroup.
+func TestV1KillTree(t *testing.T) {
+	freezer, pidsParent := requireFreezer(t)
+	tests := []struct {
+		name   string
+		mode   string
+		extra  []string
+		ready  int
+		before func(t *testing.T, tr *tree)
+	}{
+		{name: "child ignoring SIGTERM", mode: "ignore-term", ready: 1},
+		{name: "setsid double-forked daemon ignoring SIGTERM", mode: "daemon", ready: 3, before: daemonEscaped},
+		{name: "forks a child every 10ms", mode: "forker", ready: 6},
+		{name: "SIGSTOPped leader", mode: "sleep", ready: 1, before: stopLeader},
+		{name: "64 threads", mode: "threads", ready: 1},
+		{name: "tree of 20 processes", mode: "tree", extra: []string{envNode + "=0", envNodes + "=20"}, ready: 20},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tr, v1 := startV1Tree(t, freezer, pidsParent, false, tc.mode, tc.extra...)
+			ids := waitReported(t, tr.pidfile, tc.ready)
+			if tc.before != nil {
+				tc.before(t, tr)
+			}
+			want := "/" + filepath.Base(v1.Dir())
+			var outside []int
+			for _, id := range aliveIDs(t, ids) {
+				if p := v1CgroupOf(t, id.pid, "freezer"); !strings.HasSuffix(p, want) {
+					outside = append(outside, id.pid)
+				}
+			}
+			if slices.Contains(outside, tr.leader) {
+				t.Errorf("leader %d outside freezer cgroup .../%s", tr.leader, want)
+			}
+			if len(outside) > 0 {
+				t.Logf("%d of %d processes escaped the cgroup (forked before the move)", len(outside), len(ids))
+			}
+			if v1.PidsDir() != "" {
+				if n, err := v1.TaskCount(); err != nil || n < 1 {
+					t.Errorf("TaskCount = %d, %v; want >= 1", n, err)
+				}
+			}
+			pids, err := tr.Pids()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, id := range aliveIDs(t, ids) {
+				if !slices.Contains(pids, id.pid) {
+					t.Errorf("Pids() = %v: misses reported process %d", pids, id.pid)
+				}
+			}
+
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			start := time.Now()
+			killed, err := tr.Kill(ctx)
+			elapsed := time.Since(start)
+			if err != nil {
+				t.Fatalf("Kill: %v", err)
+			}
+			t.Logf("killed %d processes (%d seen in Pids before) in %v", killed, len(pids), elapsed)
+			if killed < len(pids) {
+				t.Errorf("Kill killed %d, want >= %d", killed, len(pids))
+			}
+			if left, err := readProcs(v1.Dir()); err != nil || len(left) > 0 {
+				t.Errorf("cgroup.procs after Kill = %v, %v", left, err)
+			}
+			if b, err := os.ReadFile(filepath.Join(v1.Dir(), "freezer.state")); err != nil || strings.TrimSpace(string(b)) != "THAWED" {
+				t.Errorf("freezer.state after Kill = %q, %v; want THAWED", b, err)
+			}
+			if es := tr.exitStatus(t); es.Code() != 137 || es.Pid != tr.leader {
+				t.Errorf("leader exit = %d %q, want %d signal SIGKILL", es.Pid, es, tr.leader)
+			}
+			all := readPidfile(t, tr.pidfile)
+			if alive := aliveIDs(t, all); len(alive) > 0 {
+				t.Errorf("alive after Kill: %v (of %d ever in the tree)", alive, len(all))
+			}
+			if pids, err := tr.Pids(); err != nil || len(pids) != 0 {
+				t.Errorf("Pids after Kill = %v, %v; want none", pids, err)
+			}
+			if n, err := tr.Kill(ctx); n != 0 || err != nil {
+				t.Errorf("second Kill = %d, %v; want 0, nil", n, err)
+			}
+			waitNoZombies(t)
+			if err := tr.Close(); err != nil {
+				t.Fatal(err)
+			}
+			for _, d := range []string{v1.Dir(), v1.PidsDir()} {
+				if _, err := os.Stat(d); d != "" && !errors.Is(err, os.ErrNotExist) {
+					t.Errorf("cgroup dir %s after Close: %v", d, err)
+				}
+			}
+		})
+	}
+}
+
+// TestV1Started: the leader is outside the cgroup until Started moves it.
+func TestV1Started(t *testing.T) {
+	freezer, pidsParent := requireFreezer(t)
+	tr, v1 := startV1Tree(t, freezer, pidsParent, true, "sleep")
+	waitReported(t, tr.pidfile, 1)
+	want := "/" + filepath.Base(v1.Dir())
+	if p := v1CgroupOf(t, tr.leader, "freezer"); strings.HasSuffix(p, want) {
+		t.Errorf("before Started: leader already in %q", p)
+	}
+	tr.Started(tr.leader)
+	if p := v1CgroupOf(t, tr.leader, "freezer"); !strings.HasSuffix(p, want) {
+		t.Errorf("after Started: leader in freezer cgroup %q, want .../%s", p, want)
+	}
+	if v1.PidsDir() != "" {
+		if p := v1CgroupOf(t, tr.leader, "pids"); !strings.HasSuffix(p, want) {
+			t.Errorf("after Started: leader in pids cgroup %q, want .../%s", p, want)
+		}
+	}
+}
+
+func TestV1Lifecycle(t *testing.T) {
+	freezer, pidsParent := requireFreezer(t)
+	ctx := context.Background()
+	v1, err := NewV1Tree(ctx, freezer, pidsParent, fmt.Sprintf("life-%d", os.Getpid()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v1.Close()
+	if v1.Mode() != ModeV1 {
+		t.Errorf("Mode = %q", v1.Mode())
+	}
+	if n, err := v1.Kill(ctx); n != 0 || err != nil {
+		t.Errorf("Kill before Started = %d, %v; want 0, nil", n, err)
+	}
+	if pids, err := v1.Pids(); len(pids) != 0 || err != nil {
+		t.Errorf("Pids before Started = %v, %v", pids, err)
+	}
+	if err := v1.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := v1.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+	for _, d := range []string{v1.Dir(), v1.PidsDir()} {
+		if _, err := os.Stat(d); d != "" && !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("cgroup dir %s after Close: %v", d, err)
+		}
+	}
+	if _, err := v1.Kill(ctx); !errors.Is(err, ErrClosed) {
+		t.Errorf("Kill after Close = %v, want ErrClosed", err)
+	}
+	if _, err := v1.Pids(); !errors.Is(err, ErrClosed) {
+		t.Errorf("Pids after Close = %v, want ErrClosed", err)
+	}
+	if err := v1.Configure(&syscall.SysProcAttr{}); !errors.Is(err, ErrClosed) {
+		t.Errorf("Configure after Close = %v, want ErrClosed", err)
+	}
+	for _, name := range []string{"", ".", "..", "a/b"} {
+		if v, err := NewV1Tree(ctx, freezer, "", name); err == nil {
+			v.Close()
+			t.Errorf("NewV1Tree(%q) succeeded", name)
+		}
+	}
+	if _, err := NewV1Tree(ctx, t.TempDir(), "", "x"); err == nil {
+		t.Errorf("NewV1Tree outside cgroup v1 succeeded")
+	}
+	if pidsParent != "" {
+		if v, err := NewV1Tree(ctx, pidsParent, "", fmt.Sprintf("notfreezer-%d", os.Getpid())); err == nil {
+			v.Close()
+			t.Errorf("NewV1Tree in the pids hierarchy succeeded")
+		}
+	}
+}
+
+// TestV1Leftover: a cgroup of the same name with processes in it (a
+// supervisor that died), even one left FROZEN (it died during a Kill), is
+// emptied and reused.
+func TestV1Leftover(t *testing.T) {
+	freezer, pidsParent := requireFreezer(t)
+	for _, frozen := range []bool{false, true} {
+		t.Run(fmt.Sprintf("frozen=%v", frozen), func(t *testing.T) {
+			old, oldV1 := startV1Tree(t, freezer, pidsParent, false, "daemon")
+			ids := waitReported(t, old.pidfile, 3)
+			dir := oldV1.Dir()
+			if frozen {
+				if err := writeFile(filepath.Join(dir, "freezer.state"), "FROZEN"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			name := strings.TrimPrefix(filepath.Base(dir), "tfgpu-")
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			// The old supervisor's sweep is gone with it: only the cgroup
+			// counts, so processes that escaped the move may survive.
+			v1, err := NewV1Tree(ctx, freezer, pidsParent, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer v1.Close()
+			if left, err := readProcs(dir); v1.Dir() != dir || err != nil || len(left) > 0 {
+				t.Errorf("NewV1Tree on leftover: dir %s (want %s), left %v, %v", v1.Dir(), dir, left, err)
+			}
+			if alive := aliveIDs(t, ids); len(alive) == len(ids) {
+				t.Errorf("leftover: nothing was killed")
+			}
+			if es := old.exitStatus(t); es.Code() != 137 {
+				t.Errorf("leftover leader exit = %q, want signal SIGKILL", es)
+			}
+		})
+	}
+}
+
+func TestV1Cycles(t *testing.T) {
+	freezer, pidsParent := requireFreezer(t)
+	before := mine(tfgpuCgroups(t, freezer))
+	for i := range 20 {
+		t.Run(fmt.Sprint(i), func(t *testing.T) {
+			tr, _ := startV1Tree(t, freezer, pidsParent, false, "daemon")
+			waitReported(t, tr.pidfile, 3)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if _, err := tr.Kill(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := tr.Close(); err != nil {
+				t.Fatal(err)
+			}
+			tr.exitStatus(t)
+			if alive := aliveIDs(t, readPidfile(t, tr.pidfile)); len(alive) > 0 {
+				t.Errorf("alive after Kill: %v", alive)
+			}
+		})
+	}
+	waitNoZombies(t)
+	// Only this test process's cgroups: other programs on the host (the
+	// wrapper's tests, run at the same time) may have theirs.
+	if after := mine(tfgpuCgroups(t, freezer)); !slices.Equal(before, after) {
+		t.Errorf("this test's freezer cgroups before %v, after %v", before, after)
+	}
+	if pidsParent != "" {
+		if m := mine(tfgpuCgroups(t, pidsParent)); len(m) > 0 {
+			t.Errorf("this test's pids cgroups after: %v", m)
+		}
+	}
+}
+
+// mine keeps the cgroups that startV1Tree of this test process named.
+func mine(dirs []string) []string {
+	prefix := fmt.Sprintf("tfgpu-test-%d-", os.Getpid())
+	return slices.DeleteFunc(dirs, func(d string) bool { return !strings.HasPrefix(filepath.Base(d), prefix) })
+}
+
+// TestV1KillTiming logs kill + wait-until-empty of the 20-process tree in
+// v1 mode, median of 20.
+func TestV1KillTiming(t *testing.T) {
+	if testing.Short() {
+		t.Skip("timing: not in -short")
+	}
+	freezer, pidsParent := requireFreezer(t)
+	const runs = 20
+	var d []time.Duration
+	for range runs {
+		t.Run("", func(t *testing.T) {
+			tr, _ := startV1Tree(t, freezer, pidsParent, false, "tree", envNode+"=0", envNodes+"=20")
+			waitReported(t, tr.pidfile, 20)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			begin := time.Now()
+			n, err := tr.Kill(ctx)
+			d = append(d, time.Since(begin))
+			if err != nil || n != 20 {
+				t.Fatalf("Kill = %d, %v; want 20", n, err)
+			}
+			tr.exitStatus(t)
+		})
+	}
+	slices.Sort(d)
+	t.Logf("kill + wait until empty, 20-process tree, median of %d: v1 %v (min %v, max %v)", len(d), d[len(d)/2], d[0], d[len(d)-1])
+}
+
+// TestV1KillEndedContext: Kill with a context that has ended still signals
+// and thaws, so the tree dies; a later Kill finds it empty.
+func TestV1KillEndedContext(t *testing.T) {
+	freezer, pidsParent := requireFreezer(t)
+	tr, v1 := startV1Tree(t, freezer, pidsParent, false, "tree", envNode+"=0", envNodes+"=7")
+	ids := waitReported(t, tr.pidfile, 7)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	n, err := tr.Kill(ctx)
+	t.Logf("Kill with ended ctx = %d, %v", n, err)
+	if err != nil && !errors.Is(err, context.Canceled) {
+		t.Errorf("Kill with ended ctx: %v, want nil or context.Canceled", err)
+	}
+	if es := tr.exitStatus(t); es.Code() != 137 {
+		t.Errorf("leader exit = %q, want signal SIGKILL", es)
+	}
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel2()
+	if _, err := tr.Kill(ctx2); err != nil {
+		t.Fatal(err)
+	}
+	if alive := aliveIDs(t, ids); len(alive) > 0 {
+		t.Errorf("alive after Kill: %v", alive)
+	}
+	if b, err := os.ReadFile(filepath.Join(v1.Dir(), "freezer.state")); err != nil || strings.TrimSpace(string(b)) != "THAWED" {
+		t.Errorf("freezer.state = %q, %v; want THAWED", b, err)
+	}
+}
