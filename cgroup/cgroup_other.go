@@ -62,3 +62,8 @@ func (r *Reaper) StartProcess(argv0 string, argv []string, attr *syscall.ProcAtt
 func (r *Reaper) Owns(pid int) bool { return false }
 func (r *Reaper) Orphans() uint64   { return 0 }
 func (r *Reaper) Stop()             {}
+
+// StartTime fails with ErrUnsupported.
+func StartTime(pid int) (uint64, error) {
+	return 0, fmt.Errorf("start time of %d: %w", pid, ErrUnsupported)
+}

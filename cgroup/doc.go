@@ -96,4 +96,46 @@
 // Reaper may reap that child first, and the other wait then fails with ECHILD
 // (or, after pid reuse, waits for the wrong process). Start every child with
 // Reaper.StartProcess. Stop is idempotent.
+//
+// # Cgroup v1 freezer mode
+//
+// "v1" (NewV1Tree) is for hosts without a usable cgroup2 tree. The tree gets
+// a cgroup of its own, tfgpu-NAME, in the v1 freezer hierarchy under the
+// supervisor's own freezer cgroup (V1SelfDir(l, "freezer")), and one of the
+// same name in the pids hierarchy where mounted, for counting (TaskCount).
+// v1 has no CLONE_INTO_CGROUP: Started moves the leader by writing
+// cgroup.procs, which races with the leader's first forks as the v2
+// fallback does, so a proc-mode sweep backs it up (pass
+// WithExclude(Reaper.Owns); it needs the child subreaper). v1 has no
+// cgroup.kill, so Kill works in rounds: write FROZEN to freezer.state and
+// poll until it reads FROZEN (no event file; 1 ms growing to 20 ms), so
+// nothing in the cgroup can fork or run; SIGKILL every process in
+// cgroup.procs; write THAWED, because a frozen process does not act on
+// SIGKILL; poll cgroup.procs until empty, and start another round if a
+// process appears that was not signalled; then run the sweep. A leftover
+// cgroup, even one left FROZEN by a supervisor that died during a Kill, is
+// emptied and reused. Close removes both directories.
+//
+// # Memory limit
+//
+// NewMemoryLimit(layout, name, limit) limits a tree's memory and counts the
+// OOM kills the limit causes (Memory). Sizes come from ParseSize, in powers
+// of 1024 however spelled ("8G" = "8GB" = "8GiB"). Where the supervisor's v2
+// cgroup offers the memory controller (pure v2 hosts), the limit is
+// memory.max of the tree's own cgroup (NewV2Memory; create the V2Tree
+// first), after enabling memory in the parent's cgroup.subtree_control,
+// which cgroup v2 refuses (EBUSY) while the parent has processes of its own
+// and is not the root; swap (memory.swap.max) is left alone; OOM kills are
+// memory.events oom_kill. On hybrid hosts memory stays a v1 controller (on
+// the team's machines the unified tree offers only hugetlb), and the limit
+// is a v1 memory cgroup of its own, tfgpu-NAME under the supervisor's own
+// memory cgroup (NewV1Memory): memory.limit_in_bytes, then
+// memory.memsw.limit_in_bytes to the same value where swap accounting
+// exists, so that swapping cannot escape the limit. The leader is moved in
+// with Add right after spawn (children forked later inherit it; anything
+// forked before the move, and memory charged before it, stay outside). OOM
+// kills are memory.oom_control oom_kill (Linux 4.13). Close removes the v1
+// cgroup, retrying EBUSY for 2 s while a killed process finishes exiting.
+// When no limit can be applied, NewMemoryLimit says why in one line and the
+// caller runs without one.
 package cgroup

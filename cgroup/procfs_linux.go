@@ -146,3 +146,17 @@ func (r *statReader) scan() (map[int]procStat, error) {
 	}
 	return procs, nil
 }
+
+// StartTime returns the start time of pid (clock ticks after boot, proc(5)
+// field 22), which tells a process from a later one that reuses its pid.
+func StartTime(pid int) (uint64, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, err
+	}
+	s, err := parseStat(b)
+	if err != nil {
+		return 0, err
+	}
+	return s.start, nil
+}

@@ -428,3 +428,19 @@ func (w *eventsWatch) wait(ctx context.Context) error {
 }
 
 func (w *eventsWatch) Close() error { return w.f.Close() }
+
+// DestroyV2 kills every process in the cgroup dir (one NewV2Tree made,
+// perhaps in another process), waits until it is empty, and removes it:
+// for `tfgpu-kernel stop` and for reaping cgroups of dead supervisors. It
+// returns how many processes were in it. A dir that is gone is not an error.
+func DestroyV2(ctx context.Context, dir string) (int, error) {
+	t := &V2Tree{dir: dir, dirFD: -1}
+	n, err := t.killCgroup(ctx)
+	if err != nil {
+		return n, fmt.Errorf("kill cgroup %s: %w", dir, err)
+	}
+	if err := removeCgroup(dir); err != nil {
+		return n, fmt.Errorf("remove cgroup: %w", err)
+	}
+	return n, nil
+}

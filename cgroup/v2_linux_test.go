@@ -442,7 +442,9 @@ func TestV2Cycles(t *testing.T) {
 
 func tfgpuCgroups(t *testing.T, parent string) []string {
 	t.Helper()
-	m, err := filepath.Glob(filepath.Join(parent, "tfgpu-*"))
+	// Only this test process's own: other packages' tests (run in
+	// parallel by go test ./...) create tfgpu-* cgroups of their own.
+	m, err := filepath.Glob(filepath.Join(parent, fmt.Sprintf("tfgpu-test-%d-*", os.Getpid())))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,3 +25,11 @@ func NewV2Tree(ctx context.Context, parent, name string, opts ...V2Option) (*V2T
 
 func (t *V2Tree) Dir() string  { return "" }
 func (t *V2Tree) Mode() string { return ModeV2 }
+
+// Leftovers is Linux-only.
+func (t *V2Tree) Leftovers() int { return 0 }
+
+// DestroyV2 fails with ErrUnsupported.
+func DestroyV2(ctx context.Context, dir string) (int, error) {
+	return 0, fmt.Errorf("kill cgroup %s: %w", dir, ErrUnsupported)
+}
