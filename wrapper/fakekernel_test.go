@@ -42,7 +42,7 @@ func TestMain(m *testing.M) {
 		// The supervisor as a process of its own (startExternal).
 		os.Unsetenv("TFGPU_TEST_SUPERVISOR")
 		lg := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-		os.Exit(Run(context.Background(), Config{ConnFile: path,
+		os.Exit(Run(context.Background(), Config{ConnFile: path, Cgroup: os.Getenv("TFGPU_CGROUP"),
 			Argv: []string{os.Args[0], "-test.run=^$", "-f", path}, Log: lg}))
 	}
 	if os.Getenv("TFGPU_FAKE_KERNEL") != "" {

@@ -131,6 +131,9 @@ func startExternal(t *testing.T, path string) (*harness, *exec.Cmd) {
 // one when path is "".
 func newHarness(t *testing.T, path string) *harness {
 	t.Setenv("TFGPU_FAKE_KERNEL", "1")
+	if os.Getenv("TFGPU_STATE_DIR") == "" { // one per test, shared by its supervisors
+		t.Setenv("TFGPU_STATE_DIR", t.TempDir())
+	}
 	var ci *jmsg.ConnInfo
 	var err error
 	if path == "" {

@@ -42,6 +42,7 @@ type Config struct {
 	KillTimeout    time.Duration // how long killing the tree may take
 	InnerTransport string        // "auto" (ipc, else tcp), "ipc" or "tcp"
 	Cgroup         string        // containment: CgroupAuto (default), CgroupV2, CgroupNone
+	StateDir       string        // where state files go; default StateDir()
 	Log            *slog.Logger
 	Stderr         io.Writer // where one-line usage errors go
 
@@ -137,6 +138,11 @@ func Run(ctx context.Context, cfg Config) int {
 	if cfg.Cgroup == "" {
 		cfg.Cgroup = CgroupAuto
 	}
+	if cfg.StateDir == "" {
+		cfg.StateDir = StateDir()
+	}
+	s.cfg.StateDir = cfg.StateDir
+	s.reapDead()
 	tree, why, err := newTree(cfg.Cgroup, s.id, reaper, cfg.v2opts...)
 	if err != nil {
 		fmt.Fprintf(cfg.Stderr, "tfgpu-kernel: containment: %v\n", err)
@@ -155,6 +161,8 @@ func Run(ctx context.Context, cfg Config) int {
 	if exited == nil {
 		return code
 	}
+	s.record()
+	defer removeState(cfg.StateDir, s.id)
 	s.relay = newRelay(ctx, outer, inner, signer, s.events, s.log)
 	defer s.relay.closeInner()
 	s.log.Info("kernel started", "pid", s.kpid, "containment", s.tree.Mode(), "inner", inner.Transport)
@@ -317,6 +325,46 @@ func (s *supervisor) killTree() (int, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.KillTimeout)
 	defer cancel()
 	return s.tree.Kill(ctx)
+}
+
+// reapDead finishes kernels whose supervisor died (SIGKILL, OOM, a crash)
+// before this one starts: their processes may hold memory, GPU contexts
+// included (DESIGN §3 Start 3).
+func (s *supervisor) reapDead() {
+	states, err := ReadStates(s.cfg.StateDir)
+	if err != nil {
+		s.log.Warn("cannot read kernel states", "dir", s.cfg.StateDir, "err", err)
+	}
+	for _, st := range states {
+		if st.SupervisorAlive() {
+			continue
+		}
+		n, err := Finish(s.cfg.StateDir, st, s.cfg.KillTimeout)
+		attrs := []any{"dead_kernel", st.KernelID, "dead_supervisor", st.SupervisorPID, "processes", n}
+		if err != nil {
+			s.log.Error("cannot finish a kernel whose supervisor died", append(attrs, "err", err)...)
+			continue
+		}
+		msg := "finished a kernel whose supervisor died"
+		if st.KernelID == s.id {
+			msg = "killed processes left by a previous supervisor of this kernel"
+		}
+		s.log.Warn(msg, attrs...)
+	}
+}
+
+// record writes the state file once the kernel runs.
+func (s *supervisor) record() {
+	start, _ := cgroup.StartTime(os.Getpid())
+	st := State{KernelID: s.id, SupervisorPID: os.Getpid(), SupervisorStart: start, KernelPID: s.kpid,
+		Containment: s.tree.Mode(), ConnectionFile: s.cfg.ConnFile, Session: os.Getenv("JPY_SESSION_NAME"),
+		Started: time.Now().UTC()}
+	if d, ok := s.tree.(interface{ Dir() string }); ok {
+		st.Cgroup = d.Dir()
+	}
+	if err := writeState(s.cfg.StateDir, st); err != nil {
+		s.log.Warn("cannot record the kernel's state; 'tfgpu-kernel stop' will not find it", "err", err)
+	}
 }
 
 func shortID(id string) string {

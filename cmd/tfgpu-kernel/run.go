@@ -22,6 +22,7 @@ func cmdRun(args []string) int {
 	grace := fs.Duration("shutdown-grace", wrapper.DefaultShutdownGrace, "how long the kernel may take to exit by itself after shutdown_request")
 	killTimeout := fs.Duration("kill-timeout", wrapper.DefaultKillTimeout, "how long killing the kernel's tree may take")
 	inner := fs.String("inner-transport", "auto", "transport to the kernel: auto (ipc, else tcp), ipc, tcp")
+	stateDir := fs.String("state-dir", wrapper.StateDir(), "where the kernel's state file goes (read by 'tfgpu-kernel stop')")
 	cg := fs.String("cgroup", wrapper.CgroupAuto, "containment: auto (cgroup v2 when writable, else none), v2, none (process group and /proc)")
 	example := "tfgpu-kernel run -f kernel-1.json -- /usr/bin/python3 -m ipykernel_launcher -f kernel-1.json"
 	if code, done := parseFlags(fs, args, example); done {
@@ -59,6 +60,7 @@ func cmdRun(args []string) int {
 		KillTimeout:    *killTimeout,
 		InnerTransport: strings.ToLower(*inner),
 		Cgroup:         *cg,
+		StateDir:       *stateDir,
 		Log:            lg,
 	})
 }

@@ -1,0 +1,124 @@
+//go:build linux
+
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// `tfgpu-kernel stop --all` on a kernel whose supervisor is SIGSTOPped (hung):
+// the kernel and a setsid'd process it started are killed through the
+// kernel's cgroup, the state file and the cgroup are gone, and the
+// supervisor, once continued, ends because its kernel died.
+func TestE2EStopHungSupervisor(t *testing.T) {
+	s := e2eSetup(t)
+	ports := map[string]int{}
+	for _, name := range []string{"shell_port", "iopub_port", "stdin_port", "control_port", "hb_port"} {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ports[name] = l.Addr().(*net.TCPAddr).Port
+		l.Close()
+	}
+	c := map[string]any{"ip": "127.0.0.1", "key": "5f1c7a0e-stop", "transport": "tcp", "signature_scheme": "hmac-sha256"}
+	for k, v := range ports {
+		c[k] = v
+	}
+	b, _ := json.Marshal(c)
+	path := filepath.Join(t.TempDir(), "kernel-e2e-stop.json")
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	stateDir, tag, xdg := t.TempDir(), e2eTag(t), e2eXDG(t)
+	env := append(append([]string{}, s.env...), "E2E_TAG="+tag, "XDG_RUNTIME_DIR="+xdg, "TFGPU_STATE_DIR="+stateDir)
+
+	sup := exec.Command(s.bin, "run", "-f", path, "--", e2ePython, "-m", "ipykernel_launcher", "-f", path)
+	sup.Env = env
+	var supErr strings.Builder
+	sup.Stderr = &supErr
+	sup.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := sup.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var escapee int
+	defer func() {
+		sup.Process.Signal(syscall.SIGCONT)
+		sup.Process.Kill()
+		sup.Wait()
+		s.checkSurvivors(t, tag, []int{escapee}, time.Now())
+	}()
+
+	// A client has the kernel start a setsid'd process that ignores SIGTERM.
+	client := `import sys
+from jupyter_client import BlockingKernelClient
+kc = BlockingKernelClient(); kc.load_connection_file(sys.argv[1]); kc.start_channels(); kc.wait_for_ready(timeout=60)
+kc.execute_interactive("import subprocess, signal; p = subprocess.Popen(['setsid', 'sh', '-c', 'trap \"\" TERM; sleep 300'], preexec_fn=lambda: signal.signal(signal.SIGTERM, signal.SIG_IGN)); print(p.pid)", timeout=30)
+`
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	cl := exec.CommandContext(ctx, e2ePython, "-c", client, path)
+	cl.Env = env
+	out, err := cl.Output()
+	if err != nil {
+		t.Fatalf("client: %v\n%s\nsupervisor:\n%s", err, out, supErr.String())
+	}
+	if escapee, err = strconv.Atoi(strings.TrimSpace(string(out))); err != nil || !e2eLive(escapee) {
+		t.Fatalf("escapee %q not running", out)
+	}
+	stateFiles, _ := filepath.Glob(filepath.Join(stateDir, "*.json"))
+	if len(stateFiles) != 1 {
+		t.Fatalf("state files %v, want one", stateFiles)
+	}
+	var st struct {
+		KernelPID int    `json:"kernel_pid"`
+		Cgroup    string `json:"cgroup"`
+	}
+	if b, err := os.ReadFile(stateFiles[0]); err != nil || json.Unmarshal(b, &st) != nil || st.KernelPID <= 1 {
+		t.Fatalf("state file %s: %s, %v", stateFiles[0], b, err)
+	}
+
+	sup.Process.Signal(syscall.SIGSTOP)
+	stop := exec.Command(s.bin, "stop", "--all")
+	stop.Env = env
+	msg, err := stop.CombinedOutput()
+	t.Logf("tfgpu-kernel stop --all: %s", strings.TrimSpace(string(msg)))
+	if err != nil {
+		t.Fatalf("stop: %v: %s", err, msg)
+	}
+	if !strings.Contains(string(msg), "stopped kernel e2e-stop") || !strings.Contains(string(msg), "SIGSTOP") {
+		t.Fatalf("stop said %q", msg)
+	}
+	for _, pid := range []int{st.KernelPID, escapee} {
+		if e2eLive(pid) {
+			t.Fatalf("process %d alive after stop", pid)
+		}
+	}
+	if st.Cgroup != "" {
+		if _, err := os.Stat(st.Cgroup); !os.IsNotExist(err) {
+			t.Fatalf("cgroup %s left: %v", st.Cgroup, err)
+		}
+	}
+	if left, _ := filepath.Glob(filepath.Join(stateDir, "*.json")); len(left) > 0 {
+		t.Fatalf("state files left: %v", left)
+	}
+	sup.Process.Signal(syscall.SIGCONT)
+	done := make(chan error, 1)
+	go func() { done <- sup.Wait() }()
+	select {
+	case err := <-done:
+		t.Logf("supervisor ended after SIGCONT: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatalf("supervisor still running 10 s after SIGCONT; log:\n%s", supErr.String())
+	}
+}

@@ -1,0 +1,87 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/tfgpu/tfgpu-kernel/wrapper"
+)
+
+// cmdStop kills a supervised kernel's whole tree and waits until it is gone,
+// whether its supervisor is running, hung or dead:
+//
+//	tfgpu-kernel stop ID|--all
+func cmdStop(args []string) int {
+	fs := flag.NewFlagSet("stop", flag.ContinueOnError)
+	all := fs.Bool("all", false, "stop every supervised kernel")
+	timeout := fs.Duration("timeout", 5*time.Second, "how long a kernel may take to stop")
+	stateDir := fs.String("state-dir", wrapper.StateDir(), "where supervisors record their kernels")
+	if code, done := parseFlags(fs, args, "tfgpu-kernel stop 5b2c1e7a   # a kernel id, or a unique prefix of one"); done {
+		return code
+	}
+	if *all == (fs.NArg() == 1) || fs.NArg() > 1 {
+		return usageError("stop", "give one kernel id, or --all")
+	}
+	states, err := wrapper.ReadStates(*stateDir)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "tfgpu-kernel stop: %v\n", err)
+		return 1
+	}
+	var chosen []wrapper.State
+	for _, st := range states {
+		if *all || strings.HasPrefix(st.KernelID, fs.Arg(0)) {
+			chosen = append(chosen, st)
+		}
+	}
+	switch {
+	case len(chosen) == 0 && *all:
+		fmt.Println("no supervised kernels")
+		return 0
+	case len(chosen) == 0:
+		return usageError("stop", fmt.Sprintf("no kernel %q in %s", fs.Arg(0), *stateDir))
+	case len(chosen) > 1 && !*all:
+		return usageError("stop", fmt.Sprintf("%q names %d kernels; give more of the id", fs.Arg(0), len(chosen)))
+	}
+	code := 0
+	for _, st := range chosen {
+		if err := stopOne(*stateDir, st, *timeout); err != nil {
+			fmt.Fprintf(os.Stderr, "tfgpu-kernel stop: kernel %s: %v\n", st.KernelID, err)
+			code = 1
+		}
+	}
+	return code
+}
+
+// stopOne asks a live, running supervisor to stop (SIGTERM: it kills the
+// tree itself and Jupyter sees the kernel end); when it does not within the
+// timeout, or is stopped or gone, the tree is killed through its state.
+func stopOne(dir string, st wrapper.State, timeout time.Duration) error {
+	start := time.Now()
+	how := "supervisor gone"
+	if st.SupervisorAlive() && !st.SupervisorStopped() {
+		how = "supervisor asked to stop"
+		_ = syscall.Kill(st.SupervisorPID, syscall.SIGTERM)
+		for deadline := start.Add(timeout); st.SupervisorAlive() && time.Now().Before(deadline); {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if st.SupervisorAlive() {
+			how = "supervisor did not stop"
+		}
+	} else if st.SupervisorAlive() {
+		how = "supervisor stopped (SIGSTOP)"
+	}
+	n, err := wrapper.Finish(dir, st, timeout)
+	if err != nil {
+		return err
+	}
+	label := st.KernelID
+	if st.Session != "" {
+		label += " (" + st.Session + ")"
+	}
+	fmt.Printf("stopped kernel %s: %s; %d processes killed; %v\n", label, how, n, time.Since(start).Round(time.Millisecond))
+	return nil
+}

@@ -1,0 +1,165 @@
+package wrapper
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/tfgpu/tfgpu-kernel/cgroup"
+)
+
+// State is what a supervisor records about its kernel in the state
+// directory, one file per kernel id, so that `tfgpu-kernel stop` (and the
+// next supervisor) can find and finish a kernel whose supervisor is hung or
+// gone. It never holds the session key.
+type State struct {
+	KernelID        string    `json:"kernel_id"`
+	SupervisorPID   int       `json:"supervisor_pid"`
+	SupervisorStart uint64    `json:"supervisor_start"` // /proc starttime: tells a reused pid
+	KernelPID       int       `json:"kernel_pid"`
+	Containment     string    `json:"containment"`      // cgroup.Tree.Mode()
+	Cgroup          string    `json:"cgroup,omitempty"` // the kernel's cgroup directory (v2)
+	ConnectionFile  string    `json:"connection_file"`
+	Session         string    `json:"session,omitempty"` // JPY_SESSION_NAME: the notebook
+	Started         time.Time `json:"started"`
+}
+
+// StateDir is where state files live: $TFGPU_STATE_DIR, else
+// /run/tfgpu-kernel for root, else $XDG_RUNTIME_DIR/tfgpu-kernel, else
+// tfgpu-kernel-UID in the temporary directory.
+func StateDir() string {
+	if d := os.Getenv("TFGPU_STATE_DIR"); d != "" {
+		return d
+	}
+	if os.Geteuid() == 0 {
+		return "/run/tfgpu-kernel"
+	}
+	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" {
+		return filepath.Join(d, "tfgpu-kernel")
+	}
+	return filepath.Join(os.TempDir(), fmt.Sprintf("tfgpu-kernel-%d", os.Geteuid()))
+}
+
+func statePath(dir, id string) string { return filepath.Join(dir, id+".json") }
+
+// writeState writes st atomically, 0600 in a 0700 directory.
+func writeState(dir string, st State) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("write state: %w", err)
+	}
+	b, err := json.MarshalIndent(st, "", "  ")
+	if err != nil {
+		return fmt.Errorf("write state: %w", err)
+	}
+	tmp, err := os.CreateTemp(dir, ".state-*")
+	if err != nil {
+		return fmt.Errorf("write state: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(append(b, '\n')); err != nil {
+		tmp.Close()
+		return fmt.Errorf("write state: %w", err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("write state: %w", err)
+	}
+	if err := os.Rename(tmp.Name(), statePath(dir, st.KernelID)); err != nil {
+		return fmt.Errorf("write state: %w", err)
+	}
+	return nil
+}
+
+// ReadStates returns every state file in dir; files that cannot be read or
+// parsed are skipped (a supervisor may be writing one).
+func ReadStates(dir string) ([]State, error) {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read states: %w", err)
+	}
+	var out []State
+	for _, e := range entries {
+		name := e.Name()
+		if !strings.HasSuffix(name, ".json") || strings.HasPrefix(name, ".") {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			continue
+		}
+		var st State
+		if json.Unmarshal(b, &st) == nil && st.KernelID != "" {
+			out = append(out, st)
+		}
+	}
+	return out, nil
+}
+
+// SupervisorAlive reports whether the supervisor that wrote st still runs
+// (its pid exists with the same start time).
+func (st State) SupervisorAlive() bool {
+	if st.SupervisorPID <= 1 {
+		return false
+	}
+	start, err := cgroup.StartTime(st.SupervisorPID)
+	return err == nil && start == st.SupervisorStart
+}
+
+// SupervisorStopped reports whether the supervisor is stopped (SIGSTOP,
+// a debugger): alive but unable to act.
+func (st State) SupervisorStopped() bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", st.SupervisorPID))
+	if err != nil {
+		return false
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	return i > 0 && i+2 < len(b) && (b[i+2] == 'T' || b[i+2] == 't')
+}
+
+// removeState removes the state file of id if it still names this process.
+func removeState(dir, id string) {
+	b, err := os.ReadFile(statePath(dir, id))
+	if err != nil {
+		return
+	}
+	var st State
+	if json.Unmarshal(b, &st) == nil && st.SupervisorPID == os.Getpid() {
+		_ = os.Remove(statePath(dir, id))
+	}
+}
+
+// Finish kills the tree of the kernel st describes, waits until it is
+// empty and removes its cgroup and state file: what `tfgpu-kernel stop`
+// does, and what a supervisor does at start for kernels whose supervisor
+// died. It returns how many processes were killed.
+func Finish(dir string, st State, timeout time.Duration) (int, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	killed := 0
+	var err error
+	switch {
+	case st.Cgroup != "" && st.Containment == cgroup.ModeV2:
+		killed, err = cgroup.DestroyV2(ctx, st.Cgroup)
+	case st.KernelPID > 1:
+		// proc mode: without a cgroup only the kernel's process group can
+		// be found once its supervisor (the subreaper) is gone.
+		if e := unix.Kill(-st.KernelPID, unix.SIGKILL); e == nil {
+			killed = 1
+		} else if !errors.Is(e, unix.ESRCH) {
+			err = fmt.Errorf("kill process group %d: %w", st.KernelPID, e)
+		}
+	}
+	if err == nil {
+		_ = os.Remove(statePath(dir, st.KernelID))
+	}
+	return killed, err
+}

@@ -1,0 +1,65 @@
+package wrapper
+
+import (
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// `tfgpu-kernel stop` on a kernel whose supervisor is SIGSTOPped: its state
+// file leads to its cgroup, which is killed empty and removed.
+func TestFinishAKernelWhoseSupervisorIsStopped(t *testing.T) {
+	for _, mode := range []string{CgroupV2, CgroupNone} {
+		t.Run(mode, func(t *testing.T) {
+			if mode == CgroupV2 {
+				requireCgroupV2(t)
+			}
+			t.Setenv("TFGPU_CGROUP", mode)
+			h, cmd := startExternal(t, "")
+			pid := h.spawnEscapee()
+			states, err := ReadStates(os.Getenv("TFGPU_STATE_DIR"))
+			if err != nil || len(states) != 1 {
+				t.Fatalf("states %+v, %v; want the one kernel", states, err)
+			}
+			st := states[0]
+			if want := map[string]string{CgroupV2: "v2", CgroupNone: "proc"}[mode]; st.Containment != want {
+				t.Fatalf("containment %q, want %q", st.Containment, want)
+			}
+			if st.SupervisorPID != cmd.Process.Pid || !st.SupervisorAlive() || st.KernelPID <= 1 || st.Containment == "" {
+				t.Fatalf("state %+v does not describe the running supervisor %d", st, cmd.Process.Pid)
+			}
+			if fi, err := os.Stat(statePath(os.Getenv("TFGPU_STATE_DIR"), st.KernelID)); err != nil || fi.Mode().Perm() != 0o600 {
+				t.Fatalf("state file mode %v, %v; want 0600", fi.Mode(), err)
+			}
+			cmd.Process.Signal(syscall.SIGSTOP)
+			t.Cleanup(func() { cmd.Process.Signal(syscall.SIGCONT) })
+			if !st.SupervisorStopped() {
+				time.Sleep(50 * time.Millisecond)
+			}
+			n, err := Finish(os.Getenv("TFGPU_STATE_DIR"), st, 5*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(100 * time.Millisecond) // proc mode: SIGKILL is asynchronous
+			if pidAlive(st.KernelPID) {
+				t.Fatalf("kernel %d alive after Finish", st.KernelPID)
+			}
+			if mode == CgroupV2 {
+				if pidAlive(pid) {
+					t.Fatalf("escapee %d alive after Finish", pid)
+				}
+				if _, err := os.Stat(st.Cgroup); !os.IsNotExist(err) {
+					t.Fatalf("cgroup %s not removed: %v", st.Cgroup, err)
+				}
+				if n < 2 {
+					t.Fatalf("Finish killed %d processes, want kernel and escapee", n)
+				}
+			}
+			if left, _ := filepath.Glob(filepath.Join(os.Getenv("TFGPU_STATE_DIR"), "*.json")); len(left) > 0 {
+				t.Fatalf("state files left: %v", left)
+			}
+		})
+	}
+}
