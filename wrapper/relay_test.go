@@ -150,9 +150,7 @@ func TestKernelDeathTellsTheCell(t *testing.T) {
 // A subscriber that stops reading (here: behind a proxy that stops
 // forwarding) must not stall the other client, and its queue is bounded.
 func TestSlowSubscriberDoesNotStallOthers(t *testing.T) {
-	old := queueLimit
-	queueLimit = 1 << 20
-	t.Cleanup(func() { queueLimit = old })
+	setQueueLimits(t, 1<<20, 4<<20)
 	h := startHarness(t)
 
 	var paused atomic.Bool

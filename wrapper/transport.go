@@ -35,10 +35,23 @@ const (
 	schemeIPC = "tfgpu-ipc"
 )
 
-// queueLimit is the most bytes queued for one peer before further messages
-// to it are dropped. A message that starts under the limit is always queued
-// whole, so one 50 MB comm buffer still goes through.
-var queueLimit = 8 << 20
+// A peer's queue (bytes accepted for it and not yet taken by its socket)
+// is bounded in two steps. Past queueLimit, messages are dropped if the peer
+// has taken nothing for stallAfter: it stopped reading (SIGSTOPped, hung).
+// A peer that is slow but reading keeps getting everything up to
+// queueHardLimit, past which messages are dropped whatever it does. A
+// message that starts under the limit is always queued whole, so one 50 MB
+// comm buffer still goes through. (ipykernel's own iopub queues without
+// bound; libzmq's default high-water mark drops after 1000 messages.)
+var (
+	queueLimit     = 8 << 20
+	queueHardLimit = 32 << 20
+	stallAfter     = 250 * time.Millisecond
+)
+
+// flushChunk is the most the flusher writes at once, so that progress of a
+// slow peer is seen at least every chunk.
+const flushChunk = 1 << 20
 
 // bufferKeep is the largest write buffer kept for reuse after a flush; larger
 // ones (a burst, a big buffer) are left to the garbage collector so an idle
@@ -147,8 +160,10 @@ type peerConn struct {
 	pongs    [][]byte // PONG frames waiting for a message boundary
 	out      []byte   // accepted, not yet written
 	spare    []byte
-	flushing bool // the flusher goroutine owns the write side
-	dropping bool // dropping the rest of the current message
+	flushing bool      // the flusher goroutine owns the write side
+	inflight int       // bytes the flusher holds and has not written yet
+	progress time.Time // when the peer last took bytes
+	dropping bool      // dropping the rest of the current message
 	closed   bool
 	err      error
 	wake     chan struct{}
@@ -159,12 +174,13 @@ type peerConn struct {
 
 func newPeerConn(c net.Conn) *peerConn {
 	pc := &peerConn{
-		Conn: c,
-		rd:   bufio.NewReaderSize(c, 64<<10),
-		fr:   framer{greeting: zmtpGreetingLen},
-		rf:   framer{greeting: zmtpGreetingLen},
-		wake: make(chan struct{}, 1),
-		done: make(chan struct{}),
+		Conn:     c,
+		rd:       bufio.NewReaderSize(c, 64<<10),
+		fr:       framer{greeting: zmtpGreetingLen},
+		rf:       framer{greeting: zmtpGreetingLen},
+		progress: time.Now(),
+		wake:     make(chan struct{}, 1),
+		done:     make(chan struct{}),
 	}
 	if sc, ok := c.(syscall.Conn); ok {
 		if raw, err := sc.SyscallConn(); err == nil {
@@ -262,7 +278,7 @@ func (c *peerConn) Write(p []byte) (int, error) {
 	for len(p) > 0 {
 		k, start, end, control := c.fr.step(p)
 		if start {
-			c.dropping = !control && len(c.out) >= queueLimit
+			c.dropping = !control && c.full()
 			if c.dropping {
 				c.dropped.Add(1)
 			}
@@ -286,6 +302,13 @@ func (c *peerConn) Write(p []byte) (int, error) {
 	return n, nil
 }
 
+// full reports whether the next message to the peer is to be dropped.
+// Called with mu held.
+func (c *peerConn) full() bool {
+	n := len(c.out) + c.inflight
+	return n >= queueHardLimit || (n >= queueLimit && time.Since(c.progress) > stallAfter)
+}
+
 // writeNow tries one non-blocking write of out and hands what is left to the
 // flusher. Called with mu held; never blocks.
 func (c *peerConn) writeNow() {
@@ -296,6 +319,9 @@ func (c *peerConn) writeNow() {
 			n, werr = unix.Write(int(fd), c.out)
 			return true // one attempt; never wait for the peer here
 		})
+		if n > 0 {
+			c.progress = time.Now()
+		}
 		if err == nil && werr == nil && n == len(c.out) {
 			c.out = c.out[:0]
 			return
@@ -321,9 +347,19 @@ func (c *peerConn) flusher() {
 		for len(c.out) > 0 && !c.closed {
 			buf := c.out
 			c.out = c.spare[:0]
+			c.inflight = len(buf)
 			c.mu.Unlock()
-			_, err := c.Conn.Write(buf)
+			var err error
+			for off := 0; off < len(buf) && err == nil; {
+				end := min(off+flushChunk, len(buf))
+				_, err = c.Conn.Write(buf[off:end])
+				off = end
+				c.mu.Lock()
+				c.inflight, c.progress = len(buf)-off, time.Now()
+				c.mu.Unlock()
+			}
 			c.mu.Lock()
+			c.inflight = 0
 			if cap(buf) <= bufferKeep {
 				c.spare = buf[:0]
 			} else {

@@ -100,9 +100,7 @@ func TestFramerFindsMessagesInAnyChunking(t *testing.T) {
 // A peer that does not read: Write never blocks, the queue stays bounded,
 // and what the peer finally reads is whole messages only.
 func TestPeerConnDropsWholeMessagesForAStalledPeer(t *testing.T) {
-	old := queueLimit
-	queueLimit = 256 << 10
-	t.Cleanup(func() { queueLimit = old })
+	setQueueLimits(t, 256<<10, 1<<20)
 
 	raw, peer := tcpPair(t)
 	pc := newPeerConn(raw)
@@ -129,8 +127,8 @@ func TestPeerConnDropsWholeMessagesForAStalledPeer(t *testing.T) {
 	pc.mu.Lock()
 	queued := len(pc.out)
 	pc.mu.Unlock()
-	if queued > queueLimit+len(body)+64 {
-		t.Fatalf("queue holds %d bytes, limit %d", queued, queueLimit)
+	if queued > queueHardLimit+len(body)+64 {
+		t.Fatalf("queue holds %d bytes, hard limit %d", queued, queueHardLimit)
 	}
 	dropped := pc.dropped.Load()
 	if dropped == 0 {
@@ -223,4 +221,54 @@ func tcpPair(t *testing.T) (net.Conn, net.Conn) {
 	b := <-accepted
 	t.Cleanup(func() { a.Close(); b.Close() })
 	return a, b
+}
+
+// setQueueLimits shrinks the queue limits for one test.
+func setQueueLimits(t *testing.T, soft, hard int) {
+	oldSoft, oldHard := queueLimit, queueHardLimit
+	queueLimit, queueHardLimit = soft, hard
+	t.Cleanup(func() { queueLimit, queueHardLimit = oldSoft, oldHard })
+}
+
+// A peer that is slow but keeps reading is not dropped from below the hard
+// limit, however far past the soft one its queue grows.
+func TestPeerConnKeepsASlowReader(t *testing.T) {
+	setQueueLimits(t, 256<<10, 64<<20)
+	raw, peer := tcpPair(t)
+	pc := newPeerConn(raw)
+	defer pc.Close()
+	pc.Write(make([]byte, zmtpGreetingLen))
+	const n = 200 // 64 KiB each: 12.8 MB, 50 times the soft limit
+	got := make(chan int, 1)
+	go func() { // reads about 25 MB/s
+		r := bufio.NewReader(peer)
+		io.ReadFull(r, make([]byte, zmtpGreetingLen))
+		msgs := 0
+		for msgs < n {
+			_, size, err := readFrameHeader(r)
+			if err != nil {
+				break
+			}
+			io.CopyN(io.Discard, r, int64(size))
+			msgs++
+			if msgs%4 == 0 {
+				time.Sleep(10 * time.Millisecond)
+			}
+		}
+		got <- msgs
+	}()
+	body := bytes.Repeat([]byte("s"), 64<<10)
+	for i := 0; i < n; i++ {
+		for _, p := range frame(0, body) {
+			pc.Write(p)
+		}
+	}
+	select {
+	case msgs := <-got:
+		if msgs != n || pc.dropped.Load() != 0 {
+			t.Fatalf("slow reader got %d of %d, %d dropped", msgs, n, pc.dropped.Load())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("slow reader did not get everything; %d dropped", pc.dropped.Load())
+	}
 }
