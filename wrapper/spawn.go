@@ -100,6 +100,13 @@ func (s *supervisor) spawn(r *cgroup.Reaper, argv []string) (<-chan cgroup.ExitS
 		return nil, ExitExec
 	}
 	s.kpid = pid
+	if s.mem != nil {
+		// Before the kernel forks anything (v1 has no clone-into): what it
+		// forks later inherits the cgroup.
+		if err := s.mem.Add(pid); err != nil {
+			s.log.Warn("cannot put the kernel under its memory limit", "err", err)
+		}
+	}
 	s.tree.Started(pid)
 	return exited, 0
 }

@@ -43,6 +43,7 @@ type Config struct {
 	InnerTransport string        // "auto" (ipc, else tcp), "ipc" or "tcp"
 	Cgroup         string        // containment: CgroupAuto (default), CgroupV2, CgroupNone
 	StateDir       string        // where state files go; default StateDir()
+	MemoryLimit    int64         // bytes the kernel's tree may use; 0: no limit
 	Log            *slog.Logger
 	Stderr         io.Writer // where one-line usage errors go
 
@@ -68,8 +69,9 @@ type supervisor struct {
 	state  state
 	events chan relayEvent
 
-	shutdown *relayEvent // the shutdown_request being served
-	replied  bool        // the kernel's shutdown_reply was relayed
+	mem      cgroup.Memory // the memory limit, if one could be applied
+	shutdown *relayEvent   // the shutdown_request being served
+	replied  bool          // the kernel's shutdown_reply was relayed
 	innerDir string
 }
 
@@ -155,6 +157,13 @@ func Run(ctx context.Context, cfg Config) int {
 		// DESIGN §3 Start 3: a previous supervisor of this kernel was
 		// SIGKILLed and its tree lived on; it is gone before the new kernel.
 		s.log.Warn("killed processes left by a previous supervisor of this kernel", "processes", lt.Leftovers())
+	}
+
+	if cfg.MemoryLimit > 0 {
+		s.limitMemory(cfg.MemoryLimit)
+		if s.mem != nil {
+			defer s.mem.Close()
+		}
 	}
 
 	exited, code := s.spawn(reaper, substituteConn(cfg.Argv, cfg.ConnFile, dir+"/"+innerConnName))
@@ -260,6 +269,13 @@ func (s *supervisor) died(st cgroup.ExitStatus) int {
 	killed, err := s.killTree()
 	s.log.Warn("kernel died", "kernel_exit", st.String(), "processes_killed", killed, "err", err)
 	text := fmt.Sprintf("tfgpu-kernel: the kernel died (%s).", st.String())
+	if s.mem != nil {
+		if n, err := s.mem.OOMKills(); err == nil && n > 0 {
+			text = fmt.Sprintf("tfgpu-kernel: the kernel was killed by the out-of-memory killer at its memory limit of %s (%s).",
+				cgroup.FormatSize(s.mem.Limit()), st.String())
+			s.log.Warn("kernel killed at its memory limit", "limit", cgroup.FormatSize(s.mem.Limit()), "oom_kills", n)
+		}
+	}
 	if killed > 0 {
 		text += fmt.Sprintf(" %d leftover process(es) of its tree were killed.", killed)
 	}
@@ -351,6 +367,20 @@ func (s *supervisor) reapDead() {
 		}
 		s.log.Warn(msg, attrs...)
 	}
+}
+
+// limitMemory applies the memory limit to the kernel's tree-to-be, or says
+// once why it cannot (the kernel then runs without one).
+func (s *supervisor) limitMemory(limit int64) {
+	l, err := cgroup.DetectLayout()
+	if err == nil {
+		var how string
+		if s.mem, how, err = cgroup.NewMemoryLimit(l, s.id, limit); err == nil {
+			s.log.Info("memory limit", "limit", cgroup.FormatSize(s.mem.Limit()), "how", how)
+			return
+		}
+	}
+	s.log.Warn("memory limit not applied; the kernel runs without one", "limit", cgroup.FormatSize(limit), "why", err)
 }
 
 // record writes the state file once the kernel runs.

@@ -492,6 +492,16 @@ func TestE2EKernelDeath(t *testing.T) {
 	}
 }
 
+// Containment issue: a kernel over its memory limit is OOM-killed, the cell
+// is told, and autorestart brings up a fresh one.
+func TestE2EMemoryLimit(t *testing.T) {
+	s := e2eSetup(t)
+	if !s.wrapped {
+		t.Skip("the memory limit is the supervisor's")
+	}
+	s.scenario(t, 90*time.Second, "oom.py")
+}
+
 // Item 6: the process that launched the kernel (a stand-in for the Jupyter
 // server) is SIGKILLed: nothing of the kernel's tree is alive 2 s later.
 func TestE2ELauncherKilled(t *testing.T) {

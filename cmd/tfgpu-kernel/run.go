@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"strings"
 
+	"github.com/tfgpu/tfgpu-kernel/cgroup"
 	"github.com/tfgpu/tfgpu-kernel/wrapper"
 )
 
@@ -23,6 +24,7 @@ func cmdRun(args []string) int {
 	killTimeout := fs.Duration("kill-timeout", wrapper.DefaultKillTimeout, "how long killing the kernel's tree may take")
 	inner := fs.String("inner-transport", "auto", "transport to the kernel: auto (ipc, else tcp), ipc, tcp")
 	stateDir := fs.String("state-dir", wrapper.StateDir(), "where the kernel's state file goes (read by 'tfgpu-kernel stop')")
+	memLimit := fs.String("memory-limit", "", "memory the kernel's whole tree may use, e.g. 8G (powers of 1024); empty: no limit")
 	cg := fs.String("cgroup", wrapper.CgroupAuto, "containment: auto (cgroup v2 when writable, else none), v2, none (process group and /proc)")
 	example := "tfgpu-kernel run -f kernel-1.json -- /usr/bin/python3 -m ipykernel_launcher -f kernel-1.json"
 	if code, done := parseFlags(fs, args, example); done {
@@ -38,6 +40,13 @@ func cmdRun(args []string) int {
 		return usageError("run", fmt.Sprintf("--cgroup %q: want auto, v2 or none", *cg))
 	case *inner != "auto" && *inner != "ipc" && *inner != "tcp":
 		return usageError("run", fmt.Sprintf("--inner-transport %q: want auto, ipc or tcp", *inner))
+	}
+	var limit int64
+	if *memLimit != "" {
+		var err error
+		if limit, err = cgroup.ParseSize(*memLimit); err != nil || limit <= 0 {
+			return usageError("run", fmt.Sprintf("--memory-limit %q: want a size such as 8G or 300M", *memLimit))
+		}
 	}
 	var lv slog.Level
 	if err := lv.UnmarshalText([]byte(*level)); err != nil {
@@ -61,6 +70,7 @@ func cmdRun(args []string) int {
 		InnerTransport: strings.ToLower(*inner),
 		Cgroup:         *cg,
 		StateDir:       *stateDir,
+		MemoryLimit:    limit,
 		Log:            lg,
 	})
 }

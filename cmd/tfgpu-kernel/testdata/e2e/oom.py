@@ -1,0 +1,48 @@
+"""Memory limit (containment issue): the supervisor runs with
+TFGPU_MEMORY_LIMIT=300M (as a kernelspec's env or the server's environment
+would set it). A cell that touches 1.5 GB is killed by the out-of-memory
+killer; the cell is told it hit the memory limit of 300 MiB, the supervisor
+exits non-zero, nothing survives, and jupyter_client's KernelRestarter (the
+server's autorestart) brings up a fresh kernel that answers."""
+
+import os
+import time
+
+from jupyter_client.restarter import KernelRestarter
+
+import harness as h
+
+
+def main():
+    os.environ["TFGPU_MEMORY_LIMIT"] = "300M"
+    km, kc = h.start_kernel()
+    old = h.tree_of(km)
+    # bytes * n writes every page, unlike bytearray(n), which calloc may map lazily.
+    msg_id = kc.execute("import time\ntime.sleep(0.2)\nb = b'x' * (1500 << 20)\nprint('survived', len(b))")
+    t0 = time.monotonic()
+    while km.is_alive() and time.monotonic() - t0 < 30:
+        time.sleep(0.05)
+    assert not km.is_alive(), "the kernel is still alive 30 s after touching 1.5 GB under a 300 MiB limit"
+    rc = km.provisioner.process.returncode
+    r = h.collect(kc, msg_id, timeout=1.5, need_idle=True)
+    left = h.wait_dead(old, 2.0)
+    h.note(returncode=rc, cell_stderr=r["stderr"][-500:], cell_stdout=r["stdout"][-200:])
+    h.check(rc != 0, "the supervisor exited %s after the OOM kill; want non-zero" % rc)
+    h.check("out-of-memory" in r["stderr"] and "300 MiB" in r["stderr"],
+            "the cell was not told it hit the 300 MiB memory limit: stderr %r" % r["stderr"])
+    h.check("survived" not in r["stdout"], "the cell ran to the end: the limit did not hold")
+    h.check(not left, "survivors: %s" % h.describe(left))
+
+    restarted = []
+    rs = KernelRestarter(kernel_manager=km, restart_limit=3)
+    rs.add_callback(lambda: restarted.append(1), "restart")
+    rs.poll()
+    assert restarted, "KernelRestarter did not restart the OOM-killed kernel"
+    kc.stop_channels()
+    kc = h.connect(km)
+    h.track(km.provisioner.pid, h.kernel_pid(kc))
+    h.assert_answers(kc, "kernel after the OOM kill and autorestart")
+    km.shutdown_kernel()
+
+
+h.run(main)
