@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/tfgpu/tfgpu-kernel/cgroup"
 	"github.com/tfgpu/tfgpu-kernel/kernelspec"
 )
 
@@ -56,6 +57,7 @@ func installMain(args []string, stdout, stderr io.Writer) int {
 	fs.Var(env, "env", "`K=V` set in the kernel's environment (repeatable)")
 	fs.BoolVar(&o.Replace, "replace", false, "overwrite an existing kernelspec of the same name")
 	uninstall := fs.Bool("uninstall", false, "remove the kernelspec (only one written by tfgpu-kernel)")
+	memLimit := fs.String("memory-limit", "", "`SIZE` the kernel's whole tree may use, e.g. 8G (passed to 'run --memory-limit')")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			printInstallUsage(stdout, installUsage, fs)
@@ -65,6 +67,12 @@ func installMain(args []string, stdout, stderr io.Writer) int {
 	}
 	if fs.NArg() > 0 {
 		return installFail(stderr, 2, fmt.Errorf("unexpected argument %q", fs.Arg(0)))
+	}
+	if *memLimit != "" {
+		if n, err := cgroup.ParseSize(*memLimit); err != nil || n <= 0 {
+			return installFail(stderr, 2, fmt.Errorf("--memory-limit %q: want a size such as 8G or 300M", *memLimit))
+		}
+		o.RunFlags = append(o.RunFlags, "--memory-limit", *memLimit)
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })

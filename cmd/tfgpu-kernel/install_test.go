@@ -68,7 +68,8 @@ func TestInstallRealJupyter(t *testing.T) {
 		"XDG_DATA_HOME=", "JUPYTER_PATH="+filepath.Join(prefix, "share/jupyter"), "JUPYTER_CONFIG_DIR="+home)
 	dir := filepath.Join(prefix, "share/jupyter/kernels/tfgpu")
 
-	r := runInstallBin(t, env, bin, "install", "--prefix", prefix, "--python", py, "--env", "CUDA_VISIBLE_DEVICES=0")
+	r := runInstallBin(t, env, bin, "install", "--prefix", prefix, "--python", py, "--env", "CUDA_VISIBLE_DEVICES=0",
+		"--memory-limit", "8G")
 	if r.code != 0 || !strings.Contains(r.stdout, dir) || !strings.Contains(r.stdout, py) || strings.Count(r.stdout, "\n") != 1 {
 		t.Fatalf("install: exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
 	}
@@ -102,6 +103,8 @@ func TestInstallRealJupyter(t *testing.T) {
 		t.Errorf("display_name = %q", s.DisplayName)
 	case len(s.Argv) < 10 || s.Argv[0] != realBin || s.Argv[1] != "run" || !installArgvHas(s.Argv, py):
 		t.Errorf("argv = %q, want %s run … %s", s.Argv, realBin, py)
+	case s.Argv[2] != "--memory-limit" || s.Argv[3] != "8G":
+		t.Errorf("argv = %q, want run --memory-limit 8G", s.Argv)
 	case s.InterruptMode != "signal":
 		t.Errorf("interrupt_mode = %q", s.InterruptMode)
 	case s.Env["TF_FORCE_GPU_ALLOW_GROWTH"] != "true" || s.Env["CUDA_VISIBLE_DEVICES"] != "0":
@@ -156,6 +159,7 @@ func TestInstallFlags(t *testing.T) {
 		{"env without =", []string{"--env", "FOO"}, 2},
 		{"bad name", []string{"--name", "a b", "--prefix", t.TempDir()}, 2},
 		{"positional", []string{"extra"}, 2},
+		{"bad memory limit", []string{"--memory-limit", "lots", "--prefix", t.TempDir()}, 2},
 		{"missing python", []string{"--python", "/nonexistent/python3", "--prefix", t.TempDir()}, 1},
 	}
 	for _, tc := range tests {
