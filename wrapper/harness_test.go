@@ -417,3 +417,20 @@ func requireCgroupV2(t *testing.T) string {
 	}
 	return dir
 }
+
+// requireFreezer is requireCgroupV2 for the v1 freezer hierarchy.
+func requireFreezer(t *testing.T) string {
+	t.Helper()
+	tree, _, err := newTree(CgroupV1, fmt.Sprintf("probe-%d", os.Getpid()), nil)
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("CI=true: needs a writable v1 freezer hierarchy: %v", err)
+		}
+		t.Skipf("needs a writable v1 freezer hierarchy: %v", err)
+	}
+	dir := filepath.Dir(tree.(*cgroup.V1Tree).Dir())
+	if err := tree.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}

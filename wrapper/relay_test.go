@@ -69,11 +69,16 @@ func TestShutdownKillsEscapedTreeAndReplies(t *testing.T) {
 		{name: "auto", mode: CgroupAuto, wantMode: "mode=v2"},
 		{name: "v2 moved after fork", mode: CgroupV2, wantMode: "mode=v2",
 			opts: []cgroup.V2Option{cgroup.WithoutCloneInto()}},
+		{name: "v1", mode: CgroupV1, wantMode: "mode=v1"},
 		{name: "none", mode: CgroupNone, wantMode: "mode=proc"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			parent := ""
-			if tc.mode != CgroupNone {
+			switch tc.mode {
+			case CgroupV1:
+				parent = requireFreezer(t)
+			case CgroupNone:
+			default:
 				parent = requireCgroupV2(t)
 			}
 			h := startHarnessWith(t, func(c *Config) { c.Cgroup, c.v2opts = tc.mode, tc.opts })

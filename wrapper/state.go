@@ -149,6 +149,8 @@ func Finish(dir string, st State, timeout time.Duration) (int, error) {
 	switch {
 	case st.Cgroup != "" && st.Containment == cgroup.ModeV2:
 		killed, err = cgroup.DestroyV2(ctx, st.Cgroup)
+	case st.Cgroup != "" && st.Containment == cgroup.ModeV1:
+		killed, err = destroyV1(ctx, st.Cgroup)
 	case st.KernelPID > 1:
 		// proc mode: without a cgroup only the kernel's process group can
 		// be found once its supervisor (the subreaper) is gone.
@@ -162,4 +164,18 @@ func Finish(dir string, st State, timeout time.Duration) (int, error) {
 		_ = os.Remove(statePath(dir, st.KernelID))
 	}
 	return killed, err
+}
+
+// destroyV1 kills and removes a freezer cgroup another supervisor made: a
+// V1Tree of the same name treats it as a leftover and empties it.
+func destroyV1(ctx context.Context, dir string) (int, error) {
+	b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, nil
+	}
+	t, err := cgroup.NewV1Tree(ctx, filepath.Dir(dir), "", strings.TrimPrefix(filepath.Base(dir), "tfgpu-"))
+	if err != nil {
+		return 0, err
+	}
+	return len(strings.Fields(string(b))), t.Close()
 }

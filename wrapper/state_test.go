@@ -11,10 +11,13 @@ import (
 // `tfgpu-kernel stop` on a kernel whose supervisor is SIGSTOPped: its state
 // file leads to its cgroup, which is killed empty and removed.
 func TestFinishAKernelWhoseSupervisorIsStopped(t *testing.T) {
-	for _, mode := range []string{CgroupV2, CgroupNone} {
+	for _, mode := range []string{CgroupV2, CgroupV1, CgroupNone} {
 		t.Run(mode, func(t *testing.T) {
-			if mode == CgroupV2 {
+			switch mode {
+			case CgroupV2:
 				requireCgroupV2(t)
+			case CgroupV1:
+				requireFreezer(t)
 			}
 			t.Setenv("TFGPU_CGROUP", mode)
 			h, cmd := startExternal(t, "")
@@ -24,7 +27,7 @@ func TestFinishAKernelWhoseSupervisorIsStopped(t *testing.T) {
 				t.Fatalf("states %+v, %v; want the one kernel", states, err)
 			}
 			st := states[0]
-			if want := map[string]string{CgroupV2: "v2", CgroupNone: "proc"}[mode]; st.Containment != want {
+			if want := map[string]string{CgroupV2: "v2", CgroupV1: "v1", CgroupNone: "proc"}[mode]; st.Containment != want {
 				t.Fatalf("containment %q, want %q", st.Containment, want)
 			}
 			if st.SupervisorPID != cmd.Process.Pid || !st.SupervisorAlive() || st.KernelPID <= 1 || st.Containment == "" {
@@ -46,7 +49,7 @@ func TestFinishAKernelWhoseSupervisorIsStopped(t *testing.T) {
 			if pidAlive(st.KernelPID) {
 				t.Fatalf("kernel %d alive after Finish", st.KernelPID)
 			}
-			if mode == CgroupV2 {
+			if mode != CgroupNone {
 				if pidAlive(pid) {
 					t.Fatalf("escapee %d alive after Finish", pid)
 				}
