@@ -24,6 +24,7 @@ type State struct {
 	SupervisorPID   int       `json:"supervisor_pid"`
 	SupervisorStart uint64    `json:"supervisor_start"` // /proc starttime: tells a reused pid
 	KernelPID       int       `json:"kernel_pid"`
+	KernelStart     uint64    `json:"kernel_start"`     // /proc starttime of the kernel
 	Containment     string    `json:"containment"`      // cgroup.Tree.Mode()
 	Cgroup          string    `json:"cgroup,omitempty"` // the kernel's cgroup directory (v2)
 	ConnectionFile  string    `json:"connection_file"`
@@ -153,7 +154,12 @@ func Finish(dir string, st State, timeout time.Duration) (int, error) {
 		killed, err = destroyV1(ctx, st.Cgroup)
 	case st.KernelPID > 1:
 		// proc mode: without a cgroup only the kernel's process group can
-		// be found once its supervisor (the subreaper) is gone.
+		// be found once its supervisor (the subreaper) is gone, and only
+		// while the kernel, its leader, lives: a pid reused since could
+		// lead another group.
+		if start, e := cgroup.StartTime(st.KernelPID); e != nil || start != st.KernelStart {
+			break
+		}
 		if e := unix.Kill(-st.KernelPID, unix.SIGKILL); e == nil {
 			killed = 1
 		} else if !errors.Is(e, unix.ESRCH) {

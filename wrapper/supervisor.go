@@ -386,7 +386,8 @@ func (s *supervisor) limitMemory(limit int64) {
 // record writes the state file once the kernel runs.
 func (s *supervisor) record() {
 	start, _ := cgroup.StartTime(os.Getpid())
-	st := State{KernelID: s.id, SupervisorPID: os.Getpid(), SupervisorStart: start, KernelPID: s.kpid,
+	kstart, _ := cgroup.StartTime(s.kpid)
+	st := State{KernelID: s.id, SupervisorPID: os.Getpid(), SupervisorStart: start, KernelPID: s.kpid, KernelStart: kstart,
 		Containment: s.tree.Mode(), ConnectionFile: s.cfg.ConnFile, Session: os.Getenv("JPY_SESSION_NAME"),
 		Started: time.Now().UTC()}
 	if d, ok := s.tree.(interface{ Dir() string }); ok {

@@ -1,0 +1,126 @@
+package wrapper
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/tfgpu/tfgpu-kernel/cgroup"
+)
+
+// Finding is one line of `tfgpu-kernel doctor`: what was checked, what was
+// found, and, for a problem, the command that fixes it.
+type Finding struct {
+	Topic, Text string
+	Problem     bool
+	Fix         string
+}
+
+// Diagnose checks what the supervisor would find on this host for
+// containment, memory limits and kernels left by dead supervisors. It
+// creates and removes probe cgroups; it changes nothing else.
+func Diagnose(stateDir string) []Finding {
+	var out []Finding
+	add := func(f Finding) { out = append(out, f) }
+	l, err := cgroup.DetectLayout()
+	if err != nil {
+		add(Finding{Topic: "cgroups", Text: err.Error(), Problem: true})
+	} else {
+		add(Finding{Topic: "cgroups", Text: describeLayout(l)})
+	}
+
+	probe := fmt.Sprintf("doctor-%d", os.Getpid())
+	tree, why, err := newTree(CgroupAuto, probe, nil)
+	switch {
+	case err != nil:
+		add(Finding{Topic: "containment", Text: err.Error(), Problem: true})
+	case tree.Mode() == cgroup.ModeProc:
+		add(Finding{Topic: "containment", Text: "auto picks none (process group and /proc): " + why, Problem: true,
+			Fix: "run as root, or delegate a cgroup v2 subtree to this user (systemd-run --user --scope -p Delegate=yes …)"})
+	default:
+		add(Finding{Topic: "containment", Text: "auto picks " + tree.Mode() + ": " + why})
+	}
+	if tree != nil {
+		tree.Close()
+	}
+
+	if err == nil {
+		if m, how, merr := cgroup.NewMemoryLimit(l, probe, 64<<20); merr != nil {
+			add(Finding{Topic: "memory limit", Text: "cannot be applied: " + merr.Error(), Problem: true,
+				Fix: "kernels run without --memory-limit here; run as root or delegate the memory controller"})
+		} else {
+			add(Finding{Topic: "memory limit", Text: "can be applied: " + how})
+			m.Close()
+		}
+	}
+
+	states, err := ReadStates(stateDir)
+	if err != nil {
+		add(Finding{Topic: "kernels", Text: err.Error(), Problem: true})
+	}
+	live, known := 0, map[string]bool{}
+	for _, st := range states {
+		known[st.Cgroup] = true
+		if st.SupervisorAlive() {
+			live++
+			continue
+		}
+		add(Finding{Topic: "stale kernel", Problem: true, Fix: "tfgpu-kernel stop " + st.KernelID,
+			Text: fmt.Sprintf("%s (supervisor %d is gone; %s)", st.KernelID, st.SupervisorPID, orDash(st.Cgroup))})
+	}
+	add(Finding{Topic: "kernels", Text: fmt.Sprintf("%d supervised kernel(s) running, state in %s", live, stateDir)})
+	for _, dir := range kernelCgroups(l) {
+		if !known[dir] && dir != "" {
+			add(Finding{Topic: "stale cgroup", Text: dir + " (no supervisor records it)", Problem: true,
+				Fix: "tfgpu-kernel stop --all, or if it is empty: rmdir " + dir})
+		}
+	}
+	return out
+}
+
+func describeLayout(l cgroup.Layout) string {
+	var v1 []string
+	for c := range l.V1 {
+		v1 = append(v1, c)
+	}
+	sort.Strings(v1)
+	s := l.Kind
+	if l.V2Mount != "" {
+		s += ", cgroup2 at " + l.V2Mount
+	}
+	if len(v1) > 0 {
+		s += ", v1: " + strings.Join(v1, " ")
+	}
+	return s
+}
+
+// kernelCgroups lists tfgpu-* cgroups under the supervisor's own, in the
+// v2 tree and the v1 freezer hierarchy.
+func kernelCgroups(l cgroup.Layout) []string {
+	var parents []string
+	if l.V2Self != "" {
+		parents = append(parents, l.V2Self)
+	}
+	if d, err := cgroup.V1SelfDir(l, "freezer"); err == nil {
+		parents = append(parents, d)
+	}
+	var out []string
+	for _, p := range parents {
+		m, _ := filepath.Glob(filepath.Join(p, "tfgpu-*"))
+		for _, d := range m {
+			if !strings.Contains(filepath.Base(d), "-doctor-") && !strings.Contains(filepath.Base(d), "-probe-") {
+				out = append(out, d)
+			}
+		}
+	}
+	return out
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "no cgroup"
+	}
+	return s
+}
