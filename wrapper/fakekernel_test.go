@@ -66,6 +66,13 @@ func fakeKernel(connPath string) int {
 		fmt.Fprintln(os.Stderr, "fake kernel:", err)
 		return 2
 	}
+	if f := os.Getenv("TFGPU_FAKE_SPAWN_FILE"); f != "" {
+		// A setsid'd escapee from the start, its pid appended to f.
+		pid := spawnSleeper()
+		out, _ := os.OpenFile(f, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+		fmt.Fprintln(out, pid)
+		out.Close()
+	}
 	signer, _ := jmsg.NewSigner(ci.SignatureScheme, ci.Key)
 	ctx := context.Background()
 	var socks [5]zmq4.Socket
@@ -167,11 +174,7 @@ func fakeKernel(connPath string) int {
 					send(jmsg.IOPub, topic("stream"), "stream", p.Header, map[string]any{"name": "stdout", "text": text})
 				}
 			case c.Code == "spawn":
-				cmd := exec.Command(os.Args[0])
-				cmd.Env = append(os.Environ(), "TFGPU_FAKE_KERNEL=", "TFGPU_FAKE_SLEEPER=1")
-				cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-				_ = cmd.Start()
-				send(jmsg.IOPub, topic("stream"), "stream", p.Header, map[string]any{"name": "stdout", "text": fmt.Sprint(cmd.Process.Pid)})
+				send(jmsg.IOPub, topic("stream"), "stream", p.Header, map[string]any{"name": "stdout", "text": fmt.Sprint(spawnSleeper())})
 			default:
 				send(jmsg.IOPub, topic("stream"), "stream", p.Header, map[string]any{"name": "stdout", "text": c.Code})
 			}
@@ -184,4 +187,15 @@ func fakeKernel(connPath string) int {
 			send(jmsg.IOPub, topic("status"), "status", p.Header, map[string]any{"execution_state": "idle"})
 		}
 	}
+}
+
+// spawnSleeper starts a setsid'd process that ignores SIGTERM and sleeps.
+func spawnSleeper() int {
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), "TFGPU_FAKE_KERNEL=", "TFGPU_FAKE_SLEEPER=1", "TFGPU_FAKE_SPAWN_FILE=")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return -1
+	}
+	return cmd.Process.Pid
 }

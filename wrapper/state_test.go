@@ -1,8 +1,12 @@
 package wrapper
 
 import (
+	"context"
+	"io"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -65,4 +69,57 @@ func TestFinishAKernelWhoseSupervisorIsStopped(t *testing.T) {
 			}
 		})
 	}
+}
+
+// 100 start/stop cycles of a kernel with a setsid'd escapee leave no
+// process, no cgroup and no state file behind.
+func TestStartStopCyclesLeaveNothing(t *testing.T) {
+	parent := requireCgroupV2(t)
+	dir := t.TempDir()
+	pidFile := filepath.Join(dir, "escapees")
+	t.Setenv("TFGPU_FAKE_KERNEL", "1")
+	t.Setenv("TFGPU_FAKE_SPAWN_FILE", pidFile)
+	path, _ := writeConn(t, dir)
+	stateDir := t.TempDir()
+	n := 100
+	if testing.Short() {
+		n = 10
+	}
+	start := time.Now()
+	for i := 0; i < n; i++ {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan int, 1)
+		go func() {
+			done <- Run(ctx, Config{ConnFile: path, Argv: []string{os.Args[0], "-test.run=^$", "-f", path},
+				StateDir: stateDir, Log: discardLogger(), Stderr: io.Discard})
+		}()
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+			b, _ := os.ReadFile(pidFile)
+			if strings.Count(string(b), "\n") == i+1 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("cycle %d: the kernel never started its escapee", i)
+			}
+		}
+		cancel()
+		if code := <-done; code != 0 {
+			t.Fatalf("cycle %d: exit %d", i, code)
+		}
+	}
+	b, _ := os.ReadFile(pidFile)
+	for _, f := range strings.Fields(string(b)) {
+		pid, _ := strconv.Atoi(f)
+		if pidAlive(pid) {
+			syscall.Kill(pid, syscall.SIGKILL)
+			t.Errorf("escapee %d survived its cycle", pid)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(parent, "tfgpu-test-1234")); !os.IsNotExist(err) {
+		t.Errorf("cgroup left: %v", err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(stateDir, "*")); len(left) > 0 {
+		t.Errorf("state files left: %v", left)
+	}
+	t.Logf("%d cycles in %v", n, time.Since(start).Round(time.Millisecond))
 }
