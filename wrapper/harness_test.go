@@ -111,10 +111,23 @@ func startHarnessWith(t *testing.T, adjust func(*Config)) *harness {
 // path "" writes a new connection file.
 func startExternal(t *testing.T, path string) (*harness, *exec.Cmd) {
 	t.Helper()
+	return startExternalAs(t, path, nil)
+}
+
+// startExternalAs is startExternal with the supervisor's process attributes
+// (another user, a cgroup of its own) and, when sys sets a Credential, the
+// test binary copied where that user can run it.
+func startExternalAs(t *testing.T, path string, sys *syscall.SysProcAttr) (*harness, *exec.Cmd) {
+	t.Helper()
 	h := newHarness(t, path)
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	exe := os.Args[0]
+	if sys != nil && sys.Credential != nil {
+		exe = copyForUser(t, exe, int(sys.Credential.Uid), h)
+	}
+	cmd := exec.Command(exe, "-test.run=^$")
 	cmd.Env = append(os.Environ(), "TFGPU_TEST_SUPERVISOR="+h.path)
 	cmd.Stderr = h.stderr
+	cmd.SysProcAttr = sys
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -433,4 +446,40 @@ func requireFreezer(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return dir
+}
+
+// copyForUser copies the test binary into a directory uid can enter, and
+// hands uid the connection file and a state directory of its own.
+func copyForUser(t *testing.T, exe string, uid int, h *harness) string {
+	t.Helper()
+	dir := t.TempDir()
+	// The test's temporary directories are 0700: let uid through the
+	// per-test root and into dir; the connection file is chowned below.
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err := os.ReadFile(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst := filepath.Join(dir, "supervisor.test")
+	if err := os.WriteFile(dst, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{filepath.Dir(h.path), h.path} {
+		if err := os.Chown(p, uid, uid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	state := filepath.Join(dir, "state")
+	if err := os.Mkdir(state, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(state, uid, uid); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("TFGPU_STATE_DIR", state)
+	return dst
 }
