@@ -179,7 +179,13 @@ func destroyV1(ctx context.Context, dir string) (int, error) {
 	if errors.Is(err, os.ErrNotExist) {
 		return 0, nil
 	}
-	t, err := cgroup.NewV1Tree(ctx, filepath.Dir(dir), "", strings.TrimPrefix(filepath.Base(dir), "tfgpu-"))
+	// The supervisor also made a pids cgroup of the same name, under its own
+	// pids cgroup; the tree removes both.
+	pids := ""
+	if l, err := cgroup.DetectLayout(); err == nil {
+		pids, _ = cgroup.V1SelfDir(l, "pids")
+	}
+	t, err := cgroup.NewV1Tree(ctx, filepath.Dir(dir), pids, strings.TrimPrefix(filepath.Base(dir), "tfgpu-"))
 	if err != nil {
 		return 0, err
 	}

@@ -64,6 +64,11 @@ func TestFinishAKernelWhoseSupervisorIsStopped(t *testing.T) {
 					t.Fatalf("Finish killed %d processes, want kernel and escapee", n)
 				}
 			}
+			if mode == CgroupV1 {
+				if left, _ := filepath.Glob("/sys/fs/cgroup/*/tfgpu-" + st.KernelID); len(left) > 0 {
+					t.Fatalf("v1 cgroups left: %v", left)
+				}
+			}
 			if left, _ := filepath.Glob(filepath.Join(os.Getenv("TFGPU_STATE_DIR"), "*.json")); len(left) > 0 {
 				t.Fatalf("state files left: %v", left)
 			}
