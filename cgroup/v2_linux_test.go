@@ -451,7 +451,7 @@ func tfgpuCgroups(t *testing.T, parent string) []string {
 	return m
 }
 
-// TestKillTiming logs kill + wait-until-empty of the 20-process tree, median
+// TestKillTiming logs kill + wait-until-empty of a 30-process tree, median
 // of 20, in proc and v2 mode.
 func TestKillTiming(t *testing.T) {
 	if testing.Short() {
@@ -459,20 +459,20 @@ func TestKillTiming(t *testing.T) {
 	}
 	parent := requireCgroupV2(t)
 	const runs = 20
-	nodes := []string{envNode + "=0", envNodes + "=20"}
+	nodes := []string{envNode + "=0", envNodes + "=30"}
 	measure := func(t *testing.T, start func(t *testing.T) *tree) time.Duration {
 		var d []time.Duration
 		for range runs {
 			t.Run("", func(t *testing.T) {
 				tr := start(t)
-				waitReported(t, tr.pidfile, 20)
+				waitReported(t, tr.pidfile, 30)
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				defer cancel()
 				begin := time.Now()
 				n, err := tr.Kill(ctx)
 				d = append(d, time.Since(begin))
-				if err != nil || n != 20 {
-					t.Fatalf("Kill = %d, %v; want 20", n, err)
+				if err != nil || n != 30 {
+					t.Fatalf("Kill = %d, %v; want 30", n, err)
 				}
 				tr.exitStatus(t)
 			})
@@ -485,5 +485,5 @@ func TestKillTiming(t *testing.T) {
 		tr, _, _ := startV2Tree(t, parent, v2Spawn{cloneInto: true}, "tree", nodes...)
 		return tr
 	})
-	t.Logf("kill + wait until empty, 20-process tree, median of %d: proc %v, v2 %v", runs, proc, v2)
+	t.Logf("kill + wait until empty, 30-process tree, median of %d: proc %v, v2 %v", runs, proc, v2)
 }
