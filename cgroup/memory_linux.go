@@ -1,8 +1,6 @@
 package cgroup
 
 import (
-	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -84,7 +82,7 @@ func NewMemoryLimit(l Layout, name string, limit int64) (m Memory, how string, e
 	if mount == "" {
 		return nil, "", fmt.Errorf("no memory limit: %s, and no v1 memory hierarchy is mounted", v2why)
 	}
-	parent, err := v1MemoryParent(mount)
+	parent, err := V1SelfDir(l, "memory")
 	if err != nil {
 		return nil, "", fmt.Errorf("no memory limit: %w", err)
 	}
@@ -362,63 +360,6 @@ func rmdirWait(dir string) error {
 		}
 		time.Sleep(delay)
 	}
-}
-
-// v1MemoryParent is the directory of this process's own memory cgroup
-// under the v1 memory hierarchy mounted at mount.
-func v1MemoryParent(mount string) (string, error) {
-	mi, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return "", err
-	}
-	cg, err := os.ReadFile("/proc/self/cgroup")
-	if err != nil {
-		return "", err
-	}
-	return parseV1MemoryParent(mi, cg, mount)
-}
-
-// parseV1MemoryParent finds, in /proc/self/cgroup, the path of the v1
-// hierarchy that carries the memory controller ("4:memory:/a/b", or
-// "4:cpu,memory:/a/b") and joins it to mount, relative to the mount's root
-// (from mountinfo: a container may see only a subtree).
-func parseV1MemoryParent(mountinfo, selfCgroup []byte, mount string) (string, error) {
-	var self string
-	found := false
-	for _, line := range strings.Split(string(selfCgroup), "\n") {
-		f := strings.SplitN(line, ":", 3)
-		if len(f) == 3 && slices.Contains(strings.Split(f[1], ","), "memory") {
-			self, found = strings.TrimSuffix(f[2], " (deleted)"), true
-			break
-		}
-	}
-	if !found {
-		return "", errors.New("/proc/self/cgroup has no memory line")
-	}
-	root, found := "", false
-	sc := bufio.NewScanner(bytes.NewReader(mountinfo))
-	sc.Buffer(make([]byte, 64*1024), 1024*1024)
-	for sc.Scan() {
-		m, ok, err := parseMountLine(sc.Text())
-		if err != nil {
-			return "", err
-		}
-		if ok && m.fstype == "cgroup" && m.point == mount &&
-			slices.Contains(strings.Split(m.superOpts, ","), "memory") {
-			root, found = m.root, true
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return "", fmt.Errorf("parse mountinfo: %w", err)
-	}
-	if !found {
-		return "", fmt.Errorf("no v1 memory hierarchy mounted at %s", mount)
-	}
-	rel, ok := cutPathPrefix(self, root)
-	if !ok {
-		return "", fmt.Errorf("our memory cgroup %s is not visible under %s (which shows %s)", self, mount, root)
-	}
-	return filepath.Join(mount, rel), nil
 }
 
 // readControllers reads a cgroup.controllers file.

@@ -113,7 +113,7 @@ func requireV1Memory(t *testing.T) string {
 	if l.V1["memory"] == "" {
 		t.Skipf("no v1 memory hierarchy (layout %q)", l.Kind)
 	}
-	parent, err := v1MemoryParent(l.V1["memory"])
+	parent, err := V1SelfDir(l, "memory")
 	if err != nil {
 		skipOrFail(t, "own v1 memory cgroup: %v", err)
 	}
@@ -355,28 +355,5 @@ func TestV2MemoryOOMKill(t *testing.T) {
 	}
 	if n, err := m.OOMKills(); err != nil || n < 1 {
 		t.Fatalf("OOMKills() = %d, %v; want ≥ 1", n, err)
-	}
-}
-
-func TestParseV1MemoryParent(t *testing.T) {
-	const mi = `35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory
-36 31 0:33 /docker/abc /sys/fs/cgroup/cpu,memory rw,relatime - cgroup cgroup rw,cpu,memory
-41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
-`
-	for _, c := range []struct {
-		self, mount, want, err string
-	}{
-		{"4:memory:/process_api/e3\n0::/\n", "/sys/fs/cgroup/memory", "/sys/fs/cgroup/memory/process_api/e3", ""},
-		{"4:memory:/\n", "/sys/fs/cgroup/memory", "/sys/fs/cgroup/memory", ""},
-		{"4:cpu,memory:/docker/abc/x\n", "/sys/fs/cgroup/cpu,memory", "/sys/fs/cgroup/cpu,memory/x", ""},
-		{"4:cpu,memory:/docker/abc\n", "/sys/fs/cgroup/cpu,memory", "/sys/fs/cgroup/cpu,memory", ""},
-		{"4:cpu,memory:/other\n", "/sys/fs/cgroup/cpu,memory", "", "not visible"},
-		{"0::/\n", "/sys/fs/cgroup/memory", "", "no memory line"},
-		{"4:memory:/\n", "/mnt/x", "", "no v1 memory hierarchy mounted at /mnt/x"},
-	} {
-		got, err := parseV1MemoryParent([]byte(mi), []byte(c.self), c.mount)
-		if got != c.want || (err == nil) != (c.err == "") || err != nil && !strings.Contains(err.Error(), c.err) {
-			t.Errorf("parseV1MemoryParent(%q, %q) = %q, %v; want %q, %q", c.self, c.mount, got, err, c.want, c.err)
-		}
 	}
 }
