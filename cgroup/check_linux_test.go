@@ -2,8 +2,10 @@ package cgroup
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"os"
+	"slices"
 	"testing"
 	"time"
 )
@@ -100,5 +102,32 @@ func waitNoZombies(t *testing.T) {
 			t.Fatalf("zombie children not reaped: %v", z)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// killChecked checks that Pids covers every reported live process, kills
+// the tree, and checks that Kill counted at least what Pids saw.
+func killChecked(t *testing.T, tr Tree, ids []procID) {
+	t.Helper()
+	pids, err := tr.Pids()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range aliveIDs(t, ids) {
+		if !slices.Contains(pids, id.pid) {
+			t.Errorf("Pids() = %v: misses reported process %d", pids, id.pid)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	killed, err := tr.Kill(ctx)
+	elapsed := time.Since(start)
+	if err != nil {
+		t.Fatalf("Kill: %v", err)
+	}
+	t.Logf("killed %d processes (%d seen in Pids before) in %v", killed, len(pids), elapsed)
+	if killed < len(pids) {
+		t.Errorf("Kill killed %d, want >= %d", killed, len(pids))
 	}
 }
