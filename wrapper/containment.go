@@ -94,3 +94,17 @@ func v2Tree(id string, opts ...cgroup.V2Option) (cgroup.Tree, string, error) {
 	}
 	return t, fmt.Sprintf("cgroup2 (%s host) at %s", l.Kind, t.Dir()), nil
 }
+
+// limitMemory applies the memory limit to the kernel's tree-to-be, or says
+// once why it cannot (the kernel then runs without one).
+func (s *supervisor) limitMemory(limit int64) {
+	l, err := cgroup.DetectLayout()
+	if err == nil {
+		var how string
+		if s.mem, how, err = cgroup.NewMemoryLimit(l, s.id, limit); err == nil {
+			s.log.Info("memory limit", "limit", cgroup.FormatSize(s.mem.Limit()), "how", how)
+			return
+		}
+	}
+	s.log.Warn("memory limit not applied; the kernel runs without one", "limit", cgroup.FormatSize(limit), "why", err)
+}

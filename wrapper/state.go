@@ -191,3 +191,44 @@ func destroyV1(ctx context.Context, dir string) (int, error) {
 	}
 	return len(strings.Fields(string(b))), t.Close()
 }
+
+// reapDead finishes kernels whose supervisor died (SIGKILL, OOM, a crash)
+// before this one starts: their processes may hold memory, GPU contexts
+// included (DESIGN §3 Start 3).
+func (s *supervisor) reapDead() {
+	states, err := ReadStates(s.cfg.StateDir)
+	if err != nil {
+		s.log.Warn("cannot read kernel states", "dir", s.cfg.StateDir, "err", err)
+	}
+	for _, st := range states {
+		if st.SupervisorAlive() {
+			continue
+		}
+		n, err := Finish(s.cfg.StateDir, st, s.cfg.KillTimeout)
+		attrs := []any{"dead_kernel", st.KernelID, "dead_supervisor", st.SupervisorPID, "processes", n}
+		if err != nil {
+			s.log.Error("cannot finish a kernel whose supervisor died", append(attrs, "err", err)...)
+			continue
+		}
+		msg := "finished a kernel whose supervisor died"
+		if st.KernelID == s.id {
+			msg = "killed processes left by a previous supervisor of this kernel"
+		}
+		s.log.Warn(msg, attrs...)
+	}
+}
+
+// record writes the state file once the kernel runs.
+func (s *supervisor) record() {
+	start, _ := cgroup.StartTime(os.Getpid())
+	kstart, _ := cgroup.StartTime(s.kpid)
+	st := State{KernelID: s.id, SupervisorPID: os.Getpid(), SupervisorStart: start, KernelPID: s.kpid, KernelStart: kstart,
+		Containment: s.tree.Mode(), ConnectionFile: s.cfg.ConnFile, Session: os.Getenv("JPY_SESSION_NAME"),
+		Started: time.Now().UTC()}
+	if d, ok := s.tree.(interface{ Dir() string }); ok {
+		st.Cgroup = d.Dir()
+	}
+	if err := writeState(s.cfg.StateDir, st); err != nil {
+		s.log.Warn("cannot record the kernel's state; 'tfgpu-kernel stop' will not find it", "err", err)
+	}
+}

@@ -343,61 +343,6 @@ func (s *supervisor) killTree() (int, error) {
 	return s.tree.Kill(ctx)
 }
 
-// reapDead finishes kernels whose supervisor died (SIGKILL, OOM, a crash)
-// before this one starts: their processes may hold memory, GPU contexts
-// included (DESIGN §3 Start 3).
-func (s *supervisor) reapDead() {
-	states, err := ReadStates(s.cfg.StateDir)
-	if err != nil {
-		s.log.Warn("cannot read kernel states", "dir", s.cfg.StateDir, "err", err)
-	}
-	for _, st := range states {
-		if st.SupervisorAlive() {
-			continue
-		}
-		n, err := Finish(s.cfg.StateDir, st, s.cfg.KillTimeout)
-		attrs := []any{"dead_kernel", st.KernelID, "dead_supervisor", st.SupervisorPID, "processes", n}
-		if err != nil {
-			s.log.Error("cannot finish a kernel whose supervisor died", append(attrs, "err", err)...)
-			continue
-		}
-		msg := "finished a kernel whose supervisor died"
-		if st.KernelID == s.id {
-			msg = "killed processes left by a previous supervisor of this kernel"
-		}
-		s.log.Warn(msg, attrs...)
-	}
-}
-
-// limitMemory applies the memory limit to the kernel's tree-to-be, or says
-// once why it cannot (the kernel then runs without one).
-func (s *supervisor) limitMemory(limit int64) {
-	l, err := cgroup.DetectLayout()
-	if err == nil {
-		var how string
-		if s.mem, how, err = cgroup.NewMemoryLimit(l, s.id, limit); err == nil {
-			s.log.Info("memory limit", "limit", cgroup.FormatSize(s.mem.Limit()), "how", how)
-			return
-		}
-	}
-	s.log.Warn("memory limit not applied; the kernel runs without one", "limit", cgroup.FormatSize(limit), "why", err)
-}
-
-// record writes the state file once the kernel runs.
-func (s *supervisor) record() {
-	start, _ := cgroup.StartTime(os.Getpid())
-	kstart, _ := cgroup.StartTime(s.kpid)
-	st := State{KernelID: s.id, SupervisorPID: os.Getpid(), SupervisorStart: start, KernelPID: s.kpid, KernelStart: kstart,
-		Containment: s.tree.Mode(), ConnectionFile: s.cfg.ConnFile, Session: os.Getenv("JPY_SESSION_NAME"),
-		Started: time.Now().UTC()}
-	if d, ok := s.tree.(interface{ Dir() string }); ok {
-		st.Cgroup = d.Dir()
-	}
-	if err := writeState(s.cfg.StateDir, st); err != nil {
-		s.log.Warn("cannot record the kernel's state; 'tfgpu-kernel stop' will not find it", "err", err)
-	}
-}
-
 func shortID(id string) string {
 	if len(id) > 8 {
 		return id[:8]
