@@ -145,7 +145,13 @@ func newRelay(ctx context.Context, outer [5]zmq4.Socket, inner *jmsg.ConnInfo, s
 	for _, ch := range jmsg.Channels {
 		go r.dial(ch, inner.Endpoint(ch))
 	}
-	go r.pump(jmsg.IOPub, r.inner[jmsg.IOPub], r.outer[jmsg.IOPub], r.fromKernel(nil))
+	iopub := groupFor(r.outer[jmsg.IOPub].Addr().String())
+	iopub.hold.Store(true)
+	go r.pump(jmsg.IOPub, r.inner[jmsg.IOPub], r.outer[jmsg.IOPub], r.fromKernel(func([][]byte) {
+		// A client that lags but reads holds up the kernel's output
+		// rather than losing it (see queueLimit).
+		iopub.waitRoom(r.ctx)
+	}))
 	for _, ch := range []jmsg.Channel{jmsg.Shell, jmsg.Control, jmsg.Stdin, jmsg.HB} {
 		go r.pump(ch, r.outer[ch], r.inner[ch], r.inspectIn(ch))
 		go r.pump(ch, r.inner[ch], r.outer[ch], r.fromKernel(r.inspectOut(ch)))

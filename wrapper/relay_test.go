@@ -351,3 +351,80 @@ func TestLeftoversOfAKilledSupervisorAreKilledAtNextStart(t *testing.T) {
 		t.Fatalf("leftovers killed after the new kernel started:\n%s", log)
 	}
 }
+
+// A subscriber that reads, but slower than the kernel writes, gets every
+// message: the relay holds up the kernel's output instead of dropping.
+func TestSlowButReadingSubscriberLosesNothing(t *testing.T) {
+	// Without the hold-up the slow client's queue would pass the hard
+	// limit (2 MiB of the 16 MB sent) and lose messages.
+	setQueueLimits(t, 256<<10, 2<<20)
+	h := startHarness(t)
+	proxy := throttledProxy(t, h.ci.Endpoint(jmsg.IOPub)[len("tcp://"):], 8<<20) // 8 MB/s
+	slow := zmq4.NewSub(t.Context())
+	_ = slow.SetOption(zmq4.OptionSubscribe, "")
+	if err := slow.Dial("tcp://" + proxy); err != nil {
+		t.Fatal(err)
+	}
+	defer slow.Close()
+	time.Sleep(300 * time.Millisecond)
+	const n = 2000 // 8 KiB each: 16 MB, two seconds at the slow client's pace
+	h.execute(fmt.Sprintf("flood %d", n), nil)
+	got := 0
+	deadline := time.After(60 * time.Second)
+	for got < n {
+		m, err := recvTimeout(slow, 10*time.Second)
+		if err != nil {
+			var dropped uint64
+			live.Range(func(k, _ any) bool { dropped += k.(*peerConn).dropped.Load(); return true })
+			t.Fatalf("slow client got %d of %d (%d dropped): %v", got, n, dropped, err)
+		}
+		if bytes.Contains(m.Frames[0], []byte("stream")) {
+			got++
+		}
+		select {
+		case <-deadline:
+			t.Fatalf("slow client got %d of %d in 60 s", got, n)
+		default:
+		}
+	}
+	var dropped uint64
+	live.Range(func(k, _ any) bool { dropped += k.(*peerConn).dropped.Load(); return true })
+	if dropped != 0 {
+		t.Fatalf("%d messages dropped for a client that kept reading", dropped)
+	}
+}
+
+// throttledProxy forwards TCP to target, server to client at most rate
+// bytes a second.
+func throttledProxy(t *testing.T, target string, rate int) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		up, err := net.Dial("tcp", target)
+		if err != nil {
+			c.Close()
+			return
+		}
+		t.Cleanup(func() { c.Close(); up.Close() })
+		go io.Copy(up, c)
+		buf := make([]byte, 64<<10)
+		for {
+			n, err := up.Read(buf)
+			if err != nil {
+				return
+			}
+			if _, err := c.Write(buf[:n]); err != nil {
+				return
+			}
+			time.Sleep(time.Duration(n) * time.Second / time.Duration(rate))
+		}
+	}()
+	return l.Addr().String()
+}

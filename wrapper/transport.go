@@ -36,22 +36,26 @@ const (
 )
 
 // A peer's queue (bytes accepted for it and not yet taken by its socket)
-// is bounded in two steps. Past queueLimit, messages are dropped if the peer
-// has taken nothing for stallAfter: it stopped reading (SIGSTOPped, hung).
-// A peer that is slow but reading keeps getting everything up to
-// queueHardLimit, past which messages are dropped whatever it does. A
-// message that starts under the limit is always queued whole, so one 50 MB
-// comm buffer still goes through. (ipykernel's own iopub queues without
-// bound; libzmq's default high-water mark drops after 1000 messages.)
+// is bounded in two steps. Past queueLimit, an iopub subscriber that is
+// still taking bytes holds up the PUB writer (peerConn.holdUp) and with it
+// the relay's iopub pump (peerGroup.waitRoom): the kernel waits for a slow
+// client instead of the client losing output, as with ipykernel's own
+// iopub, which queues without bound. A peer that has taken nothing for
+// stallAfter has stopped reading (SIGSTOPped, hung) and has whole messages
+// dropped instead, so it holds the others up for stallAfter at most. ROUTER
+// peers (shell, control, stdin, hb) are never waited for: zmq4 writes to
+// all of a ROUTER's peers under one lock. Past queueHardLimit, messages are
+// dropped whatever the peer does. A message that starts under the limit is always queued whole, so
+// one 50 MB comm buffer still goes through.
 var (
 	queueLimit     = 8 << 20
-	queueHardLimit = 32 << 20
-	stallAfter     = 250 * time.Millisecond
+	queueHardLimit = 64 << 20
+	stallAfter     = 500 * time.Millisecond
 )
 
 // flushChunk is the most the flusher writes at once, so that progress of a
 // slow peer is seen at least every chunk.
-const flushChunk = 1 << 20
+const flushChunk = 256 << 10
 
 // bufferKeep is the largest write buffer kept for reuse after a flush; larger
 // ones (a burst, a big buffer) are left to the garbage collector so an idle
@@ -107,7 +111,7 @@ func (t peerTransport) Listen(ctx context.Context, addr string) (net.Listener, e
 	if err != nil {
 		return nil, err
 	}
-	return peerListener{l}, nil
+	return peerListener{l, groupFor(l.Addr().String())}, nil
 }
 
 func (t peerTransport) Addr(ep string) (string, error) {
@@ -127,14 +131,66 @@ func (t peerTransport) Addr(ep string) (string, error) {
 	return net.JoinHostPort(host, port), nil
 }
 
-type peerListener struct{ net.Listener }
+type peerListener struct {
+	net.Listener
+	group *peerGroup
+}
 
 func (l peerListener) Accept() (net.Conn, error) {
 	c, err := l.Listener.Accept()
 	if err != nil {
 		return nil, err
 	}
-	return newPeerConn(c), nil
+	pc := newPeerConn(c)
+	pc.group = l.group
+	l.group.add(pc)
+	return pc, nil
+}
+
+func (l peerListener) Close() error {
+	groups.Delete(l.Addr().String())
+	return l.Listener.Close()
+}
+
+// peerGroup is the set of connections accepted on one listening socket.
+type peerGroup struct {
+	mu    sync.Mutex
+	conns map[*peerConn]struct{}
+
+	// hold: writers to these connections wait for a lagging reader
+	// instead of dropping (the iopub PUB socket; see queueLimit).
+	hold atomic.Bool
+	held atomic.Int32 // writers waiting now
+}
+
+// groups maps a listening socket's address to its peerGroup.
+var groups sync.Map
+
+func groupFor(addr string) *peerGroup {
+	g, _ := groups.LoadOrStore(addr, &peerGroup{conns: map[*peerConn]struct{}{}})
+	return g.(*peerGroup)
+}
+
+func (g *peerGroup) add(c *peerConn) {
+	g.mu.Lock()
+	g.conns[c] = struct{}{}
+	g.mu.Unlock()
+}
+
+func (g *peerGroup) remove(c *peerConn) {
+	g.mu.Lock()
+	delete(g.conns, c)
+	g.mu.Unlock()
+}
+
+// waitRoom blocks while a writer to one of g's connections is held up (see
+// holdUp), or until ctx ends: the pump then stops reading the kernel, so
+// the kernel waits for a slow client and nothing piles up in between. It
+// polls every millisecond, only while some client lags.
+func (g *peerGroup) waitRoom(ctx context.Context) {
+	for g.held.Load() > 0 && ctx.Err() == nil {
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // errSlowPeer is never returned by Write (messages are dropped, like libzmq);
@@ -167,6 +223,7 @@ type peerConn struct {
 	closed   bool
 	err      error
 	wake     chan struct{}
+	group    *peerGroup    // the listening socket's connections; nil when dialed
 	done     chan struct{} // closed when the flusher has written everything it will
 
 	dropped atomic.Uint64 // messages dropped because the peer's queue was full
@@ -274,6 +331,12 @@ func (c *peerConn) Write(p []byte) (int, error) {
 		}
 		return 0, &net.OpError{Op: "write", Net: "zmtp", Err: errClosed}
 	}
+	if c.group != nil && c.group.hold.Load() && !c.fr.inMsg {
+		c.holdUp()
+		if c.closed {
+			return 0, &net.OpError{Op: "write", Net: "zmtp", Err: errClosed}
+		}
+	}
 	ended := false
 	for len(p) > 0 {
 		k, start, end, control := c.fr.step(p)
@@ -307,6 +370,28 @@ func (c *peerConn) Write(p []byte) (int, error) {
 func (c *peerConn) full() bool {
 	n := len(c.out) + c.inflight
 	return n >= queueHardLimit || (n >= queueLimit && time.Since(c.progress) > stallAfter)
+}
+
+// lagging reports whether the peer's queue is full while it still reads:
+// then the sender should wait (see queueLimit). Called with mu held.
+func (c *peerConn) lagging() bool {
+	return !c.closed && len(c.out)+c.inflight >= queueLimit && time.Since(c.progress) <= stallAfter
+}
+
+// holdUp waits, before a new message, while the peer lags but reads; a
+// peer that stops reading meanwhile is given up on after stallAfter (its
+// messages are then dropped). Called with mu held; releases it to wait.
+func (c *peerConn) holdUp() {
+	if !c.lagging() {
+		return
+	}
+	c.group.held.Add(1)
+	defer c.group.held.Add(-1)
+	for c.lagging() {
+		c.mu.Unlock()
+		time.Sleep(time.Millisecond)
+		c.mu.Lock()
+	}
 }
 
 // writeNow tries one non-blocking write of out and hands what is left to the
@@ -394,6 +479,9 @@ func (c *peerConn) Close() error {
 		close(c.wake)
 	}
 	live.Delete(c)
+	if c.group != nil {
+		c.group.remove(c)
+	}
 	return c.Conn.Close()
 }
 
