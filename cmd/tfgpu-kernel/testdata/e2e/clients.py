@@ -6,7 +6,8 @@ second    a second client on the same connection file (jupyter console
 stalled   a client that stops reading (a subprocess SIGSTOPped while the
           kernel prints 300 MiB) stalls neither the other client's output
           nor its replies; the supervisor's RSS stays < 160 MiB: each client's
-          queue is bounded (24 MiB hard limit, less for a stalled one), plus
+          queue is bounded (8 MiB before it holds the kernel up or, stalled,
+          loses messages; 64 MiB in any case), plus
           the Go heap's slack; unbounded queueing would hold the whole 300 MiB.
           Measured 44-109 MiB depending on load, 68-76 MiB since slow
           readers hold the kernel up instead of queueing.
