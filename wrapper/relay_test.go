@@ -204,34 +204,47 @@ drain:
 // stallingProxy forwards TCP to target until paused, then stops reading
 // from the target: to the supervisor it is a client that stopped reading.
 func stallingProxy(t *testing.T, target string, paused *atomic.Bool) string {
+	return proxy(t, target, paused, 0)
+}
+
+// throttledProxy forwards TCP to target, server to client at most rate
+// bytes a second: a client that reads, but slowly.
+func throttledProxy(t *testing.T, target string, rate int) string {
+	return proxy(t, target, &atomic.Bool{}, rate)
+}
+
+// proxy forwards TCP between one client and target; server to client it
+// stops while paused and, with rate > 0, goes at most rate bytes a second.
+func proxy(t *testing.T, target string, paused *atomic.Bool, rate int) string {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { l.Close() })
 	go func() {
-		for {
-			c, err := l.Accept()
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		up, err := net.Dial("tcp", target)
+		if err != nil {
+			c.Close()
+			return
+		}
+		t.Cleanup(func() { c.Close(); up.Close() })
+		go io.Copy(up, c)
+		buf := make([]byte, 64<<10)
+		for !paused.Load() {
+			n, err := up.Read(buf)
 			if err != nil {
 				return
 			}
-			up, err := net.Dial("tcp", target)
-			if err != nil {
-				c.Close()
+			if _, err := c.Write(buf[:n]); err != nil {
 				return
 			}
-			t.Cleanup(func() { c.Close(); up.Close() })
-			go io.Copy(up, c)
-			go func() {
-				buf := make([]byte, 4096)
-				for !paused.Load() {
-					n, err := up.Read(buf)
-					if err != nil {
-						return
-					}
-					c.Write(buf[:n])
-				}
-			}()
+			if rate > 0 {
+				time.Sleep(time.Duration(n) * time.Second / time.Duration(rate))
+			}
 		}
 	}()
 	return l.Addr().String()
@@ -392,39 +405,4 @@ func TestSlowButReadingSubscriberLosesNothing(t *testing.T) {
 	if dropped != 0 {
 		t.Fatalf("%d messages dropped for a client that kept reading", dropped)
 	}
-}
-
-// throttledProxy forwards TCP to target, server to client at most rate
-// bytes a second.
-func throttledProxy(t *testing.T, target string, rate int) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	go func() {
-		c, err := l.Accept()
-		if err != nil {
-			return
-		}
-		up, err := net.Dial("tcp", target)
-		if err != nil {
-			c.Close()
-			return
-		}
-		t.Cleanup(func() { c.Close(); up.Close() })
-		go io.Copy(up, c)
-		buf := make([]byte, 64<<10)
-		for {
-			n, err := up.Read(buf)
-			if err != nil {
-				return
-			}
-			if _, err := c.Write(buf[:n]); err != nil {
-				return
-			}
-			time.Sleep(time.Duration(n) * time.Second / time.Duration(rate))
-		}
-	}()
-	return l.Addr().String()
 }
