@@ -51,13 +51,8 @@ func (t *procTree) Mode() string { return ModeProc }
 // Configure puts the leader in a new process group of its own (pgid = its
 // pid), so that the group outlives the leader and names the tree.
 func (t *procTree) Configure(attr *syscall.SysProcAttr) error {
-	if attr == nil {
-		return errors.New("configure proc tree: nil SysProcAttr")
-	}
-	if attr.Setsid || attr.Foreground {
-		// setpgid(2) fails with EPERM on a session leader, and Foreground
-		// moves the terminal's group: neither is what the tree needs.
-		return errors.New("configure proc tree: Setsid and Foreground conflict with Setpgid")
+	if err := checkGroupAttr(attr, "proc tree"); err != nil {
+		return err
 	}
 	attr.Setpgid, attr.Pgid = true, 0
 	return nil
@@ -195,5 +190,18 @@ func (t *procTree) Close() error {
 	t.mu.Lock()
 	t.closed = true
 	t.mu.Unlock()
+	return nil
+}
+
+// checkGroupAttr refuses attributes that conflict with putting the leader in
+// a process group of its own, which every mode does: setpgid(2) fails with
+// EPERM on a session leader, and Foreground moves the terminal's group.
+func checkGroupAttr(attr *syscall.SysProcAttr, what string) error {
+	if attr == nil {
+		return fmt.Errorf("configure %s: nil SysProcAttr", what)
+	}
+	if attr.Setsid || attr.Foreground {
+		return fmt.Errorf("configure %s: Setsid and Foreground conflict with Setpgid", what)
+	}
 	return nil
 }

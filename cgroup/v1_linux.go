@@ -194,11 +194,8 @@ func (t *V1Tree) Mode() string { return ModeV1 }
 // Configure puts the leader in a new process group, as the proc mode does.
 // v1 cannot create it inside the cgroup; Started moves it.
 func (t *V1Tree) Configure(attr *syscall.SysProcAttr) error {
-	if attr == nil {
-		return errors.New("configure v1 cgroup tree: nil SysProcAttr")
-	}
-	if attr.Setsid || attr.Foreground {
-		return errors.New("configure v1 cgroup tree: Setsid and Foreground conflict with Setpgid")
+	if err := checkGroupAttr(attr, "v1 cgroup tree"); err != nil {
+		return err
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()

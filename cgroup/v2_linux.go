@@ -150,11 +150,8 @@ func (t *V2Tree) Mode() string { return ModeV2 }
 // has the leader created inside the cgroup: clone3 with CLONE_INTO_CGROUP,
 // which Go uses when UseCgroupFD is set. The fd stays open until Close.
 func (t *V2Tree) Configure(attr *syscall.SysProcAttr) error {
-	if attr == nil {
-		return errors.New("configure cgroup tree: nil SysProcAttr")
-	}
-	if attr.Setsid || attr.Foreground {
-		return errors.New("configure cgroup tree: Setsid and Foreground conflict with Setpgid")
+	if err := checkGroupAttr(attr, "cgroup tree"); err != nil {
+		return err
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
