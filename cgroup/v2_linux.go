@@ -43,6 +43,7 @@ type V2Option func(*v2Options)
 
 type v2Options struct {
 	noCloneInto bool
+	adopted     bool // AdoptV2: someone else created the cgroup and put the leader in it
 	sweep       []ProcOption
 }
 
@@ -136,6 +137,26 @@ func newV2Tree(ctx context.Context, parent, name string, retried bool, opts ...V
 	return t, nil
 }
 
+// AdoptV2 returns the Tree of a cgroup2 directory that someone else made
+// and put the leader in: a systemd scope, which systemd-run creates around
+// its own process before it execs the command. Configure then only sets the
+// process group; Kill and Pids work as for NewV2Tree, and Close removes the
+// directory if it is still there (systemd removes an empty scope's cgroup
+// itself, and tolerates finding it gone).
+func AdoptV2(dir string) (*V2Tree, error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return nil, fmt.Errorf("adopt cgroup %s: %w", dir, err)
+	}
+	if st.Type != unix.CGROUP2_SUPER_MAGIC {
+		return nil, fmt.Errorf("adopt cgroup %s: not a cgroup2 file system", dir)
+	}
+	if err := unix.Access(filepath.Join(dir, "cgroup.kill"), unix.W_OK); err != nil {
+		return nil, fmt.Errorf("adopt cgroup %s: cannot write cgroup.kill: %w", dir, err)
+	}
+	return &V2Tree{dir: dir, dirFD: -1, opts: v2Options{adopted: true, noCloneInto: true}}, nil
+}
+
 // Leftovers is how many processes of a dead supervisor's cgroup of the same
 // name NewV2Tree killed.
 func (t *V2Tree) Leftovers() int { return t.leftovers }
@@ -175,7 +196,7 @@ func (t *V2Tree) Started(pid int) {
 	if t.sweep != nil {
 		t.sweep.Started(pid)
 	}
-	if t.opts.noCloneInto && !t.closed && pid > 0 {
+	if t.opts.noCloneInto && !t.opts.adopted && !t.closed && pid > 0 {
 		if err := writeFile(filepath.Join(t.dir, "cgroup.procs"), strconv.Itoa(pid)); err != nil {
 			t.startErr = fmt.Errorf("move leader %d into cgroup %s: %w", pid, t.dir, err)
 		}

@@ -23,6 +23,11 @@ func NewV2Tree(ctx context.Context, parent, name string, opts ...V2Option) (*V2T
 	return nil, fmt.Errorf("create cgroup: %w", ErrUnsupported)
 }
 
+// AdoptV2 fails with ErrUnsupported.
+func AdoptV2(dir string) (*V2Tree, error) {
+	return nil, fmt.Errorf("adopt cgroup %s: %w", dir, ErrUnsupported)
+}
+
 func (t *V2Tree) Dir() string  { return "" }
 func (t *V2Tree) Mode() string { return ModeV2 }
 

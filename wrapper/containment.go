@@ -9,13 +9,13 @@ import (
 	"github.com/tfgpu/tfgpu-kernel/cgroup"
 )
 
-// Containment modes accepted by --cgroup (DESIGN §5). The systemd
-// delegated scope is not built yet.
+// Containment modes accepted by --cgroup (DESIGN §5).
 const (
-	CgroupAuto = "auto"
-	CgroupV2   = "v2"
-	CgroupV1   = "v1"
-	CgroupNone = "none"
+	CgroupAuto    = "auto"
+	CgroupV2      = "v2"
+	CgroupSystemd = "systemd"
+	CgroupV1      = "v1"
+	CgroupNone    = "none"
 )
 
 // setupTimeout bounds clearing a leftover cgroup of the same kernel.
@@ -23,31 +23,59 @@ const setupTimeout = 3 * time.Second
 
 // newTree picks the containment for the kernel and says why: mode "v2" is
 // a child cgroup of the supervisor's own in the cgroup2 tree (pure or
-// hybrid hosts); "v1" a freezer cgroup; "none" the proc tree (subreaper and
-// /proc scan), which works everywhere; "auto" takes the first of v2, v1 and
-// none that the supervisor can set up.
+// hybrid hosts); "systemd" a delegated scope of the user's systemd manager,
+// for a supervisor whose own cgroup is not writable; "v1" a freezer cgroup;
+// "none" the proc tree (subreaper and /proc scan), which works everywhere;
+// "auto" takes the first of v2, systemd, v1 and none that can be set up.
 func newTree(mode, id string, r *cgroup.Reaper, opts ...cgroup.V2Option) (cgroup.Tree, string, error) {
-	proc := func() cgroup.Tree { return cgroup.NewProcTree(os.Getpid(), cgroup.WithExclude(r.Owns)) }
 	switch mode {
 	case CgroupNone:
-		return proc(), "asked for with --cgroup none", nil
+		return procTree(r), "asked for with --cgroup none", nil
 	case CgroupV2:
 		return v2Tree(id, opts...)
+	case CgroupSystemd:
+		return scopeMode(id, r)
 	case CgroupV1:
 		return v1Tree(id, r)
 	case CgroupAuto:
 	default:
-		return nil, "", fmt.Errorf("--cgroup %q: want auto, v2, v1 or none", mode)
+		return nil, "", fmt.Errorf("--cgroup %q: want auto, v2, systemd, v1 or none", mode)
 	}
 	tree, why, err2 := v2Tree(id, opts...)
 	if err2 == nil {
 		return tree, why, nil
 	}
+	if tree, why, err := scopeMode(id, r); err == nil {
+		return tree, fmt.Sprintf("%s; own cgroup not usable (%v)", why, err2), nil
+	}
+	return lastResort(id, r, fmt.Sprintf("no usable cgroup v2 (%v)", err2))
+}
+
+// lastResort is the v1 freezer or else the proc tree, with why the modes
+// before them were not taken.
+func lastResort(id string, r *cgroup.Reaper, before string) (cgroup.Tree, string, error) {
 	tree, why, err1 := v1Tree(id, r)
 	if err1 == nil {
-		return tree, fmt.Sprintf("%s; no usable cgroup v2 (%v)", why, err2), nil
+		return tree, fmt.Sprintf("%s; %s", why, before), nil
 	}
-	return proc(), fmt.Sprintf("no usable cgroup v2 (%v) or v1 freezer (%v); tracking by process group and /proc", err2, err1), nil
+	return procTree(r), fmt.Sprintf("%s or v1 freezer (%v); tracking by process group and /proc", before, err1), nil
+}
+
+func procTree(r *cgroup.Reaper) cgroup.Tree {
+	var opts []cgroup.ProcOption
+	if r != nil {
+		opts = append(opts, cgroup.WithExclude(r.Owns))
+	}
+	return cgroup.NewProcTree(os.Getpid(), opts...)
+}
+
+func scopeMode(id string, r *cgroup.Reaper) (cgroup.Tree, string, error) {
+	run, l, err := systemdScope()
+	if err != nil {
+		return nil, "", err
+	}
+	t := newScopeTree(run, l, id, r)
+	return t, fmt.Sprintf("systemd user scope %s, made by %s", t.unit, run), nil
 }
 
 // v1Tree is a freezer cgroup under the supervisor's own, with the proc

@@ -38,7 +38,7 @@ func Diagnose(stateDir string) []Finding {
 		add(Finding{Topic: "containment", Text: err.Error(), Problem: true})
 	case tree.Mode() == cgroup.ModeProc:
 		add(Finding{Topic: "containment", Text: "auto picks none (process group and /proc): " + why, Problem: true,
-			Fix: "run as root, or delegate a cgroup v2 subtree to this user (systemd-run --user --scope -p Delegate=yes …)"})
+			Fix: "run as root, delegate a cgroup v2 subtree to this user, or log in through systemd-logind so that a user manager (systemd --user) runs"})
 	default:
 		add(Finding{Topic: "containment", Text: "auto picks " + tree.Mode() + ": " + why})
 	}

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/go-zeromq/zmq4"
 
+	"github.com/tfgpu/tfgpu-kernel/cgroup"
 	"github.com/tfgpu/tfgpu-kernel/wrapper/jmsg"
 )
 
@@ -42,8 +44,12 @@ func TestMain(m *testing.M) {
 		// The supervisor as a process of its own (startExternal).
 		os.Unsetenv("TFGPU_TEST_SUPERVISOR")
 		lg := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-		os.Exit(Run(context.Background(), Config{ConnFile: path, Cgroup: os.Getenv("TFGPU_CGROUP"),
+		limit, _ := cgroup.ParseSize(os.Getenv("TFGPU_MEMORY_LIMIT"))
+		os.Exit(Run(context.Background(), Config{ConnFile: path, Cgroup: os.Getenv("TFGPU_CGROUP"), MemoryLimit: limit,
 			Argv: []string{os.Args[0], "-test.run=^$", "-f", path}, Log: lg}))
+	}
+	if filepath.Base(os.Args[0]) == "systemd-run" {
+		os.Exit(fakeSystemdRun(os.Args[1:]))
 	}
 	if os.Getenv("TFGPU_FAKE_KERNEL") != "" {
 		os.Exit(fakeKernel(os.Args[len(os.Args)-1]))

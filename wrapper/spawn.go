@@ -1,6 +1,7 @@
 package wrapper
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -81,7 +82,15 @@ func (s *supervisor) spawn(r *cgroup.Reaper, argv []string) (<-chan cgroup.ExitS
 	}
 	defer devnull.Close()
 	attr := &syscall.ProcAttr{Env: env, Files: []uintptr{devnull.Fd(), os.Stdout.Fd(), os.Stderr.Fd()}, Sys: sys}
-	pid, exited, err := r.StartProcess(path, argv, attr)
+	runPath, runArgv := path, argv
+	scope, _ := s.tree.(*scopeTree)
+	if scope != nil {
+		if runPath, runArgv, attr.Files, err = scope.wrap(path, argv, attr.Files); err != nil {
+			s.log.Error("cannot prepare the kernel's containment", "err", err)
+			return nil, ExitFailed
+		}
+	}
+	pid, exited, err := r.StartProcess(runPath, runArgv, attr)
 	if err != nil && sys.UseCgroupFD && cloneRefused(err) {
 		// clone3 with CLONE_INTO_CGROUP refused (old kernel, seccomp):
 		// spawn plainly and move the kernel into the cgroup after.
@@ -108,7 +117,58 @@ func (s *supervisor) spawn(r *cgroup.Reaper, argv []string) (<-chan cgroup.ExitS
 		}
 	}
 	s.tree.Started(pid)
+	if scope != nil {
+		if err := scope.Err(); err != nil {
+			return s.leaveScope(r, scope, exited, argv, err)
+		}
+		s.scopeMemory(scope)
+	}
 	return exited, 0
+}
+
+// leaveScope undoes a kernel start whose systemd scope did not come about
+// (systemd-run failed): what was started is killed, and the kernel is
+// started again under the v1 freezer or the proc tree.
+func (s *supervisor) leaveScope(r *cgroup.Reaper, scope *scopeTree, exited <-chan cgroup.ExitStatus, argv []string, why error) (<-chan cgroup.ExitStatus, int) {
+	s.log.Warn("no systemd scope for the kernel; starting it without", "err", why)
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.KillTimeout)
+	defer cancel()
+	if _, err := scope.Kill(ctx); err != nil {
+		s.log.Error("cannot kill what systemd-run left", "err", err)
+		return nil, ExitFailed
+	}
+	select {
+	case <-exited:
+	case <-ctx.Done():
+	}
+	scope.Close()
+	tree, how, err := lastResort(s.id, r, fmt.Sprintf("systemd scope failed (%v)", why))
+	if err != nil {
+		s.log.Error("cannot prepare the kernel's containment", "err", err)
+		return nil, ExitFailed
+	}
+	s.tree = tree
+	s.log.Info("containment", "mode", tree.Mode(), "why", how)
+	if scope.memLimit > 0 {
+		s.limitMemory(scope.memLimit)
+	}
+	s.kpid = 0
+	return s.spawn(r, argv)
+}
+
+// scopeMemory watches the memory limit systemd put on the kernel's scope,
+// for the out-of-memory kills it causes.
+func (s *supervisor) scopeMemory(scope *scopeTree) {
+	if scope.memLimit <= 0 {
+		return
+	}
+	m, err := cgroup.NewV2Memory(scope.Dir(), scope.memLimit)
+	if err != nil {
+		s.log.Warn("memory limit not applied; the kernel runs without one", "limit", cgroup.FormatSize(scope.memLimit), "why", err)
+		return
+	}
+	s.mem = m
+	s.log.Info("memory limit", "limit", cgroup.FormatSize(m.Limit()), "how", "MemoryMax of systemd scope "+scope.Dir())
 }
 
 // cloneRefused reports whether a spawn failed in clone3 itself rather than

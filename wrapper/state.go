@@ -148,7 +148,7 @@ func Finish(dir string, st State, timeout time.Duration) (int, error) {
 	killed := 0
 	var err error
 	switch {
-	case st.Cgroup != "" && st.Containment == cgroup.ModeV2:
+	case st.Cgroup != "" && (st.Containment == cgroup.ModeV2 || st.Containment == CgroupSystemd):
 		killed, err = cgroup.DestroyV2(ctx, st.Cgroup)
 	case st.Cgroup != "" && st.Containment == cgroup.ModeV1:
 		killed, err = destroyV1(ctx, st.Cgroup)

@@ -159,11 +159,15 @@ func Run(ctx context.Context, cfg Config) int {
 		s.log.Warn("killed processes left by a previous supervisor of this kernel", "processes", lt.Leftovers())
 	}
 
-	if cfg.MemoryLimit > 0 {
-		s.limitMemory(cfg.MemoryLimit)
+	defer func() {
 		if s.mem != nil {
-			defer s.mem.Close()
+			s.mem.Close()
 		}
+	}()
+	if st, ok := tree.(*scopeTree); ok {
+		st.memLimit = cfg.MemoryLimit // systemd applies it to the scope
+	} else if cfg.MemoryLimit > 0 {
+		s.limitMemory(cfg.MemoryLimit)
 	}
 
 	exited, code := s.spawn(reaper, substituteConn(cfg.Argv, cfg.ConnFile, dir+"/"+innerConnName))

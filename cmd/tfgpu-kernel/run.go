@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 
 	"github.com/tfgpu/tfgpu-kernel/cgroup"
@@ -25,7 +26,7 @@ func cmdRun(args []string) int {
 	inner := fs.String("inner-transport", "auto", "transport to the kernel: auto (ipc, else tcp), ipc, tcp")
 	stateDir := fs.String("state-dir", wrapper.StateDir(), "where the kernel's state file goes (read by 'tfgpu-kernel stop')")
 	memLimit := fs.String("memory-limit", "", "memory the kernel's whole tree may use, e.g. 8G (powers of 1024); empty: no limit")
-	cg := fs.String("cgroup", wrapper.CgroupAuto, "containment: auto (first of v2, v1 that works, else none), v2, v1 (freezer), none (process group and /proc)")
+	cg := fs.String("cgroup", wrapper.CgroupAuto, "containment: auto (first of v2, systemd, v1 that works, else none), v2, systemd (user scope via systemd-run), v1 (freezer), none (process group and /proc)")
 	example := "tfgpu-kernel run -f kernel-1.json -- /usr/bin/python3 -m ipykernel_launcher -f kernel-1.json"
 	if code, done := parseFlags(fs, args, example); done {
 		return code
@@ -36,8 +37,8 @@ func cmdRun(args []string) int {
 		return usageError("run", "-f CONNECTION_FILE is required")
 	case len(argv) == 0:
 		return usageError("run", "no kernel command given after --")
-	case *cg != wrapper.CgroupAuto && *cg != wrapper.CgroupV2 && *cg != wrapper.CgroupV1 && *cg != wrapper.CgroupNone:
-		return usageError("run", fmt.Sprintf("--cgroup %q: want auto, v2, v1 or none", *cg))
+	case !slices.Contains([]string{wrapper.CgroupAuto, wrapper.CgroupV2, wrapper.CgroupSystemd, wrapper.CgroupV1, wrapper.CgroupNone}, *cg):
+		return usageError("run", fmt.Sprintf("--cgroup %q: want auto, v2, systemd, v1 or none", *cg))
 	case *inner != "auto" && *inner != "ipc" && *inner != "tcp":
 		return usageError("run", fmt.Sprintf("--inner-transport %q: want auto, ipc or tcp", *inner))
 	}
