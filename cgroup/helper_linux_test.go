@@ -91,6 +91,27 @@ func helper(mode string) {
 			time.Sleep(time.Millisecond)
 		}
 		report(os.Getpid())
+	case "torture": // the E2E torture kernel's composition, see tortureProcs
+		ignoreTerm()
+		for range 16 {
+			go func() {
+				runtime.LockOSThread()
+				select {}
+			}()
+		}
+		report(os.Getpid())
+		for range 6 { // setsid'd double-forked daemons ignoring SIGTERM
+			mid := spawnSelf("daemon-mid", &syscall.SysProcAttr{Setsid: true})
+			var ws syscall.WaitStatus
+			if _, err := syscall.Wait4(mid, &ws, 0, nil); err != nil {
+				fail("wait daemon-mid: %v", err)
+			}
+		}
+		stopped := spawnSelf("sleep", nil)
+		syscall.Kill(stopped, syscall.SIGSTOP)
+		spawnSelf("ignore-term", nil)
+		spawnSelf("ignore-term", nil)
+		spawnSelf("forker", nil)
 	case "tree": // node k of a binary tree of n processes starts nodes 2k+1 and 2k+2
 		k, _ := strconv.Atoi(os.Getenv(envNode))
 		n, _ := strconv.Atoi(os.Getenv(envNodes))

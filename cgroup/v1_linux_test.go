@@ -382,34 +382,6 @@ func mine(dirs []string) []string {
 	return slices.DeleteFunc(dirs, func(d string) bool { return !strings.HasPrefix(filepath.Base(d), prefix) })
 }
 
-// TestV1KillTiming logs kill + wait-until-empty of the 20-process tree in
-// v1 mode, median of 20.
-func TestV1KillTiming(t *testing.T) {
-	if testing.Short() {
-		t.Skip("timing: not in -short")
-	}
-	freezer, pidsParent := requireFreezer(t)
-	const runs = 20
-	var d []time.Duration
-	for range runs {
-		t.Run("", func(t *testing.T) {
-			tr, _ := startV1Tree(t, freezer, pidsParent, false, "tree", envNode+"=0", envNodes+"=30")
-			waitReported(t, tr.pidfile, 30)
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			begin := time.Now()
-			n, err := tr.Kill(ctx)
-			d = append(d, time.Since(begin))
-			if err != nil || n != 30 {
-				t.Fatalf("Kill = %d, %v; want 30", n, err)
-			}
-			tr.exitStatus(t)
-		})
-	}
-	slices.Sort(d)
-	t.Logf("kill + wait until empty, 30-process tree, median of %d: v1 %v (min %v, max %v)", len(d), d[len(d)/2], d[0], d[len(d)-1])
-}
-
 // TestV1KillEndedContext: Kill with a context that has ended still signals
 // and thaws, so the tree dies; a later Kill finds it empty.
 func TestV1KillEndedContext(t *testing.T) {
