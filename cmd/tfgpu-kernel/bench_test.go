@@ -61,6 +61,9 @@ func benchSetup(tb testing.TB, dir string) []string {
 		"tfgpu":  append([]string{bin, "run", "-f", "{connection_file}", "--"}, kernelArgv...),
 		"direct": kernelArgv,
 	}
+	for _, mode := range restartModes {
+		specs["tfgpu-"+mode] = append([]string{bin, "run", "--cgroup", mode, "-f", "{connection_file}", "--"}, kernelArgv...)
+	}
 	for name, argv := range specs {
 		kdir := filepath.Join(dir, "jupyter", "kernels", name)
 		if err := os.MkdirAll(kdir, 0o755); err != nil {
@@ -179,6 +182,22 @@ func BenchmarkKernel(b *testing.B) {
 		} else if ok && f.Wrapped != nil {
 			b.ReportMetric(*f.Wrapped, u)
 		}
+	}
+}
+
+// restartModes are the containment modes BenchmarkRestartModes compares.
+var restartModes = []string{"v2", "v1", "none"}
+
+// BenchmarkRestartModes prints restart_kernel + wait_for_ready per
+// containment mode against the direct kernel, median of 20 each:
+//
+//	go test ./cmd/tfgpu-kernel -run '^$' -bench RestartModes -benchtime 1x -timeout 20m
+func BenchmarkRestartModes(b *testing.B) {
+	benchJupyterPython(b)
+	dir := b.TempDir()
+	env := append(benchSetup(b, dir), "BENCH_RESTART_MODES="+strings.Join(restartModes, ","))
+	for i := 0; i < b.N; i++ {
+		benchRun(b, env, dir, false, 15*time.Minute)
 	}
 }
 

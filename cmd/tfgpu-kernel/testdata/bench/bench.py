@@ -12,6 +12,9 @@ Environment in:
   BENCH_WRAPPED_KERNEL  kernelspec of the supervisor (default "tfgpu")
   BENCH_DIRECT_KERNEL   kernelspec of the plain ipykernel (default "direct")
   BENCH_LOG_DIR         where the kernels' stdout/stderr go (default: a temp dir)
+  BENCH_RESTART_MODES   e.g. "v2,v1,none": only restart to ready, of kernelspecs
+                        <wrapped>-<mode> (the supervisor with --cgroup <mode>)
+                        against the direct kernel
   TFGPU_BENCH_QUICK=1   tiny sizes, a smoke test of the harness, not a measurement
   TFGPU_BENCH_JSON      also write the results as JSON to this path
 
@@ -336,7 +339,47 @@ def interleaved(kernels, reps, fn):
     return res
 
 
+def restart_modes(modes):
+    """Restart to ready of the supervisor in each containment mode against
+    the direct kernel, interleaved: what each mode adds to a restart."""
+    reps = 2 if QUICK else 20
+    kernels, rows, failed = [], [], []
+    try:
+        kernels = [Kernel("direct", DIRECT_SPEC)] + [Kernel(m, "%s-%s" % (WRAPPED_SPEC, m)) for m in modes]
+        for k in kernels:
+            k.start()
+            log("%s (%s) up: pid %d" % (k.label, k.spec, k.pid))
+        log("restart to ready: %d each, modes %s" % (reps, modes))
+        rst = interleaved(kernels, reps, Kernel.restart)
+        d = med(rst["direct"]) * 1000
+        for m in modes:
+            w = med(rst[m]) * 1000
+            rows.append((m, w, d, w / d, w - d))
+    except BaseException as e:  # noqa: BLE001 — always report and always reap
+        failed.append("%s: %s" % (type(e).__name__, e))
+        traceback.print_exc()
+    finally:
+        for k in kernels:
+            left = k.shutdown()
+            if left:
+                failed.append("%s: processes alive after shutdown_kernel (SIGKILLed): %s" % (k.label, left))
+    print("\nrestart_kernel + wait_for_ready per containment mode, median of %d, %d CPUs" % (reps, os.cpu_count()))
+    print("mode | wrapped | direct | ratio | added")
+    for m, w, d, r, a in rows:
+        print("%s | %.1f ms | %.1f ms | %.3f | %+.1f ms" % (m, w, d, r, a))
+    for e in failed:
+        print("ERROR: " + e)
+    if JSON_OUT:
+        with open(JSON_OUT, "w") as f:
+            json.dump({"quick": QUICK, "restart_modes": [dict(zip(("mode", "wrapped_ms", "direct_ms", "ratio", "added_ms"), r))
+                                                         for r in rows], "errors": failed}, f, indent=1)
+    return 1 if failed else 0
+
+
 def main():
+    modes = [m for m in os.environ.get("BENCH_RESTART_MODES", "").split(",") if m]
+    if modes:
+        return restart_modes(modes)
     results = {"quick": QUICK, "config": CFG, "figures": [], "samples": {}, "errors": []}
     kernels = []
 
