@@ -3,6 +3,7 @@ module github.com/tfgpu/tfgpu-kernel
 go 1.26.8
 
 require (
+	github.com/NVIDIA/go-nvml v0.13.4-1
 	github.com/go-zeromq/zmq4 v0.17.0
 	golang.org/x/sys v0.50.0
 )

@@ -25,7 +25,10 @@ func TestKillTiming(t *testing.T) {
 	}
 	parent := requireCgroupV2(t)
 	freezer, pidsParent := requireFreezer(t)
-	const runs = 20
+	runs := 20
+	if raceEnabled {
+		runs = 3 // still kills each shape in each mode; the figures are the non-race run's
+	}
 	modes := []struct {
 		name  string
 		start func(t *testing.T, mode string, extra ...string) *tree

@@ -1,0 +1,263 @@
+package gpu
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/user"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Source lists NVML's process entries; *NVML is one.
+type Source interface {
+	Holders() ([]Holder, error)
+}
+
+// Attribution modes, as Result.By and the log say them.
+const (
+	ByPID      = "pid"      // NVML's pids are this /proc's: an entry is the tree's if its pid was
+	ByBaseline = "baseline" // they are not (a PID namespace): what appeared since the baseline
+)
+
+// Old is what is known of a kernel's tree when it is killed, enough to tell
+// its NVML entries from everyone else's afterwards.
+type Old struct {
+	// PIDs are the tree's processes just before the kill.
+	PIDs []int `json:"pids"`
+	// Baseline is NVML's list before the kernel was spawned.
+	Baseline []Holder `json:"baseline"`
+	// By is ByPID or ByBaseline (see Mode).
+	By string `json:"by"`
+	// Held is what the tree held just before the kill: the figures of
+	// the "released" log line.
+	Held []Holder `json:"held"`
+}
+
+// Mode says how entries can be attributed: ByBaseline when the supervisor
+// is in a nested PID namespace (NVML gives host pids) or when any entry
+// NVML lists has a pid that is no live process here (the pids are someone
+// else's numbering), ByPID otherwise.
+func Mode(lists ...[]Holder) string {
+	if nestedPIDNamespace() {
+		return ByBaseline
+	}
+	for _, l := range lists {
+		for _, h := range l {
+			if !Alive(h.PID) {
+				return ByBaseline
+			}
+		}
+	}
+	return ByPID
+}
+
+// Ours returns the entries of hs that are the old tree's. By pid: the pid
+// was in the tree and is not alive now (the tree is dead: a live process
+// with that pid is a new one, someone else's). By baseline: the entry was
+// not there before the kernel spawned, and its pid is not a live process
+// outside the tree. Another user's or notebook's process is never counted.
+func (o *Old) Ours(hs []Holder) []Holder {
+	var out []Holder
+	for _, h := range hs {
+		inTree := slices.Contains(o.PIDs, h.PID)
+		switch o.By {
+		case ByBaseline:
+			if !slices.ContainsFunc(o.Baseline, func(b Holder) bool { return b.Device == h.Device && b.PID == h.PID }) &&
+				!(Alive(h.PID) && !inTree) {
+				out = append(out, h)
+			}
+		default:
+			if inTree && !Alive(h.PID) {
+				out = append(out, h)
+			}
+		}
+	}
+	return out
+}
+
+// Holding returns the entries of hs whose pid is one of pids: a live
+// tree's GPU use.
+func Holding(hs []Holder, pids []int) []Holder {
+	var out []Holder
+	for _, h := range hs {
+		if slices.Contains(pids, h.PID) {
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+// Result is the outcome of Confirm.
+type Result struct {
+	By   string
+	Took time.Duration
+	// Released are the bytes per device the tree held before the kill
+	// (Old.Held), -1 where NVML gave no figure.
+	Released map[int]int64
+	// Held is what is still the tree's when Confirm gave up; empty when
+	// everything was released.
+	Held []Holder
+	// Polls is how many times NVML was asked.
+	Polls int
+}
+
+// Confirm asks src every poll until none of its entries is the old tree's
+// (then Held is empty), or until ctx ends (then Held is what is left). An
+// NVML error ends it at once.
+func Confirm(ctx context.Context, src Source, old Old, poll time.Duration) (Result, error) {
+	start := time.Now()
+	res := Result{By: old.By, Released: Sum(old.Held)}
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		hs, err := src.Holders()
+		res.Polls++
+		if err != nil {
+			res.Took = time.Since(start)
+			return res, err
+		}
+		res.Held = old.Ours(hs)
+		if len(res.Held) == 0 {
+			res.Took = time.Since(start)
+			return res, nil
+		}
+		t.Reset(poll)
+		select {
+		case <-ctx.Done():
+			res.Took = time.Since(start)
+			return res, nil
+		case <-t.C:
+		}
+	}
+}
+
+// Sum adds up bytes per device; a device with an entry whose figure NVML
+// cannot give sums to -1.
+func Sum(hs []Holder) map[int]int64 {
+	out := map[int]int64{}
+	for _, h := range hs {
+		switch cur, ok := out[h.Device]; {
+		case h.Bytes < 0 || (ok && cur < 0):
+			out[h.Device] = -1
+		default:
+			out[h.Device] = cur + h.Bytes
+		}
+	}
+	return out
+}
+
+// FormatBytes writes n bytes as GiB or MiB, the way nvidia-smi users read
+// them; "? MiB" when NVML gave no figure.
+func FormatBytes(n int64) string {
+	switch {
+	case n < 0:
+		return "? MiB"
+	case n >= 1<<30:
+		return strconv.FormatFloat(float64(n)/(1<<30), 'f', 1, 64) + "GiB"
+	default:
+		return strconv.FormatInt(n>>20, 10) + "MiB"
+	}
+}
+
+// ReleasedText formats Result.Released for the log: "GPU0 2.0GiB, GPU1 512MiB".
+func (r Result) ReleasedText() string {
+	if len(r.Released) == 0 {
+		return "none held"
+	}
+	devs := make([]int, 0, len(r.Released))
+	for d := range r.Released {
+		devs = append(devs, d)
+	}
+	slices.Sort(devs)
+	parts := make([]string, len(devs))
+	for i, d := range devs {
+		parts[i] = fmt.Sprintf("GPU%d %s", d, FormatBytes(r.Released[d]))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// Describe says who holds h, for the user: device, pid, command and owner
+// where this /proc shows them, and MiB.
+func Describe(h Holder) string {
+	who := fmt.Sprintf("pid %d", h.PID)
+	if cmd := Command(h.PID); cmd != "" {
+		who += " (" + cmd + ")"
+	}
+	if u := Owner(h.PID); u != "" {
+		who += " of " + u
+	}
+	return fmt.Sprintf("GPU%d: %s holds %s", h.Device, who, FormatBytes(h.Bytes))
+}
+
+// Command is pid's command line, shortened, or "" when it is not visible.
+func Command(pid int) string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	if err != nil || len(b) == 0 {
+		return ""
+	}
+	s := strings.TrimSpace(strings.ReplaceAll(string(b), "\x00", " "))
+	if len(s) > 60 {
+		s = s[:57] + "..."
+	}
+	return s
+}
+
+// Owner is the user name (or uid) of pid, or "" when it is not visible.
+func Owner(pid int) string {
+	fi, err := os.Stat("/proc/" + strconv.Itoa(pid))
+	if err != nil {
+		return ""
+	}
+	uid := fileUID(fi)
+	if uid < 0 {
+		return ""
+	}
+	return userName(uid)
+}
+
+// Alive reports whether pid is a live process (not a zombie) here.
+func Alive(pid int) bool {
+	if pid <= 0 {
+		return false
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	return i > 0 && i+2 < len(b) && b[i+2] != 'Z' && b[i+2] != 'X'
+}
+
+// nestedPIDNamespace reports whether this process sees pids of a PID
+// namespace below the host's (NSpid in /proc/self/status lists more than
+// one pid).
+func nestedPIDNamespace() bool {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "NSpid:"); ok {
+			return len(strings.Fields(v)) > 1
+		}
+	}
+	return false
+}
+
+func fileUID(fi os.FileInfo) int {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return int(st.Uid)
+	}
+	return -1
+}
+
+func userName(uid int) string {
+	if u, err := user.LookupId(strconv.Itoa(uid)); err == nil {
+		return u.Username
+	}
+	return "uid " + strconv.Itoa(uid)
+}

@@ -1,0 +1,725 @@
+/*
+ * fakenvml.c - a fake libnvidia-ml.so.1 for tests on machines without a GPU.
+ *
+ * Built by gputest.Build against go-nvml's own nvml.h, so every type and
+ * prototype here is checked against the header go-nvml was generated from.
+ *
+ * Model (DESIGN.md §6): device N is the file $FAKE_NVML_ROOT/nvidiaN, and a
+ * process has a compute context on device N exactly while it has that file
+ * open, the way CUDA keeps /dev/nvidiaN open. Holders are found by reading the
+ * /proc/<pid>/fd/<fd> links; entries that cannot be read are skipped.
+ *
+ * A holder may register its memory in $FAKE_NVML_ROOT/ctx/<pid>.<N> (decimal
+ * bytes, written atomically by holder.py after it opened the device). A
+ * registered holder that has gone (exited or closed the file) stays listed
+ * for FAKE_NVML_RELEASE_MS after the first observer noticed: that observer
+ * stamps ctx/<pid>.<N>.gone (O_CREAT|O_EXCL, CLOCK_REALTIME in ms), so every
+ * process loading the fake agrees on when the release happens. Expired
+ * entries are removed by whoever sees them expire. Unregistered holders are
+ * released as soon as they close the file.
+ *
+ * Knobs, read by the nvmlInit* call that takes the init refcount 0 -> 1:
+ *   FAKE_NVML_ROOT          device files and ctx/; unset or missing: nvmlInit
+ *                           returns NVML_ERROR_DRIVER_NOT_LOADED
+ *   FAKE_NVML_LOG           append one line per API call: "<symbol> [k=v ...] ret=<code>"
+ *   FAKE_NVML_INIT_FAIL     nvmlInit* returns this nvmlReturn_t
+ *   FAKE_NVML_RELEASE_MS    release delay of gone registered holders; -1 never (default 0)
+ *   FAKE_NVML_PID_OFFSET    added to every reported pid (a PID namespace)
+ *   FAKE_NVML_MEM_UNAVAILABLE=1  usedGpuMemory is NVML_VALUE_NOT_AVAILABLE
+ *   FAKE_NVML_DEFAULT_MEM   bytes of an unregistered holder (default 256 MiB)
+ *   FAKE_NVML_TOTAL_MEM     bytes per device (default 141 GiB)
+ *   FAKE_NVML_PERSISTENCE   0 or 1 (default 1)
+ * A malformed knob makes nvmlInit* print the reason on stderr and return
+ * NVML_ERROR_UNKNOWN: a test that mistypes a knob must not silently pass.
+ *
+ * Built with -DFAKE_NVML_NO_V3 the *_v3 process-list symbols are left out,
+ * as in a driver that predates them.
+ */
+#define _GNU_SOURCE
+#define NVML_NO_UNVERSIONED_FUNC_DEFS 1 /* declare nvmlInit as well as nvmlInit_v2 */
+#include "nvml.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_DEVICES 64
+#define MIB (1024ULL * 1024ULL)
+
+struct nvmlDevice_st {
+	unsigned int index;
+};
+
+/* cfg is written only by the init that takes refcount 0 -> 1, under
+ * init_lock, before refcount is published; API calls only read it. */
+static struct {
+	char root[PATH_MAX]; /* realpath of FAKE_NVML_ROOT */
+	unsigned int count;
+	unsigned long long default_mem, total_mem;
+	long long release_ms;
+	unsigned int pid_offset;
+	int mem_unavailable;
+	int persistence;
+} cfg;
+
+static struct nvmlDevice_st devices[MAX_DEVICES];
+static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
+static int refcount; /* atomic; changed under init_lock */
+static int log_fd = -1;
+
+static int initialized(void)
+{
+	return __atomic_load_n(&refcount, __ATOMIC_ACQUIRE) > 0;
+}
+
+/* traced appends "<fn> <args> ret=<ret>" to FAKE_NVML_LOG with one write,
+ * so lines from concurrent callers never interleave, and returns ret. */
+static nvmlReturn_t traced(const char *fn, nvmlReturn_t ret, const char *fmt, ...)
+{
+	char line[256];
+	int n;
+	va_list ap;
+
+	if (log_fd < 0)
+		return ret;
+	n = snprintf(line, sizeof line, "%s", fn);
+	va_start(ap, fmt);
+	n += vsnprintf(line + n, sizeof line - n, fmt, ap);
+	va_end(ap);
+	if (n >= (int)sizeof line)
+		return ret; /* cannot happen with our short lines; never write a torn one */
+	n += snprintf(line + n, sizeof line - n, " ret=%d\n", ret);
+	if (n < (int)sizeof line && write(log_fd, line, n) < 0) {
+		/* Losing a log line must not change what the API returns. */
+	}
+	return ret;
+}
+
+/* env_num parses knob name into *out when it is set, within min..max. */
+static int env_num(const char *name, long long min, long long max, long long *out)
+{
+	const char *s = getenv(name);
+	char *end;
+	long long v;
+
+	if (s == NULL || *s == '\0')
+		return 0;
+	errno = 0;
+	v = strtoll(s, &end, 10);
+	if (errno != 0 || *end != '\0' || v < min || v > max) {
+		fprintf(stderr, "fakenvml: bad %s=%s (want %lld..%lld)\n", name, s, min, max);
+		return -1;
+	}
+	*out = v;
+	return 0;
+}
+
+static nvmlReturn_t load_config(void)
+{
+	const char *root = getenv("FAKE_NVML_ROOT");
+	long long fail = 0, release = 0, offset = 0, unavailable = 0, persistence = 1;
+	long long default_mem = 256 * MIB, total_mem = 141 * 1024 * MIB;
+	char path[PATH_MAX + 32];
+
+	if (env_num("FAKE_NVML_INIT_FAIL", 0, NVML_ERROR_UNKNOWN, &fail) != 0 ||
+	    env_num("FAKE_NVML_RELEASE_MS", -1, LLONG_MAX / 2, &release) != 0 ||
+	    env_num("FAKE_NVML_PID_OFFSET", 0, UINT_MAX, &offset) != 0 ||
+	    env_num("FAKE_NVML_MEM_UNAVAILABLE", 0, 1, &unavailable) != 0 ||
+	    env_num("FAKE_NVML_PERSISTENCE", 0, 1, &persistence) != 0 ||
+	    env_num("FAKE_NVML_DEFAULT_MEM", 0, LLONG_MAX, &default_mem) != 0 ||
+	    env_num("FAKE_NVML_TOTAL_MEM", 0, LLONG_MAX, &total_mem) != 0)
+		return NVML_ERROR_UNKNOWN;
+	if (fail != 0)
+		return (nvmlReturn_t)fail;
+	/* No root is the fake's "no driver": the kernel must still work. */
+	if (root == NULL || realpath(root, cfg.root) == NULL)
+		return NVML_ERROR_DRIVER_NOT_LOADED;
+
+	cfg.release_ms = release;
+	cfg.pid_offset = (unsigned int)offset;
+	cfg.mem_unavailable = (int)unavailable;
+	cfg.persistence = (int)persistence;
+	cfg.default_mem = (unsigned long long)default_mem;
+	cfg.total_mem = (unsigned long long)total_mem;
+	for (cfg.count = 0; cfg.count < MAX_DEVICES; cfg.count++) {
+		snprintf(path, sizeof path, "%s/nvidia%u", cfg.root, cfg.count);
+		if (access(path, F_OK) != 0)
+			break;
+		devices[cfg.count].index = cfg.count;
+	}
+	return NVML_SUCCESS;
+}
+
+static nvmlReturn_t init(const char *fn, const char *args)
+{
+	nvmlReturn_t ret = NVML_SUCCESS;
+	const char *log;
+
+	pthread_mutex_lock(&init_lock);
+	if (refcount == 0) {
+		log = getenv("FAKE_NVML_LOG");
+		if (log != NULL && *log != '\0')
+			log_fd = open(log, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+		ret = load_config();
+	}
+	if (ret == NVML_SUCCESS)
+		__atomic_store_n(&refcount, refcount + 1, __ATOMIC_RELEASE);
+	traced(fn, ret, "%s", args);
+	if (refcount == 0 && log_fd >= 0) {
+		close(log_fd);
+		log_fd = -1;
+	}
+	pthread_mutex_unlock(&init_lock);
+	return ret;
+}
+
+nvmlReturn_t nvmlInit(void) { return init(__func__, ""); }
+nvmlReturn_t nvmlInit_v2(void) { return init(__func__, ""); }
+
+nvmlReturn_t nvmlInitWithFlags(unsigned int flags)
+{
+	char args[32];
+
+	snprintf(args, sizeof args, " flags=%u", flags);
+	return init(__func__, args);
+}
+
+nvmlReturn_t nvmlShutdown(void)
+{
+	nvmlReturn_t ret = NVML_ERROR_UNINITIALIZED;
+
+	pthread_mutex_lock(&init_lock);
+	if (refcount > 0) {
+		__atomic_store_n(&refcount, refcount - 1, __ATOMIC_RELEASE);
+		ret = traced(__func__, NVML_SUCCESS, "");
+		if (refcount == 0 && log_fd >= 0) {
+			close(log_fd);
+			log_fd = -1;
+		}
+	}
+	pthread_mutex_unlock(&init_lock);
+	return ret;
+}
+
+const char *nvmlErrorString(nvmlReturn_t result)
+{
+	switch (result) {
+	case NVML_SUCCESS: return "Success";
+	case NVML_ERROR_UNINITIALIZED: return "Uninitialized";
+	case NVML_ERROR_INVALID_ARGUMENT: return "Invalid Argument";
+	case NVML_ERROR_NOT_SUPPORTED: return "Not Supported";
+	case NVML_ERROR_NO_PERMISSION: return "Insufficient Permissions";
+	case NVML_ERROR_ALREADY_INITIALIZED: return "Already Initialized";
+	case NVML_ERROR_NOT_FOUND: return "Not Found";
+	case NVML_ERROR_INSUFFICIENT_SIZE: return "Insufficient Size";
+	case NVML_ERROR_INSUFFICIENT_POWER: return "Insufficient External Power";
+	case NVML_ERROR_DRIVER_NOT_LOADED: return "Driver Not Loaded";
+	case NVML_ERROR_TIMEOUT: return "Timeout";
+	case NVML_ERROR_IRQ_ISSUE: return "Interrupt Request Issue";
+	case NVML_ERROR_LIBRARY_NOT_FOUND: return "NVML Shared Library Not Found";
+	case NVML_ERROR_FUNCTION_NOT_FOUND: return "Function Not Found";
+	case NVML_ERROR_CORRUPTED_INFOROM: return "Corrupted infoROM";
+	case NVML_ERROR_GPU_IS_LOST: return "GPU is lost";
+	case NVML_ERROR_RESET_REQUIRED: return "GPU requires restart";
+	case NVML_ERROR_OPERATING_SYSTEM: return "The operating system has blocked the request";
+	case NVML_ERROR_LIB_RM_VERSION_MISMATCH: return "RM has detected an NVML/RM version mismatch";
+	case NVML_ERROR_IN_USE: return "In use by another client";
+	case NVML_ERROR_MEMORY: return "Insufficient Memory";
+	case NVML_ERROR_NO_DATA: return "No data";
+	case NVML_ERROR_VGPU_ECC_NOT_SUPPORTED: return "The requested vgpu operation is not available on target device, because ECC is enabled";
+	case NVML_ERROR_INSUFFICIENT_RESOURCES: return "Ran out of critical resources, other than memory";
+	case NVML_ERROR_FREQ_NOT_SUPPORTED: return "The requested frequency is not supported";
+	case NVML_ERROR_ARGUMENT_VERSION_MISMATCH: return "The provided version is invalid/unsupported";
+	case NVML_ERROR_DEPRECATED: return "The requested functionality has been deprecated";
+	case NVML_ERROR_NOT_READY: return "The system is not ready for the request";
+	case NVML_ERROR_GPU_NOT_FOUND: return "No GPUs were found";
+	case NVML_ERROR_INVALID_STATE: return "Resource not in correct state to perform requested operation";
+	case NVML_ERROR_RESET_TYPE_NOT_SUPPORTED: return "Reset not supported for given device/parameters";
+	case NVML_ERROR_UNKNOWN: return "Unknown Error";
+	}
+	return "Unknown Error";
+}
+
+/* ---- system queries ---------------------------------------------------- */
+
+static nvmlReturn_t copy_string(const char *fn, char *dst, unsigned int length, const char *src)
+{
+	if (!initialized())
+		return traced(fn, NVML_ERROR_UNINITIALIZED, "");
+	if (dst == NULL)
+		return traced(fn, NVML_ERROR_INVALID_ARGUMENT, "");
+	if (length < strlen(src) + 1)
+		return traced(fn, NVML_ERROR_INSUFFICIENT_SIZE, " length=%u", length);
+	strcpy(dst, src);
+	return traced(fn, NVML_SUCCESS, "");
+}
+
+nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length)
+{
+	return copy_string(__func__, version, length, "999.99-fake");
+}
+
+nvmlReturn_t nvmlSystemGetNVMLVersion(char *version, unsigned int length)
+{
+	return copy_string(__func__, version, length, "12.999.99-fake");
+}
+
+static nvmlReturn_t cuda_version(const char *fn, int *version)
+{
+	if (!initialized())
+		return traced(fn, NVML_ERROR_UNINITIALIZED, "");
+	if (version == NULL)
+		return traced(fn, NVML_ERROR_INVALID_ARGUMENT, "");
+	*version = 12080; /* CUDA 12.8, encoded as 1000*major + 10*minor */
+	return traced(fn, NVML_SUCCESS, "");
+}
+
+nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *v) { return cuda_version(__func__, v); }
+nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *v) { return cuda_version(__func__, v); }
+
+/* ---- devices ------------------------------------------------------------ */
+
+static void format_uuid(char *buf, size_t len, unsigned int index)
+{
+	snprintf(buf, len, "GPU-fa4e0000-0000-0000-0000-0000000000%02x", index);
+}
+
+/* device_index validates a handle; it returns -1 for one we did not hand out.
+ * (In this nvml.h nvmlDevice_t is a struct wrapping the opaque pointer.) */
+static int device_index(nvmlDevice_t device, unsigned int *index)
+{
+	const struct nvmlDevice_st *d = device.handle;
+
+	if (d == NULL || d < devices || d >= devices + cfg.count)
+		return -1;
+	*index = d->index;
+	return 0;
+}
+
+static nvmlReturn_t device_count(const char *fn, unsigned int *count)
+{
+	if (!initialized())
+		return traced(fn, NVML_ERROR_UNINITIALIZED, "");
+	if (count == NULL)
+		return traced(fn, NVML_ERROR_INVALID_ARGUMENT, "");
+	*count = cfg.count;
+	return traced(fn, NVML_SUCCESS, " n=%u", cfg.count);
+}
+
+nvmlReturn_t nvmlDeviceGetCount(unsigned int *n) { return device_count(__func__, n); }
+nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *n) { return device_count(__func__, n); }
+
+static nvmlReturn_t handle_by_index(const char *fn, unsigned int index, nvmlDevice_t *device)
+{
+	if (!initialized())
+		return traced(fn, NVML_ERROR_UNINITIALIZED, "");
+	if (device == NULL || index >= cfg.count)
+		return traced(fn, NVML_ERROR_INVALID_ARGUMENT, " dev=%u", index);
+	device->handle = &devices[index];
+	return traced(fn, NVML_SUCCESS, " dev=%u", index);
+}
+
+nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int i, nvmlDevice_t *d) { return handle_by_index(__func__, i, d); }
+nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int i, nvmlDevice_t *d) { return handle_by_index(__func__, i, d); }
+
+nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device)
+{
+	char want[NVML_DEVICE_UUID_V2_BUFFER_SIZE];
+	unsigned int i;
+
+	if (!initialized())
+		return traced(__func__, NVML_ERROR_UNINITIALIZED, "");
+	if (uuid == NULL || device == NULL)
+		return traced(__func__, NVML_ERROR_INVALID_ARGUMENT, "");
+	for (i = 0; i < cfg.count; i++) {
+		format_uuid(want, sizeof want, i);
+		if (strcmp(uuid, want) == 0) {
+			device->handle = &devices[i];
+			return traced(__func__, NVML_SUCCESS, " dev=%u", i);
+		}
+	}
+	return traced(__func__, NVML_ERROR_NOT_FOUND, "");
+}
+
+/* DEVICE_QUERY opens a device getter: checks init, the handle and the out
+ * pointer, leaving the validated index in idx. */
+#define DEVICE_QUERY(device, out)                                             \
+	unsigned int idx;                                                     \
+	if (!initialized())                                                   \
+		return traced(__func__, NVML_ERROR_UNINITIALIZED, "");        \
+	if (device_index(device, &idx) != 0 || (out) == NULL)                 \
+		return traced(__func__, NVML_ERROR_INVALID_ARGUMENT, "")
+
+nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index)
+{
+	DEVICE_QUERY(device, index);
+	*index = idx;
+	return traced(__func__, NVML_SUCCESS, " dev=%u", idx);
+}
+
+nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t device, unsigned int *minor)
+{
+	DEVICE_QUERY(device, minor);
+	*minor = idx; /* /dev/nvidiaN has minor N */
+	return traced(__func__, NVML_SUCCESS, " dev=%u", idx);
+}
+
+nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length)
+{
+	char buf[NVML_DEVICE_UUID_V2_BUFFER_SIZE];
+
+	DEVICE_QUERY(device, uuid);
+	format_uuid(buf, sizeof buf, idx);
+	if (length < strlen(buf) + 1)
+		return traced(__func__, NVML_ERROR_INSUFFICIENT_SIZE, " dev=%u length=%u", idx, length);
+	strcpy(uuid, buf);
+	return traced(__func__, NVML_SUCCESS, " dev=%u", idx);
+}
+
+nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length)
+{
+	static const char fake_name[] = "Fake NVIDIA H200";
+
+	DEVICE_QUERY(device, name);
+	if (length < sizeof fake_name)
+		return traced(__func__, NVML_ERROR_INSUFFICIENT_SIZE, " dev=%u length=%u", idx, length);
+	strcpy(name, fake_name);
+	return traced(__func__, NVML_SUCCESS, " dev=%u", idx);
+}
+
+nvmlReturn_t nvmlDeviceGetPersistenceMode(nvmlDevice_t device, nvmlEnableState_t *mode)
+{
+	DEVICE_QUERY(device, mode);
+	*mode = cfg.persistence ? NVML_FEATURE_ENABLED : NVML_FEATURE_DISABLED;
+	return traced(__func__, NVML_SUCCESS, " dev=%u", idx);
+}
+
+/* ---- holders ------------------------------------------------------------ */
+
+struct proc {
+	unsigned int pid;
+	unsigned long long mem;
+};
+
+struct procs {
+	struct proc *v;
+	size_t n, cap;
+};
+
+static int procs_add(struct procs *p, unsigned int pid, unsigned long long mem)
+{
+	if (p->n == p->cap) {
+		size_t cap = p->cap ? 2 * p->cap : 16;
+		struct proc *v = realloc(p->v, cap * sizeof *v);
+
+		if (v == NULL)
+			return -1;
+		p->v = v;
+		p->cap = cap;
+	}
+	p->v[p->n].pid = pid;
+	p->v[p->n].mem = mem;
+	p->n++;
+	return 0;
+}
+
+static int procs_has(const struct procs *p, unsigned int pid)
+{
+	for (size_t i = 0; i < p->n; i++)
+		if (p->v[i].pid == pid)
+			return 1;
+	return 0;
+}
+
+static int by_pid(const void *a, const void *b)
+{
+	unsigned int x = ((const struct proc *)a)->pid, y = ((const struct proc *)b)->pid;
+
+	return (x > y) - (x < y);
+}
+
+/* parse_uint parses a whole decimal string (no sign, no trailing bytes). */
+static int parse_uint(const char *s, const char *end, unsigned long long *out)
+{
+	unsigned long long v = 0;
+
+	if (s == end)
+		return -1;
+	for (; s < end; s++) {
+		if (*s < '0' || *s > '9' || v > (ULLONG_MAX - 9) / 10)
+			return -1;
+		v = v * 10 + (unsigned long long)(*s - '0');
+	}
+	*out = v;
+	return 0;
+}
+
+/* read_number reads a file holding one decimal number (a trailing newline is fine). */
+static int read_number(const char *path, unsigned long long *out)
+{
+	char buf[32];
+	ssize_t n;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return -1;
+	n = read(fd, buf, sizeof buf - 1);
+	close(fd);
+	if (n <= 0)
+		return -1;
+	if (buf[n - 1] == '\n')
+		n--;
+	return parse_uint(buf, buf + n, out);
+}
+
+static long long now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* registered collects the pids with a ctx/<pid>.<dev> file (mem is unused). */
+static int registered(unsigned int dev, struct procs *out)
+{
+	char path[PATH_MAX + 8];
+	struct dirent *e;
+	DIR *d;
+	int rc = 0;
+
+	snprintf(path, sizeof path, "%s/ctx", cfg.root);
+	if ((d = opendir(path)) == NULL)
+		return 0; /* no ctx/: nobody registered */
+	while (rc == 0 && (e = readdir(d)) != NULL) {
+		const char *dot = strchr(e->d_name, '.');
+		unsigned long long pid, n;
+
+		if (dot == NULL || parse_uint(e->d_name, dot, &pid) != 0 ||
+		    parse_uint(dot + 1, dot + strlen(dot), &n) != 0 || n != dev || pid > UINT_MAX)
+			continue; /* .gone stamps, temporaries, other devices */
+		rc = procs_add(out, (unsigned int)pid, 0);
+	}
+	closedir(d);
+	return rc;
+}
+
+/* holds reports whether process pid has the file target open. */
+static int holds(unsigned int pid, const char *target)
+{
+	char path[64], link[PATH_MAX];
+	struct dirent *e;
+	int found = 0;
+	DIR *d;
+
+	snprintf(path, sizeof path, "/proc/%u/fd", pid);
+	if ((d = opendir(path)) == NULL)
+		return 0; /* gone, a zombie, or not ours to read */
+	while (!found && (e = readdir(d)) != NULL) {
+		ssize_t n = readlinkat(dirfd(d), e->d_name, link, sizeof link - 1);
+
+		if (n > 0) {
+			link[n] = '\0';
+			found = strcmp(link, target) == 0;
+		}
+	}
+	closedir(d);
+	return found;
+}
+
+/* holders collects the pids that have device dev open (mem is unused). */
+static int holders(unsigned int dev, struct procs *out)
+{
+	char target[PATH_MAX + 32];
+	struct dirent *e;
+	DIR *d;
+	int rc = 0;
+
+	snprintf(target, sizeof target, "%s/nvidia%u", cfg.root, dev);
+	if ((d = opendir("/proc")) == NULL)
+		return -1;
+	while (rc == 0 && (e = readdir(d)) != NULL) {
+		unsigned long long pid;
+
+		if (parse_uint(e->d_name, e->d_name + strlen(e->d_name), &pid) == 0 &&
+		    pid <= UINT_MAX && holds((unsigned int)pid, target))
+			rc = procs_add(out, (unsigned int)pid, 0);
+	}
+	closedir(d);
+	return rc;
+}
+
+/* releasing reports whether a registered holder that has gone is still
+ * within its release delay, stamping ctx/<pid>.<dev>.gone on first sight. */
+static int releasing(const char *gone)
+{
+	unsigned long long stamp;
+	char buf[32];
+	int fd, n;
+
+	if (cfg.release_ms < 0)
+		return 1;
+	if (cfg.release_ms == 0)
+		return 0;
+	fd = open(gone, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+	if (fd >= 0) {
+		n = snprintf(buf, sizeof buf, "%lld\n", now_ms());
+		if (write(fd, buf, n) != n) {
+			/* A short stamp reads as "just stamped" below, which is what it is. */
+		}
+		close(fd);
+		return 1;
+	}
+	/* Unreadable: another observer created it and has not written it yet. */
+	if (read_number(gone, &stamp) != 0)
+		return 1;
+	return now_ms() < (long long)stamp + cfg.release_ms;
+}
+
+/* collect lists the processes with a context on device dev, sorted by pid,
+ * with their real pids and memory in bytes.
+ *
+ * The ctx/ directory is read before /proc: holder.py opens the device before
+ * it registers, so a registration seen here belongs to a process that already
+ * holds the device, and the /proc scan cannot miss it and release it early. */
+static int collect(unsigned int dev, struct procs *out)
+{
+	struct procs reg = {0}, live = {0};
+	char ctx[PATH_MAX + 48], gone[PATH_MAX + 56];
+	unsigned long long mem;
+	int rc;
+
+	rc = registered(dev, &reg);
+	if (rc == 0)
+		rc = holders(dev, &live);
+	for (size_t i = 0; rc == 0 && i < live.n; i++) {
+		unsigned int pid = live.v[i].pid;
+
+		snprintf(ctx, sizeof ctx, "%s/ctx/%u.%u", cfg.root, pid, dev);
+		if (!procs_has(&reg, pid) || read_number(ctx, &mem) != 0) {
+			mem = cfg.default_mem;
+		} else {
+			/* Holding again after closing: its next release starts afresh. */
+			snprintf(gone, sizeof gone, "%s.gone", ctx);
+			unlink(gone);
+		}
+		rc = procs_add(out, pid, mem);
+	}
+	for (size_t i = 0; rc == 0 && i < reg.n; i++) {
+		unsigned int pid = reg.v[i].pid;
+
+		if (procs_has(&live, pid))
+			continue;
+		snprintf(ctx, sizeof ctx, "%s/ctx/%u.%u", cfg.root, pid, dev);
+		snprintf(gone, sizeof gone, "%s.gone", ctx);
+		if (releasing(gone) && read_number(ctx, &mem) == 0) {
+			rc = procs_add(out, pid, mem);
+			continue;
+		}
+		/* Released (or released meanwhile by another observer, whose
+		 * ctx file is gone): forget it. */
+		unlink(ctx);
+		unlink(gone);
+	}
+	free(reg.v);
+	free(live.v);
+	if (out->n > 1)
+		qsort(out->v, out->n, sizeof *out->v, by_pid);
+	return rc;
+}
+
+enum kind { COMPUTE, GRAPHICS, MPS };
+
+/* processes implements the three versions of the three process lists with
+ * NVML's sizing contract: *count is the capacity of infos on entry and the
+ * number of entries on return; when it is too small the call returns
+ * NVML_ERROR_INSUFFICIENT_SIZE with the required count (infos may be NULL
+ * when the capacity is 0). v1 is nvmlProcessInfo_v1_t; v2 and v3 are both
+ * nvmlProcessInfo_v2_t (nvmlProcessInfo_t is the same type in nvml.h). */
+static nvmlReturn_t processes(const char *fn, enum kind kind, int v1,
+			      nvmlDevice_t device, unsigned int *count, void *infos)
+{
+	struct procs p = {0};
+	unsigned int cap, dev;
+	nvmlReturn_t ret = NVML_SUCCESS;
+
+	if (!initialized())
+		return traced(fn, NVML_ERROR_UNINITIALIZED, "");
+	if (device_index(device, &dev) != 0 || count == NULL || (*count > 0 && infos == NULL))
+		return traced(fn, NVML_ERROR_INVALID_ARGUMENT, "");
+	cap = *count;
+	/* Graphics and MPS clients are not modelled: those lists are empty. */
+	if (kind == COMPUTE && collect(dev, &p) != 0)
+		ret = NVML_ERROR_UNKNOWN;
+	else if (p.n > cap)
+		ret = NVML_ERROR_INSUFFICIENT_SIZE;
+	for (size_t i = 0; ret == NVML_SUCCESS && i < p.n; i++) {
+		unsigned int pid = p.v[i].pid + cfg.pid_offset;
+		unsigned long long mem = cfg.mem_unavailable ? (unsigned long long)NVML_VALUE_NOT_AVAILABLE : p.v[i].mem;
+
+		if (v1) {
+			nvmlProcessInfo_v1_t *e = (nvmlProcessInfo_v1_t *)infos + i;
+			e->pid = pid;
+			e->usedGpuMemory = mem;
+		} else {
+			nvmlProcessInfo_v2_t *e = (nvmlProcessInfo_v2_t *)infos + i;
+			e->pid = pid;
+			e->usedGpuMemory = mem;
+			e->gpuInstanceId = 0xFFFFFFFFu; /* not MIG */
+			e->computeInstanceId = 0xFFFFFFFFu;
+		}
+	}
+	if (ret == NVML_SUCCESS || ret == NVML_ERROR_INSUFFICIENT_SIZE)
+		*count = (unsigned int)p.n;
+	free(p.v);
+	return traced(fn, ret, " dev=%u cap=%u n=%zu", dev, cap, p.n);
+}
+
+#define PROCESS_LIST(name, kind, v1, type)                                     \
+	nvmlReturn_t name(nvmlDevice_t device, unsigned int *count, type *infos) \
+	{                                                                      \
+		return processes(__func__, kind, v1, device, count, infos);    \
+	}
+
+PROCESS_LIST(nvmlDeviceGetComputeRunningProcesses, COMPUTE, 1, nvmlProcessInfo_v1_t)
+PROCESS_LIST(nvmlDeviceGetComputeRunningProcesses_v2, COMPUTE, 0, nvmlProcessInfo_v2_t)
+PROCESS_LIST(nvmlDeviceGetGraphicsRunningProcesses, GRAPHICS, 1, nvmlProcessInfo_v1_t)
+PROCESS_LIST(nvmlDeviceGetGraphicsRunningProcesses_v2, GRAPHICS, 0, nvmlProcessInfo_v2_t)
+PROCESS_LIST(nvmlDeviceGetMPSComputeRunningProcesses, MPS, 1, nvmlProcessInfo_v1_t)
+PROCESS_LIST(nvmlDeviceGetMPSComputeRunningProcesses_v2, MPS, 0, nvmlProcessInfo_v2_t)
+#ifndef FAKE_NVML_NO_V3
+PROCESS_LIST(nvmlDeviceGetComputeRunningProcesses_v3, COMPUTE, 0, nvmlProcessInfo_t)
+PROCESS_LIST(nvmlDeviceGetGraphicsRunningProcesses_v3, GRAPHICS, 0, nvmlProcessInfo_t)
+PROCESS_LIST(nvmlDeviceGetMPSComputeRunningProcesses_v3, MPS, 0, nvmlProcessInfo_t)
+#endif
+
+/* nvmlDeviceGetMemoryInfo: used is the sum of the listed entries (figures
+ * reported as unavailable count 0), capped at the total. */
+nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
+{
+	struct procs p = {0};
+	unsigned long long used = 0;
+
+	DEVICE_QUERY(device, memory);
+	if (collect(idx, &p) != 0) {
+		free(p.v);
+		return traced(__func__, NVML_ERROR_UNKNOWN, " dev=%u", idx);
+	}
+	for (size_t i = 0; !cfg.mem_unavailable && i < p.n; i++)
+		used += p.v[i].mem;
+	free(p.v);
+	if (used > cfg.total_mem)
+		used = cfg.total_mem;
+	memory->total = cfg.total_mem;
+	memory->used = used;
+	memory->free = cfg.total_mem - used;
+	return traced(__func__, NVML_SUCCESS, " dev=%u used=%llu", idx, used);
+}
