@@ -45,7 +45,9 @@ func TestMain(m *testing.M) {
 		os.Unsetenv("TFGPU_TEST_SUPERVISOR")
 		lg := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 		limit, _ := cgroup.ParseSize(os.Getenv("TFGPU_MEMORY_LIMIT"))
+		confirm, _ := time.ParseDuration(os.Getenv("TFGPU_CONFIRM_TIMEOUT"))
 		os.Exit(Run(context.Background(), Config{ConnFile: path, Cgroup: os.Getenv("TFGPU_CGROUP"), MemoryLimit: limit,
+			NVMLLibrary: os.Getenv("TFGPU_NVML_LIBRARY"), ConfirmTimeout: confirm,
 			Argv: []string{os.Args[0], "-test.run=^$", "-f", path}, Log: lg}))
 	}
 	if filepath.Base(os.Args[0]) == "systemd-run" {

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log"
 	"log/slog"
+	"strings"
 	"sync"
 
 	"github.com/go-zeromq/zmq4"
@@ -45,8 +46,10 @@ type Relay struct {
 	// Events reports verified requests the supervisor acts on.
 	events chan<- relayEvent
 
-	mu    sync.Mutex
-	execs []execRequest // execute_requests sent to the kernel, not yet answered
+	mu      sync.Mutex
+	execs   []execRequest // execute_requests sent to the kernel, not yet answered
+	warning string        // for the next execute_request, on its stderr (warnNextCell)
+	warnID  string        // the kernel id for the warning's topic
 
 	// ready is closed when the first message from the kernel arrives: by
 	// then ipykernel has installed its signal handlers.
@@ -221,7 +224,20 @@ func (r *Relay) inspectIn(ch jmsg.Channel) func([][]byte) {
 			r.mu.Lock()
 			r.execs = append(r.execs, execRequest{msgID: h.MsgID, idents: cloneFrames(p.Idents),
 				header: bytes.Clone(p.Header), sess: h.Session})
+			warning, id := r.warning, r.warnID
+			if warning != "" && userCell(p.Content) {
+				r.warning = ""
+			} else {
+				warning = ""
+			}
 			r.mu.Unlock()
+			if warning != "" {
+				topic := [][]byte{[]byte("kernel." + id + ".stream")}
+				if err := r.send(jmsg.IOPub, topic, "stream", p.Header, h.Session,
+					map[string]any{"name": "stderr", "text": warning}); err != nil {
+					r.log.Debug("cannot warn the cell", "err", err)
+				}
+			}
 		}
 	}
 	return nil
@@ -296,6 +312,26 @@ func (r *Relay) verified(frames [][]byte, want string) (jmsg.Parts, bool) {
 		return p, false
 	}
 	return p, true
+}
+
+// userCell reports whether an execute_request's content is a cell a user
+// ran: code that is not blank and not silent (frontends run silent code of
+// their own, and clients probe with empty cells).
+func userCell(content []byte) bool {
+	var c struct {
+		Code   string `json:"code"`
+		Silent bool   `json:"silent"`
+	}
+	return json.Unmarshal(content, &c) == nil && !c.Silent && strings.TrimSpace(c.Code) != ""
+}
+
+// warnNextCell has text shown on stderr of the next cell the user runs
+// (see userCell);
+// id is the kernel id, for the message's topic.
+func (r *Relay) warnNextCell(id, text string) {
+	r.mu.Lock()
+	r.warning, r.warnID = text, id
+	r.mu.Unlock()
 }
 
 // running returns the oldest unanswered execute_request: the cell the kernel

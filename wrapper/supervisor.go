@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tfgpu/tfgpu-kernel/cgroup"
+	"github.com/tfgpu/tfgpu-kernel/wrapper/gpu"
 	"github.com/tfgpu/tfgpu-kernel/wrapper/jmsg"
 )
 
@@ -44,6 +45,8 @@ type Config struct {
 	Cgroup         string        // containment: CgroupAuto (default), CgroupV2, CgroupNone
 	StateDir       string        // where state files go; default StateDir()
 	MemoryLimit    int64         // bytes the kernel's tree may use; 0: no limit
+	NVMLLibrary    string        // NVML to load; "": libnvidia-ml.so.1 through the dynamic loader
+	ConfirmTimeout time.Duration // how long to wait for NVML to release a dead tree's GPU memory
 	Log            *slog.Logger
 	Stderr         io.Writer // where one-line usage errors go
 
@@ -69,10 +72,13 @@ type supervisor struct {
 	state  state
 	events chan relayEvent
 
-	mem      cgroup.Memory // the memory limit, if one could be applied
-	shutdown *relayEvent   // the shutdown_request being served
-	replied  bool          // the kernel's shutdown_reply was relayed
-	innerDir string
+	mem       cgroup.Memory // the memory limit, if one could be applied
+	gpu       *gpu.NVML     // the NVML session; nil: GPU release is not checked
+	baseline  []gpu.Holder  // NVML's process list before the kernel spawned
+	noFigures bool          // NVML gave no per-process memory figure; said once
+	shutdown  *relayEvent   // the shutdown_request being served
+	replied   bool          // the kernel's shutdown_reply was relayed
+	innerDir  string
 }
 
 // Run supervises one kernel until it is shut down or dies, and returns the
@@ -85,6 +91,9 @@ func Run(ctx context.Context, cfg Config) int {
 	}
 	if cfg.KillTimeout <= 0 {
 		cfg.KillTimeout = DefaultKillTimeout
+	}
+	if cfg.ConfirmTimeout <= 0 {
+		cfg.ConfirmTimeout = DefaultConfirmTimeout
 	}
 	if cfg.Stderr == nil {
 		cfg.Stderr = os.Stderr
@@ -170,6 +179,13 @@ func Run(ctx context.Context, cfg Config) int {
 		s.limitMemory(cfg.MemoryLimit)
 	}
 
+	// DESIGN §6: the previous tree's GPU memory is back (or the user will
+	// be told) before the new kernel starts.
+	s.openGPU()
+	defer s.closeGPU()
+	warning := s.takeHandoff()
+	s.takeBaseline()
+
 	exited, code := s.spawn(reaper, substituteConn(cfg.Argv, cfg.ConnFile, dir+"/"+innerConnName))
 	if exited == nil {
 		return code
@@ -178,6 +194,9 @@ func Run(ctx context.Context, cfg Config) int {
 	defer removeState(cfg.StateDir, s.id)
 	s.relay = newRelay(ctx, outer, inner, signer, s.events, s.log)
 	defer s.relay.closeInner()
+	if warning != "" {
+		s.relay.warnNextCell(s.id, warning)
+	}
 	s.log.Info("kernel started", "pid", s.kpid, "containment", s.tree.Mode(), "inner", inner.Transport)
 	return s.loop(ctx, sigc, exited)
 }
@@ -246,6 +265,7 @@ func (s *supervisor) loop(ctx context.Context, sigc <-chan os.Signal, exited <-c
 // tree → wait until none is alive → answer the client if the kernel did
 // not → let queued replies out. It returns the exit code: 0.
 func (s *supervisor) stop(reason string, st *cgroup.ExitStatus) int {
+	old := s.beforeKill()
 	start := time.Now()
 	killed, err := s.killTree()
 	took := time.Since(start)
@@ -262,6 +282,11 @@ func (s *supervisor) stop(reason string, st *cgroup.ExitStatus) int {
 	} else {
 		s.log.Info("kernel stopped", attrs...)
 	}
+	if s.shutdown != nil && s.shutdown.restart {
+		s.handOff(old) // the next kernel confirms, before it starts
+	} else {
+		s.confirm(reason, old)
+	}
 	drainConns(200 * time.Millisecond)
 	return ExitOK
 }
@@ -270,8 +295,10 @@ func (s *supervisor) stop(reason string, st *cgroup.ExitStatus) int {
 // tell the cell it was running why, and exit with the kernel's code so that
 // Jupyter's restarter starts a fresh kernel.
 func (s *supervisor) died(st cgroup.ExitStatus) int {
+	old := s.beforeKill()
 	killed, err := s.killTree()
 	s.log.Warn("kernel died", "kernel_exit", st.String(), "processes_killed", killed, "err", err)
+	s.confirm("kernel died", old)
 	text := fmt.Sprintf("tfgpu-kernel: the kernel died (%s).", st.String())
 	if s.mem != nil {
 		if n, err := s.mem.OOMKills(); err == nil && n > 0 {

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -45,8 +46,8 @@ func TestE2EStopHungSupervisor(t *testing.T) {
 
 	sup := exec.Command(s.bin, "run", "-f", path, "--", e2ePython, "-m", "ipykernel_launcher", "-f", path)
 	sup.Env = env
-	var supErr strings.Builder
-	sup.Stderr = &supErr
+	supErr := &lockedBuffer{}
+	sup.Stderr = supErr
 	sup.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := sup.Start(); err != nil {
 		t.Fatal(err)
@@ -63,15 +64,17 @@ func TestE2EStopHungSupervisor(t *testing.T) {
 	client := `import sys
 from jupyter_client import BlockingKernelClient
 kc = BlockingKernelClient(); kc.load_connection_file(sys.argv[1]); kc.start_channels(); kc.wait_for_ready(timeout=60)
-kc.execute_interactive("import subprocess, signal; p = subprocess.Popen(['setsid', 'sh', '-c', 'trap \"\" TERM; sleep 300'], preexec_fn=lambda: signal.signal(signal.SIGTERM, signal.SIG_IGN)); print(p.pid)", timeout=30)
+kc.execute_interactive("import subprocess, signal; p = subprocess.Popen(['setsid', 'sh', '-c', 'trap \"\" TERM; sleep 300'], preexec_fn=lambda: signal.signal(signal.SIGTERM, signal.SIG_IGN)); print(p.pid)", timeout=60)
 `
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	cl := exec.CommandContext(ctx, e2ePython, "-c", client, path)
 	cl.Env = env
+	var clErr strings.Builder
+	cl.Stderr = &clErr
 	out, err := cl.Output()
 	if err != nil {
-		t.Fatalf("client: %v\n%s\nsupervisor:\n%s", err, out, supErr.String())
+		t.Fatalf("client: %v\n%s\n%s\nsupervisor:\n%s", err, out, clErr.String(), supErr.String())
 	}
 	if escapee, err = strconv.Atoi(strings.TrimSpace(string(out))); err != nil || !e2eLive(escapee) {
 		t.Fatalf("escapee %q not running", out)
@@ -121,4 +124,23 @@ kc.execute_interactive("import subprocess, signal; p = subprocess.Popen(['setsid
 	case <-time.After(10 * time.Second):
 		t.Fatalf("supervisor still running 10 s after SIGCONT; log:\n%s", supErr.String())
 	}
+}
+
+// lockedBuffer is a strings.Builder that os/exec's copying goroutine and
+// the test may use at once.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

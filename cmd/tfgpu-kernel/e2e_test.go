@@ -44,6 +44,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tfgpu/tfgpu-kernel/wrapper/gpu/gputest"
 )
 
 const (
@@ -609,4 +611,23 @@ func TestE2EConformance(t *testing.T) {
 		t.Errorf("conformance suite did not report OK:\n%s", e2eTail(out, 12000))
 	}
 	t.Log(e2eTail(out, 3000))
+}
+
+// Issue 4: GPU confirmation with the fake NVML, one scenario of
+// testdata/e2e/gpu.py per subtest (see its docstring).
+func TestE2EGPU(t *testing.T) {
+	s := e2eSetup(t)
+	if !s.wrapped {
+		t.Skip("GPU confirmation is the supervisor's")
+	}
+	for _, sc := range []string{"release", "timeout", "pidoffset", "degraded"} {
+		t.Run(sc, func(t *testing.T) {
+			f := gputest.New(t, 2, gputest.Full)
+			gs := *s
+			gs.env = append(append(append([]string{}, s.env...), f.Env()...),
+				"E2E_TFGPU_BIN="+s.bin, "E2E_NVML_DIR="+f.LibDir, "E2E_HOLDER_DIR="+f.HolderDir,
+				"E2E_NVML_NOV3_DIR="+gputest.Build(t, gputest.NoV3))
+			gs.scenario(t, 120*time.Second, "gpu.py", sc)
+		})
+	}
 }

@@ -27,6 +27,8 @@ func cmdRun(args []string) int {
 	stateDir := fs.String("state-dir", wrapper.StateDir(), "where the kernel's state file goes (read by 'tfgpu-kernel stop')")
 	memLimit := fs.String("memory-limit", "", "memory the kernel's whole tree may use, e.g. 8G (powers of 1024); empty: no limit")
 	cg := fs.String("cgroup", wrapper.CgroupAuto, "containment: auto (first of v2, systemd, v1 that works, else none), v2, systemd (user scope via systemd-run), v1 (freezer), none (process group and /proc)")
+	nvmlLib := fs.String("nvml-library", "", "NVML library file to load; empty: "+gpuSoname+" through the dynamic loader (LD_LIBRARY_PATH)")
+	confirm := fs.Duration("confirm-timeout", wrapper.DefaultConfirmTimeout, "how long to wait for NVML to list none of a killed tree's GPU contexts")
 	example := "tfgpu-kernel run -f kernel-1.json -- /usr/bin/python3 -m ipykernel_launcher -f kernel-1.json"
 	if code, done := parseFlags(fs, args, example); done {
 		return code
@@ -39,6 +41,8 @@ func cmdRun(args []string) int {
 		return usageError("run", "no kernel command given after --")
 	case !slices.Contains([]string{wrapper.CgroupAuto, wrapper.CgroupV2, wrapper.CgroupSystemd, wrapper.CgroupV1, wrapper.CgroupNone}, *cg):
 		return usageError("run", fmt.Sprintf("--cgroup %q: want auto, v2, systemd, v1 or none", *cg))
+	case *confirm <= 0:
+		return usageError("run", fmt.Sprintf("--confirm-timeout %v: want a positive duration such as 10s", *confirm))
 	case *inner != "auto" && *inner != "ipc" && *inner != "tcp":
 		return usageError("run", fmt.Sprintf("--inner-transport %q: want auto, ipc or tcp", *inner))
 	}
@@ -72,9 +76,14 @@ func cmdRun(args []string) int {
 		Cgroup:         *cg,
 		StateDir:       *stateDir,
 		MemoryLimit:    limit,
+		NVMLLibrary:    *nvmlLib,
+		ConfirmTimeout: *confirm,
 		Log:            lg,
 	})
 }
+
+// gpuSoname is NVML's soname, for the help text.
+const gpuSoname = "libnvidia-ml.so.1"
 
 func usageError(cmd, msg string) int {
 	fmt.Fprintf(os.Stderr, "tfgpu-kernel %s: %s (see 'tfgpu-kernel %s --help')\n", cmd, msg, cmd)

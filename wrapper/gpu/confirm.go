@@ -37,22 +37,39 @@ type Old struct {
 	Held []Holder `json:"held"`
 }
 
-// Mode says how entries can be attributed: ByBaseline when the supervisor
-// is in a nested PID namespace (NVML gives host pids) or when any entry
-// NVML lists has a pid that is no live process here (the pids are someone
-// else's numbering), ByPID otherwise.
+// Mode says how entries can be attributed: ByBaseline when NVML's pids
+// are not this PID namespace's, ByPID otherwise. That is so when the
+// supervisor is in a nested PID namespace (NSpid in /proc/self/status lists
+// more than one pid: a container), or when NVML lists a pid no process here
+// can have (at least /proc/sys/kernel/pid_max). A listed pid that merely
+// does not exist is no evidence: the driver lists a dead process until it
+// has torn its context down, for seconds, or for ever when it cannot.
 func Mode(lists ...[]Holder) string {
 	if nestedPIDNamespace() {
 		return ByBaseline
 	}
+	max := pidMax()
 	for _, l := range lists {
 		for _, h := range l {
-			if !Alive(h.PID) {
+			if h.PID >= max {
 				return ByBaseline
 			}
 		}
 	}
 	return ByPID
+}
+
+// pidMax is /proc/sys/kernel/pid_max: pids here are below it.
+func pidMax() int {
+	b, err := os.ReadFile("/proc/sys/kernel/pid_max")
+	if err != nil {
+		return 1 << 22 // the kernel's upper bound on 64-bit
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || n <= 0 {
+		return 1 << 22
+	}
+	return n
 }
 
 // Ours returns the entries of hs that are the old tree's. By pid: the pid
@@ -181,7 +198,7 @@ func (r Result) ReleasedText() string {
 }
 
 // Describe says who holds h, for the user: device, pid, command and owner
-// where this /proc shows them, and MiB.
+// where this /proc shows them, and MiB (as nvidia-smi shows it).
 func Describe(h Holder) string {
 	who := fmt.Sprintf("pid %d", h.PID)
 	if cmd := Command(h.PID); cmd != "" {
@@ -190,7 +207,11 @@ func Describe(h Holder) string {
 	if u := Owner(h.PID); u != "" {
 		who += " of " + u
 	}
-	return fmt.Sprintf("GPU%d: %s holds %s", h.Device, who, FormatBytes(h.Bytes))
+	mib := "? MiB"
+	if h.Bytes >= 0 {
+		mib = strconv.FormatInt(h.Bytes>>20, 10) + " MiB"
+	}
+	return fmt.Sprintf("GPU%d: %s holds %s", h.Device, who, mib)
 }
 
 // Command is pid's command line, shortened, or "" when it is not visible.

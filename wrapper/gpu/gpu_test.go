@@ -194,7 +194,7 @@ func TestOursByPID(t *testing.T) {
 
 func TestOursByBaseline(t *testing.T) {
 	gone := deadPID(t)
-	host := 1 << 30 // a host pid this namespace does not have
+	host := pidMax() + 100 // a pid no process here can have
 	old := Old{By: ByBaseline, PIDs: []int{gone}, Baseline: []Holder{{Device: 0, PID: host + 1}}}
 	hs := []Holder{
 		{Device: 0, PID: host + 1},    // there before the kernel: someone else's
@@ -206,8 +206,8 @@ func TestOursByBaseline(t *testing.T) {
 	if len(got) != 2 || got[0].Device != 1 || got[1].PID != host+2 {
 		t.Fatalf("Ours = %+v", got)
 	}
-	if Mode([]Holder{{PID: os.Getpid()}}) != ByPID || Mode(nil, []Holder{{PID: host}}) != ByBaseline {
-		t.Fatal("Mode does not see pids of another namespace")
+	if Mode([]Holder{{PID: os.Getpid()}, {PID: gone}}) != ByPID || Mode(nil, []Holder{{PID: host}}) != ByBaseline {
+		t.Fatal("Mode: a dead pid is not another namespace's; a pid beyond pid_max is")
 	}
 }
 
@@ -262,7 +262,7 @@ func TestFormat(t *testing.T) {
 		t.Errorf("Sum = %v", s)
 	}
 	h := Holder{Device: 1, PID: os.Getpid(), Bytes: 1 << 30}
-	if d := Describe(h); !strings.HasPrefix(d, fmt.Sprintf("GPU1: pid %d (", os.Getpid())) || !strings.HasSuffix(d, " of root holds 1.0GiB") {
+	if d := Describe(h); !strings.HasPrefix(d, fmt.Sprintf("GPU1: pid %d (", os.Getpid())) || !strings.HasSuffix(d, " of root holds 1024 MiB") {
 		t.Errorf("Describe = %q", d)
 	}
 }

@@ -1,0 +1,84 @@
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/tfgpu/tfgpu-kernel/wrapper"
+	"github.com/tfgpu/tfgpu-kernel/wrapper/gpu"
+)
+
+// cmdPs lists the supervised kernels with their processes and GPU memory:
+//
+//	tfgpu-kernel ps [--json]
+func cmdPs(args []string) int {
+	fs := flag.NewFlagSet("ps", flag.ContinueOnError)
+	asJSON := fs.Bool("json", false, "print a JSON array, one object per kernel")
+	stateDir := fs.String("state-dir", wrapper.StateDir(), "where supervisors record their kernels")
+	nvmlLib := fs.String("nvml-library", "", "NVML library file to load; empty: "+gpuSoname+" through the dynamic loader")
+	if code, done := parseFlags(fs, args, "tfgpu-kernel ps --json | jq '.[] | {kernel_id, gpu}'"); done {
+		return code
+	}
+	if fs.NArg() > 0 {
+		return usageError("ps", fmt.Sprintf("unexpected argument %q", fs.Arg(0)))
+	}
+	rows, note, err := wrapper.PS(*stateDir, *nvmlLib)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "tfgpu-kernel ps: %v\n", err)
+		return 1
+	}
+	if *asJSON {
+		if rows == nil {
+			rows = []wrapper.KernelStatus{}
+		}
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(rows); err != nil {
+			return 1
+		}
+		return 0
+	}
+	printPs(os.Stdout, rows, note, time.Now())
+	return 0
+}
+
+func printPs(out io.Writer, rows []wrapper.KernelStatus, note string, now time.Time) {
+	if len(rows) == 0 {
+		fmt.Fprintln(out, "no supervised kernels")
+	} else {
+		w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(w, "KERNEL\tNOTEBOOK\tSUPERVISOR\tKERNEL PID\tPROCS\tSTATE\tUPTIME\tGPU MEMORY")
+		for _, r := range rows {
+			session := r.Session
+			if session == "" {
+				session = "-"
+			}
+			var mem []string
+			for _, g := range r.GPU {
+				mem = append(mem, fmt.Sprintf("GPU%d %s", g.Index, gpu.FormatBytes(g.UsedBytes)))
+			}
+			if len(mem) == 0 {
+				mem = []string{"-"}
+			}
+			fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\n", shortKernelID(r.KernelID), session, r.SupervisorPID,
+				r.KernelPID, len(r.PIDs), r.State, now.Sub(r.Started).Round(time.Second), strings.Join(mem, ", "))
+		}
+		w.Flush()
+	}
+	if note != "" {
+		fmt.Fprintf(out, "GPU memory not shown: %s\n", note)
+	}
+}
+
+func shortKernelID(id string) string {
+	if len(id) > 8 {
+		return id[:8]
+	}
+	return id
+}

@@ -1,0 +1,278 @@
+"""GPU confirmation (issue 4, "How it is shown"), through the real
+jupyter_client and the installed kernelspec, with the fake NVML the Go side
+built (wrapper/gpu/gputest): LD_LIBRARY_PATH selects the fake
+libnvidia-ml.so.1, FAKE_NVML_* are its knobs, and holder.py (on
+PYTHONPATH) lets a cell hold a device the way CUDA does, by keeping
+FAKE_NVML_ROOT/nvidiaN open.
+
+argv[1] picks the scenario:
+
+  release   the kernel holds 2 GiB on GPU0 and starts escaping holders
+            (setsid, double fork, SIGTERM-ignoring) on GPU0 and GPU1; a
+            foreign holder of the scenario's own holds GPU1; the driver
+            takes 2.5 s to release a dead holder (FAKE_NVML_RELEASE_MS).
+            `tfgpu-kernel ps --json` shows the kernel's bytes. Restart: the
+            new kernel is not ready before 2.5 s, and when it is, NVML lists
+            nothing of the old tree; the foreign holder is alive, still
+            listed, not named anywhere. Then shutdown: the same, once
+            shutdown_kernel returns.
+  timeout   the release never comes, TFGPU_CONFIRM_TIMEOUT=3s: the restart
+            finishes, and the first cell (only the first) is warned with the
+            device, the pid and the MiB still held.
+  pidoffset NVML's pids are host pids of another PID namespace
+            (FAKE_NVML_PID_OFFSET): the supervisor confirms by baseline, the
+            release is still waited for, the foreign holder that was there
+            before the kernel is not.
+  degraded  no driver, an init failure, memory figures NVML cannot give, a
+            driver without the _v3 process lists (E2E_NVML_NOV3_DIR): the
+            kernel starts, answers, restarts and shuts down as usual, and
+            the log says once what could not be checked.
+"""
+
+import ctypes
+import json
+import os
+import subprocess
+import sys
+import time
+
+import harness as h
+
+SCENARIO = sys.argv[1] if len(sys.argv) > 1 else "release"
+BIN = os.environ["E2E_TFGPU_BIN"]
+ROOT = os.environ["FAKE_NVML_ROOT"]
+FULL_DIR = os.environ["E2E_NVML_DIR"]
+STATE = os.path.join(h.TMP, "state")
+os.environ["TFGPU_STATE_DIR"] = STATE
+
+# ------------------------------------------------------------ NVML, as a user would ask it
+
+
+class ProcessInfo(ctypes.Structure):  # nvmlProcessInfo_t (v2 and v3)
+    _fields_ = [("pid", ctypes.c_uint), ("used", ctypes.c_ulonglong),
+                ("gi", ctypes.c_uint), ("ci", ctypes.c_uint)]
+
+
+_LIB = None
+
+
+def nvml_list():
+    """(device, pid, bytes) of every compute process NVML lists now. This
+    process loads the fake once and shares its knobs with the supervisors
+    (os.environ), so it sees what they see."""
+    global _LIB
+    if _LIB is None:
+        _LIB = ctypes.CDLL("libnvidia-ml.so.1")
+    rc = _LIB.nvmlInit_v2()
+    assert rc == 0, "nvmlInit_v2: %d" % rc
+    try:
+        n = ctypes.c_uint()
+        assert _LIB.nvmlDeviceGetCount_v2(ctypes.byref(n)) == 0
+        procs = getattr(_LIB, "nvmlDeviceGetComputeRunningProcesses_v3", None) or _LIB.nvmlDeviceGetComputeRunningProcesses_v2
+        out = []
+        for i in range(n.value):
+            dev = ctypes.c_void_p()
+            assert _LIB.nvmlDeviceGetHandleByIndex_v2(i, ctypes.byref(dev)) == 0
+            cnt, buf = ctypes.c_uint(64), (ProcessInfo * 64)()
+            rc = procs(dev, ctypes.byref(cnt), buf)
+            assert rc == 0, "process list: %d" % rc
+            out += [(i, buf[k].pid, buf[k].used) for k in range(cnt.value)]
+        return out
+    finally:
+        _LIB.nvmlShutdown()
+
+
+def listed_pids(offset=0):
+    return {pid - offset for _, pid, _ in nvml_list()}
+
+
+def foreign_holder(dev, mib):
+    """A holder that is not the kernel's (another notebook's process)."""
+    r, w = os.pipe()
+    p = h.spawn_helper([h.PY, os.path.join(os.environ["E2E_HOLDER_DIR"], "holder.py"), str(dev), str(mib),
+                        "--ready-fd", str(w)], pass_fds=(w,))
+    os.close(w)
+    with os.fdopen(r) as f:
+        f.read()  # the holder reports once it holds the device
+    return p.pid
+
+
+# ------------------------------------------------------------ kernel side
+
+HOLD = r'''
+import holder, json
+holder.hold(0, %d)
+_pids = [holder.escape(0, 512, "setsid"), holder.escape(1, 1024, "double_fork"), holder.escape(1, 256, "ignore_term")]
+print("E2E-PIDS " + json.dumps(_pids))
+'''
+
+
+def hold(kc, mib, escapes=True):
+    code = HOLD % mib
+    if not escapes:
+        code = "import holder\nholder.hold(0, %d)\nprint('E2E-PIDS []')\n" % mib
+    r = h.ok(h.execute(kc, code, timeout=60), "hold the GPU")
+    line = [l for l in r["stdout"].splitlines() if l.startswith("E2E-PIDS ")]
+    assert line, "no pids from the holding cell: %r %r" % (r["stdout"], r["stderr"])
+    pids = json.loads(line[0][len("E2E-PIDS "):])
+    h.track(*pids)
+    return pids
+
+
+def supervisor_log(km):
+    km.e2e_logf.flush()
+    with open(km.e2e_log, errors="replace") as f:
+        return f.read()
+
+
+def restart(km, kc):
+    """restart_kernel as Jupyter does it; returns the new client and the
+    seconds from the call to ready."""
+    kc.stop_channels()
+    t0 = time.monotonic()
+    km.restart_kernel(now=False)
+    kc = h.connect(km)
+    return kc, time.monotonic() - t0
+
+
+def ps_json():
+    out = subprocess.run([BIN, "ps", "--json"], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, "tfgpu-kernel ps --json: %s" % out.stderr
+    return json.loads(out.stdout)
+
+
+# ------------------------------------------------------------ scenarios
+
+
+def release():
+    os.environ["FAKE_NVML_RELEASE_MS"] = "2500"
+    foreign = foreign_holder(1, 300)
+    km, kc = h.start_kernel()
+    kpid = h.kernel_pid(kc)
+    h.track(kpid)
+    escapees = hold(kc, 2048)
+    old = set(h.tree_of(km, kc)) | set(escapees) | {kpid}
+    seen = listed_pids()
+    assert {kpid, foreign, *escapees} <= seen, "NVML lists %s, want the kernel %d, escapees %s and foreign %d" % (
+        seen, kpid, escapees, foreign)
+
+    rows = [r for r in ps_json() if r["kernel_pid"] == km.provisioner.pid or kpid in r["pids"]]
+    assert len(rows) == 1, "ps --json has no row for the kernel: %s" % ps_json()
+    gpu = {g["index"]: g["used_bytes"] for g in rows[0]["gpu"]}
+    h.note(ps_gpu=rows[0]["gpu"], ps_state=rows[0]["state"])
+    assert gpu == {0: (2048 + 512) << 20, 1: (1024 + 256) << 20}, "ps --json gpu %s" % rows[0]["gpu"]
+    assert all(k in rows[0] for k in ("kernel_id", "supervisor_pid", "kernel_pid", "pids", "state")), rows[0]
+
+    kc, took = restart(km, kc)
+    at_ready = listed_pids()
+    h.note(restart_to_ready_s=round(took, 3), listed_at_ready=sorted(at_ready))
+    h.check(took >= 2.5, "the new kernel was ready %.2f s after restart, before the 2.5 s release" % took)
+    h.check(not (at_ready & old), "at ready NVML still lists the old tree: %s" % sorted(at_ready & old))
+    h.check(foreign in at_ready and h.alive(foreign), "the foreign holder %d was killed or is gone" % foreign)
+    r = h.ok(h.execute(kc, "6*7"), "first cell after restart")
+    h.check("GPU memory" not in r["stderr"], "first cell warned although all was released: %r" % r["stderr"])
+    log = supervisor_log(km)
+    released = [l for l in log.splitlines() if "GPU memory released" in l]
+    h.note(released_line=released[-1:] )
+    h.check(released and "by=pid" in released[-1] and "GPU0 2.5GiB" in released[-1] and "GPU1 1.2GiB" in released[-1],
+            "no 'GPU memory released' line with both devices' figures: %s" % released)
+    h.check(str(foreign) not in log, "the foreign holder %d is named in the supervisor log" % foreign)
+    calls = open(os.environ["FAKE_NVML_LOG"]).read()
+    h.check("ComputeRunningProcesses_v3" in calls, "NVML was not consulted")
+
+    # shutdown: the same, once shutdown_kernel returns
+    kpid = h.kernel_pid(kc)
+    h.track(kpid)
+    escapees = hold(kc, 1024)
+    old = set(h.tree_of(km, kc)) | set(escapees) | {kpid}
+    kc.stop_channels()
+    t0 = time.monotonic()
+    km.shutdown_kernel(now=False)
+    took = time.monotonic() - t0
+    left = listed_pids() & old
+    h.note(shutdown_s=round(took, 3))
+    h.check(not left, "after shutdown_kernel NVML still lists the old tree: %s" % sorted(left))
+    h.check(h.alive(foreign), "the foreign holder died at shutdown")
+
+
+def timeout():
+    os.environ["FAKE_NVML_RELEASE_MS"] = "-1"
+    os.environ["TFGPU_CONFIRM_TIMEOUT"] = "3s"
+    foreign = foreign_holder(0, 100)
+    km, kc = h.start_kernel()
+    kpid = h.kernel_pid(kc)
+    h.track(kpid)
+    hold(kc, 1024, escapes=False)
+    kc, took = restart(km, kc)
+    h.note(restart_to_ready_s=round(took, 3))
+    h.check(3 <= took < 20, "restart took %.2f s with a 3 s confirm timeout" % took)
+    first = h.ok(h.execute(kc, "6*7"), "first cell after restart")
+    second = h.ok(h.execute(kc, "6*7"), "second cell after restart")
+    h.note(warning=first["stderr"])
+    h.check("still held" in first["stderr"] and ("pid %d" % kpid) in first["stderr"] and "1024 MiB" in first["stderr"]
+            and "GPU0" in first["stderr"], "the first cell was not warned with device, pid and MiB: %r" % first["stderr"])
+    h.check(("pid %d" % foreign) not in first["stderr"], "the warning blames the foreign holder %d" % foreign)
+    h.check("still held" not in second["stderr"], "the second cell was warned again")
+    h.check(h.alive(foreign), "the foreign holder was killed")
+    km.shutdown_kernel(now=False)
+
+
+def pidoffset():
+    offset = 1 << 22
+    os.environ["FAKE_NVML_PID_OFFSET"] = str(offset)
+    os.environ["FAKE_NVML_RELEASE_MS"] = "1500"
+    foreign = foreign_holder(0, 100)  # there before the kernel: in the baseline
+    km, kc = h.start_kernel()
+    kpid = h.kernel_pid(kc)
+    h.track(kpid)
+    escapees = hold(kc, 1024)
+    old = {kpid, *escapees}
+    kc, took = restart(km, kc)
+    at_ready = listed_pids(offset)
+    log = supervisor_log(km)
+    released = [l for l in log.splitlines() if "GPU memory released" in l]
+    h.note(restart_to_ready_s=round(took, 3), released_line=released[-1:])
+    h.check(took >= 1.5, "ready %.2f s after restart, before the 1.5 s release" % took)
+    h.check(not (at_ready & old), "at ready NVML still lists the old tree: %s" % sorted(at_ready & old))
+    h.check(released and "by=baseline" in released[-1], "not confirmed by baseline: %s" % released)
+    h.check(foreign in at_ready and h.alive(foreign), "the foreign holder was killed or waited away")
+    r = h.ok(h.execute(kc, "6*7"), "first cell after restart")
+    h.check("still held" not in r["stderr"], "warned: %r" % r["stderr"])
+    km.shutdown_kernel(now=False)
+
+
+def degraded():
+    cases = [
+        ("no driver", {"LD_LIBRARY_PATH": h.TMP}, "no NVIDIA driver"),
+        ("init failure", {"FAKE_NVML_INIT_FAIL": "999"}, "NVML init failed"),
+        ("memory not available", {"FAKE_NVML_MEM_UNAVAILABLE": "1", "FAKE_NVML_RELEASE_MS": "300"}, "NVML_VALUE_NOT_AVAILABLE"),
+        ("no _v3", {"LD_LIBRARY_PATH": os.environ["E2E_NVML_NOV3_DIR"]}, "driver without the _v3 process lists"),
+    ]
+    base = dict(os.environ)
+    for name, env, want in cases:
+        os.environ.clear()
+        os.environ.update(base)
+        os.environ.update(env)
+        km, kc = h.start_kernel()
+        h.track(h.kernel_pid(kc))
+        if name != "no driver" and name != "init failure":
+            hold(kc, 64, escapes=False)
+        h.assert_answers(kc, name)
+        kc, took = restart(km, kc)
+        h.assert_answers(kc, name + ", after restart")
+        km.shutdown_kernel(now=False)
+        log = supervisor_log(km)
+        h.note(**{name.replace(" ", "_") + "_log": [l for l in log.splitlines() if "NVML" in l or "GPU" in l][:4]})
+        h.check(want in log, "%s: the log does not say %r" % (name, want))
+        # Said by each supervisor that met it, once: the second one of the
+        # "memory not available" case only reads NVML through the check.
+        said = (1, 2) if name == "memory not available" else (2,)
+        h.check(log.count(want) in said, "%s: %r said %d times by two supervisors, want once each" % (
+            name, want, log.count(want)))
+        if name == "memory not available":
+            h.check("released=\"GPU0 ? MiB\"" in log, "%s: the release line does not say the figure is unknown" % name)
+    os.environ.clear()
+    os.environ.update(base)
+
+
+h.run({"release": release, "timeout": timeout, "pidoffset": pidoffset, "degraded": degraded}[SCENARIO])

@@ -1,0 +1,126 @@
+package wrapper
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tfgpu/tfgpu-kernel/cgroup"
+	"github.com/tfgpu/tfgpu-kernel/wrapper/gpu"
+)
+
+// Kernel states, as `tfgpu-kernel ps` shows them.
+const (
+	StateRunning = "running" // the supervisor runs
+	StateHung    = "hung"    // the supervisor is stopped (SIGSTOP, a debugger)
+	StateDirty   = "dirty"   // the supervisor is gone; its tree may not be
+)
+
+// KernelStatus is one row of `tfgpu-kernel ps`.
+type KernelStatus struct {
+	KernelID      string    `json:"kernel_id"`
+	Session       string    `json:"session,omitempty"`
+	SupervisorPID int       `json:"supervisor_pid"`
+	KernelPID     int       `json:"kernel_pid"`
+	PIDs          []int     `json:"pids"`
+	State         string    `json:"state"`
+	Containment   string    `json:"containment"`
+	Cgroup        string    `json:"cgroup,omitempty"`
+	Started       time.Time `json:"started"`
+	GPU           []GPUUse  `json:"gpu"`
+}
+
+// GPUUse is a kernel's memory on one device: the sum of the NVML entries
+// of its tree's processes (-1 when NVML gives no figure).
+type GPUUse struct {
+	Index     int    `json:"index"`
+	UUID      string `json:"uuid"`
+	UsedBytes int64  `json:"used_bytes"`
+}
+
+// PS lists the kernels recorded in stateDir with their processes and GPU
+// memory. gpuNote says why GPU memory is not shown, when it is not.
+func PS(stateDir, nvmlLibrary string) (rows []KernelStatus, gpuNote string, err error) {
+	states, err := ReadStates(stateDir)
+	if err != nil {
+		return nil, "", err
+	}
+	var holders []gpu.Holder
+	n, gerr := gpu.Open(nvmlLibrary, "")
+	if gerr != nil {
+		gpuNote = gerr.Error()
+	} else {
+		defer n.Close()
+		if holders, gerr = n.Holders(); gerr != nil {
+			gpuNote = gerr.Error()
+		} else if gpu.Mode(holders) == gpu.ByBaseline {
+			gpuNote = "NVML's pids are not this PID namespace's: GPU memory cannot be attributed from here"
+			holders = nil
+		}
+	}
+	for _, st := range states {
+		row := KernelStatus{KernelID: st.KernelID, Session: st.Session, SupervisorPID: st.SupervisorPID,
+			KernelPID: st.KernelPID, State: StateRunning, Containment: st.Containment, Cgroup: st.Cgroup,
+			Started: st.Started, GPU: []GPUUse{}}
+		switch {
+		case !st.SupervisorAlive():
+			row.State = StateDirty
+		case st.SupervisorStopped():
+			row.State = StateHung
+		}
+		row.PIDs = treePids(st)
+		uses := map[int]*GPUUse{}
+		for _, h := range gpu.Holding(holders, row.PIDs) {
+			u := uses[h.Device]
+			if u == nil {
+				u = &GPUUse{Index: h.Device, UUID: h.UUID}
+				uses[h.Device] = u
+			}
+			if h.Bytes < 0 || u.UsedBytes < 0 {
+				u.UsedBytes = -1
+			} else {
+				u.UsedBytes += h.Bytes
+			}
+		}
+		for _, u := range uses {
+			row.GPU = append(row.GPU, *u)
+		}
+		slices.SortFunc(row.GPU, func(a, b GPUUse) int { return a.Index - b.Index })
+		rows = append(rows, row)
+	}
+	slices.SortFunc(rows, func(a, b KernelStatus) int { return a.Started.Compare(b.Started) })
+	return rows, gpuNote, nil
+}
+
+// treePids are the live processes of a recorded kernel's tree: its
+// cgroup's, or, without one, the kernel's process tree as its supervisor
+// (the subreaper) sees it.
+func treePids(st State) []int {
+	if st.Cgroup != "" {
+		b, err := os.ReadFile(filepath.Join(st.Cgroup, "cgroup.procs"))
+		pids := []int{} // a cgroup that is gone is empty
+		if err == nil {
+			for _, f := range strings.Fields(string(b)) {
+				if p, err := strconv.Atoi(f); err == nil {
+					pids = append(pids, p)
+				}
+			}
+			slices.Sort(pids)
+		}
+		return pids
+	}
+	if start, err := cgroup.StartTime(st.KernelPID); err != nil || start != st.KernelStart {
+		return []int{} // the kernel is gone; a reused pid is someone else's
+	}
+	t := cgroup.NewProcTree(st.SupervisorPID)
+	defer t.Close()
+	t.Started(st.KernelPID)
+	pids, err := t.Pids()
+	if err != nil || pids == nil {
+		return []int{}
+	}
+	return pids
+}
