@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/tfgpu/tfgpu-kernel/cgroup"
+	"github.com/tfgpu/tfgpu-kernel/wrapper/gpu"
 )
 
 // Finding is one line of `tfgpu-kernel doctor`: what was checked, what was
@@ -76,6 +77,40 @@ func Diagnose(stateDir string) []Finding {
 			add(Finding{Topic: "stale cgroup", Text: dir + " (no supervisor records it)", Problem: true,
 				Fix: "tfgpu-kernel stop --all, or if it is empty: rmdir " + dir})
 		}
+	}
+	return out
+}
+
+// DiagnoseGPU reports what the supervisor will find through NVML: the
+// driver, the GPUs and their persistence mode. No driver is not a problem
+// (the kernels work; release is not checked); persistence mode off is,
+// where it can be turned on.
+func DiagnoseGPU(nvmlLibrary string) []Finding {
+	n, err := gpu.Open(nvmlLibrary, "")
+	if err != nil {
+		return []Finding{{Topic: "NVML", Text: err.Error() + "; kernels run as usual, GPU release is not checked"}}
+	}
+	defer n.Close()
+	out := []Finding{{Topic: "NVML", Text: fmt.Sprintf("driver %s, %d GPU(s)", n.Driver, len(n.Devices()))}}
+	for _, note := range n.Notes {
+		out = append(out, Finding{Topic: "NVML", Text: note})
+	}
+	for _, d := range n.Devices() {
+		f := Finding{Topic: fmt.Sprintf("GPU%d", d.Index)}
+		desc := fmt.Sprintf("%s, %s, %s", d.Name, gpu.FormatBytes(int64(d.Total)), d.UUID)
+		on, err := n.Persistence(d)
+		switch {
+		case err != nil:
+			f.Text = desc + "; persistence mode unknown: " + err.Error()
+		case on:
+			f.Text = desc + ", persistence mode on"
+		default:
+			f.Problem = true
+			f.Text = desc + ", persistence mode off: the driver tears the GPU down whenever no process uses it, " +
+				"so every restart pays its initialisation again (seconds) in NVML and in the new kernel's first CUDA call"
+			f.Fix = "nvidia-smi -i " + fmt.Sprint(d.Index) + " -pm 1 (as root), or run nvidia-persistenced"
+		}
+		out = append(out, f)
 	}
 	return out
 }

@@ -13,6 +13,7 @@ import (
 func cmdDoctor(args []string) int {
 	fs := flag.NewFlagSet("doctor", flag.ContinueOnError)
 	stateDir := fs.String("state-dir", wrapper.StateDir(), "where supervisors record their kernels")
+	nvmlLib := fs.String("nvml-library", "", "NVML library file to load; empty: "+gpuSoname+" through the dynamic loader")
 	if code, done := parseFlags(fs, args, "tfgpu-kernel doctor"); done {
 		return code
 	}
@@ -21,7 +22,7 @@ func cmdDoctor(args []string) int {
 	}
 	fmt.Printf("tfgpu-kernel %s\n", version)
 	problems := 0
-	for _, f := range wrapper.Diagnose(*stateDir) {
+	for _, f := range append(wrapper.Diagnose(*stateDir), wrapper.DiagnoseGPU(*nvmlLib)...) {
 		mark := "ok "
 		if f.Problem {
 			mark = "!! "

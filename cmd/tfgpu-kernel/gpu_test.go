@@ -1,0 +1,109 @@
+package main
+
+import (
+	"debug/elf"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tfgpu/tfgpu-kernel/cgroup"
+	"github.com/tfgpu/tfgpu-kernel/wrapper"
+	"github.com/tfgpu/tfgpu-kernel/wrapper/gpu/gputest"
+)
+
+// The binary is built as install.sh builds it, with lazy binding: go-nvml
+// leaves the NVML symbols undefined until the library is loaded, so with
+// BIND_NOW it would not even start on a host without the driver.
+func TestBinaryStartsWithoutNVML(t *testing.T) {
+	bin := buildInstallTestBinary(t)
+	f, err := elf.Open(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for _, tag := range []elf.DynTag{elf.DT_FLAGS, elf.DT_FLAGS_1, elf.DT_BIND_NOW} {
+		vals, _ := f.DynValue(tag)
+		for _, v := range vals {
+			if tag == elf.DT_BIND_NOW || (tag == elf.DT_FLAGS && v&uint64(elf.DF_BIND_NOW) != 0) ||
+				(tag == elf.DT_FLAGS_1 && v&uint64(elf.DF_1_NOW) != 0) {
+				t.Fatalf("%s is linked with immediate binding (%v = %#x)", bin, tag, v)
+			}
+		}
+	}
+	env := append(os.Environ(), "LD_LIBRARY_PATH="+t.TempDir(), "TFGPU_STATE_DIR="+t.TempDir())
+	r := runInstallBin(t, env, bin, "ps")
+	if r.code != 0 || !strings.Contains(r.stdout, "no supervised kernels") ||
+		!strings.Contains(r.stdout, "GPU memory not shown: no NVIDIA driver: cannot load libnvidia-ml.so.1") {
+		t.Fatalf("ps without NVML: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	r = runInstallBin(t, env, bin, "doctor")
+	if !strings.Contains(r.stdout, "ok NVML:         no NVIDIA driver") {
+		t.Fatalf("doctor without NVML: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+}
+
+// doctor's NVML part: driver, GPUs, and persistence mode, which is a
+// problem when off, with the command that turns it on.
+func TestDoctorNVML(t *testing.T) {
+	bin := buildInstallTestBinary(t)
+	f := gputest.New(t, 2, gputest.Full)
+	env := append(append(os.Environ(), "TFGPU_STATE_DIR="+t.TempDir()), f.Env()...)
+	r := runInstallBin(t, env, bin, "doctor")
+	for _, want := range []string{"ok NVML:         driver 999.99-fake, 2 GPU(s)",
+		"ok GPU0:         Fake NVIDIA H200, 141.0GiB, GPU-fa4e0000-0000-0000-0000-000000000000, persistence mode on",
+		"ok GPU1:"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Fatalf("doctor lacks %q:\n%s%s", want, r.stdout, r.stderr)
+		}
+	}
+	r = runInstallBin(t, append(env, "FAKE_NVML_PERSISTENCE=0"), bin, "doctor")
+	if r.code != 1 || !strings.Contains(r.stdout, "!! GPU1:         Fake NVIDIA H200") ||
+		!strings.Contains(r.stdout, "persistence mode off") || !strings.Contains(r.stdout, "fix:          nvidia-smi -i 1 -pm 1") {
+		t.Fatalf("doctor with persistence mode off: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+}
+
+// ps: one row per recorded kernel, its pids and GPU memory per device, as
+// a table and as JSON; a kernel whose supervisor is gone is "dirty".
+func TestPs(t *testing.T) {
+	bin := buildInstallTestBinary(t)
+	f := gputest.New(t, 2, gputest.Full)
+	holder := f.Hold(t, 1, 768, "--setsid") // a process group of its own, as a kernel has
+	stateDir := t.TempDir()
+	kernelStart, err := cgroup.StartTime(holder.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A kernel recorded by a dead supervisor whose process group leader
+	// (the "kernel") is the holder: ps finds it through /proc.
+	st, _ := json.Marshal(wrapper.State{KernelID: "5b2c1e7a-ps", SupervisorPID: 1 << 30, KernelPID: holder.Process.Pid,
+		KernelStart: kernelStart, Containment: "proc", Session: "train.ipynb",
+		Started: time.Now().Add(-time.Minute)})
+	if err := os.WriteFile(filepath.Join(stateDir, "5b2c1e7a-ps.json"), st, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := append(append(os.Environ(), "TFGPU_STATE_DIR="+stateDir), f.Env()...)
+	r := runInstallBin(t, env, bin, "ps", "--json")
+	var rows []wrapper.KernelStatus
+	if err := json.Unmarshal([]byte(r.stdout), &rows); err != nil || r.code != 0 || len(rows) != 1 {
+		t.Fatalf("ps --json: exit %d, %v\n%s%s", r.code, err, r.stdout, r.stderr)
+	}
+	k := rows[0]
+	if k.State != wrapper.StateDirty || len(k.PIDs) != 1 || k.PIDs[0] != holder.Process.Pid || len(k.GPU) != 1 ||
+		k.GPU[0].Index != 1 || k.GPU[0].UsedBytes != 768<<20 || !strings.HasPrefix(k.GPU[0].UUID, "GPU-") {
+		t.Fatalf("ps --json row: %+v", k)
+	}
+	r = runInstallBin(t, env, bin, "ps")
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	if r.code != 0 || len(lines) != 2 || !strings.HasPrefix(lines[0], "KERNEL") ||
+		!strings.Contains(lines[1], "5b2c1e7a  train.ipynb") || !strings.Contains(lines[1], "dirty") ||
+		!strings.HasSuffix(lines[1], "GPU1 768MiB") {
+		t.Fatalf("ps: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if r := runInstallBin(t, env, bin, "ps", "extra"); r.code != 2 {
+		t.Fatalf("ps extra: exit %d", r.code)
+	}
+}
