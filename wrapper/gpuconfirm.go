@@ -97,13 +97,7 @@ func (s *supervisor) beforeKill() *gpu.Old {
 	if !ok {
 		return nil
 	}
-	old := &gpu.Old{PIDs: pids, Baseline: s.baseline, By: gpu.Mode(s.baseline, hs)}
-	if old.By == gpu.ByPID {
-		old.Held = gpu.Holding(hs, pids)
-	} else {
-		old.Held = old.Ours(hs)
-	}
-	return old
+	return gpu.Watch(hs, pids, s.baseline)
 }
 
 // confirm waits until NVML lists nothing of the old tree, within the
@@ -123,15 +117,11 @@ func (s *supervisor) confirm(event string, old *gpu.Old) string {
 		s.log.Warn("GPU release could not be confirmed", append(attrs, "err", err)...)
 		return ""
 	case len(res.Held) > 0:
-		held := make([]string, len(res.Held))
-		for i, h := range res.Held {
-			held[i] = gpu.Describe(h)
-		}
 		s.log.Warn("GPU memory still held after the kernel's tree was killed",
-			append(attrs, "timeout", s.cfg.ConfirmTimeout, "held", strings.Join(held, "; "))...)
+			append(attrs, "timeout", s.cfg.ConfirmTimeout, "held", res.HeldText())...)
 		return fmt.Sprintf("tfgpu-kernel: GPU memory of the previous kernel was still held %s after it was killed: %s. "+
 			"It may be released later by the driver; check with 'tfgpu-kernel ps' or nvidia-smi.\n",
-			s.cfg.ConfirmTimeout, strings.Join(held, "; "))
+			s.cfg.ConfirmTimeout, res.HeldText())
 	default:
 		s.log.Info("GPU memory released", attrs...)
 		return ""

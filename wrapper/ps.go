@@ -71,7 +71,7 @@ func PS(stateDir, nvmlLibrary string) (rows []KernelStatus, gpuNote string, err 
 		case st.SupervisorStopped():
 			row.State = StateHung
 		}
-		row.PIDs = treePids(st)
+		row.PIDs = TreePids(st)
 		uses := map[int]*GPUUse{}
 		for _, h := range gpu.Holding(holders, row.PIDs) {
 			u := uses[h.Device]
@@ -95,10 +95,10 @@ func PS(stateDir, nvmlLibrary string) (rows []KernelStatus, gpuNote string, err 
 	return rows, gpuNote, nil
 }
 
-// treePids are the live processes of a recorded kernel's tree: its
+// TreePids are the live processes of a recorded kernel's tree: its
 // cgroup's, or, without one, the kernel's process tree as its supervisor
 // (the subreaper) sees it.
-func treePids(st State) []int {
+func TreePids(st State) []int {
 	if st.Cgroup != "" {
 		b, err := os.ReadFile(filepath.Join(st.Cgroup, "cgroup.procs"))
 		pids := []int{} // a cgroup that is gone is empty

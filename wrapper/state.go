@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tfgpu/tfgpu-kernel/cgroup"
+	"github.com/tfgpu/tfgpu-kernel/wrapper/gpu"
 )
 
 // State is what a supervisor records about its kernel in the state
@@ -28,6 +29,7 @@ type State struct {
 	Containment     string    `json:"containment"`      // cgroup.Tree.Mode()
 	Cgroup          string    `json:"cgroup,omitempty"` // the kernel's cgroup directory (v2)
 	ConnectionFile  string    `json:"connection_file"`
+	InnerDir        string    `json:"inner_dir,omitempty"` // the 0700 directory of the inner connection file and sockets
 	Session         string    `json:"session,omitempty"` // JPY_SESSION_NAME: the notebook
 	Started         time.Time `json:"started"`
 }
@@ -167,6 +169,11 @@ func Finish(dir string, st State, timeout time.Duration) (int, error) {
 		}
 	}
 	if err == nil {
+		// The dead supervisor's inner directory (its sockets): only a
+		// directory of the name writeInner gives is removed.
+		if st.InnerDir != "" && strings.HasPrefix(filepath.Base(st.InnerDir), "tfgpu-") {
+			_ = os.RemoveAll(st.InnerDir)
+		}
 		_ = os.Remove(statePath(dir, st.KernelID))
 	}
 	return killed, err
@@ -204,6 +211,10 @@ func (s *supervisor) reapDead() {
 		if st.SupervisorAlive() {
 			continue
 		}
+		var old *gpu.Old
+		if hs, ok := s.holders(); ok {
+			old = gpu.Watch(hs, TreePids(st), nil)
+		}
 		n, err := Finish(s.cfg.StateDir, st, s.cfg.KillTimeout)
 		attrs := []any{"dead_kernel", st.KernelID, "dead_supervisor", st.SupervisorPID, "processes", n}
 		if err != nil {
@@ -215,6 +226,9 @@ func (s *supervisor) reapDead() {
 			msg = "killed processes left by a previous supervisor of this kernel"
 		}
 		s.log.Warn(msg, attrs...)
+		if w := s.confirm("previous supervisor died", old); w != "" && st.KernelID == s.id {
+			s.pendingWarning = w
+		}
 	}
 }
 
@@ -223,8 +237,8 @@ func (s *supervisor) record() {
 	start, _ := cgroup.StartTime(os.Getpid())
 	kstart, _ := cgroup.StartTime(s.kpid)
 	st := State{KernelID: s.id, SupervisorPID: os.Getpid(), SupervisorStart: start, KernelPID: s.kpid, KernelStart: kstart,
-		Containment: s.tree.Mode(), ConnectionFile: s.cfg.ConnFile, Session: os.Getenv("JPY_SESSION_NAME"),
-		Started: time.Now().UTC()}
+		Containment: s.tree.Mode(), ConnectionFile: s.cfg.ConnFile, InnerDir: s.innerDir,
+		Session: os.Getenv("JPY_SESSION_NAME"), Started: time.Now().UTC()}
 	if d, ok := s.tree.(interface{ Dir() string }); ok {
 		st.Cgroup = d.Dir()
 	}

@@ -72,13 +72,14 @@ type supervisor struct {
 	state  state
 	events chan relayEvent
 
-	mem       cgroup.Memory // the memory limit, if one could be applied
-	gpu       *gpu.NVML     // the NVML session; nil: GPU release is not checked
-	baseline  []gpu.Holder  // NVML's process list before the kernel spawned
-	noFigures bool          // NVML gave no per-process memory figure; said once
-	shutdown  *relayEvent   // the shutdown_request being served
-	replied   bool          // the kernel's shutdown_reply was relayed
-	innerDir  string
+	mem            cgroup.Memory // the memory limit, if one could be applied
+	gpu            *gpu.NVML     // the NVML session; nil: GPU release is not checked
+	baseline       []gpu.Holder  // NVML's process list before the kernel spawned
+	noFigures      bool          // NVML gave no per-process memory figure; said once
+	pendingWarning string        // for the first cell: what a dead predecessor's tree still holds
+	shutdown       *relayEvent   // the shutdown_request being served
+	replied        bool          // the kernel's shutdown_reply was relayed
+	innerDir       string
 }
 
 // Run supervises one kernel until it is shut down or dies, and returns the
@@ -153,6 +154,10 @@ func Run(ctx context.Context, cfg Config) int {
 		cfg.StateDir = StateDir()
 	}
 	s.cfg.StateDir = cfg.StateDir
+	// DESIGN §6: NVML before anything is killed or spawned, so that the
+	// release of what dead supervisors left can be confirmed too.
+	s.openGPU()
+	defer s.closeGPU()
 	s.reapDead()
 	tree, why, err := newTree(cfg.Cgroup, s.id, reaper, cfg.v2opts...)
 	if err != nil {
@@ -181,9 +186,10 @@ func Run(ctx context.Context, cfg Config) int {
 
 	// DESIGN §6: the previous tree's GPU memory is back (or the user will
 	// be told) before the new kernel starts.
-	s.openGPU()
-	defer s.closeGPU()
 	warning := s.takeHandoff()
+	if warning == "" {
+		warning = s.pendingWarning
+	}
 	s.takeBaseline()
 
 	exited, code := s.spawn(reaper, substituteConn(cfg.Argv, cfg.ConnFile, dir+"/"+innerConnName))

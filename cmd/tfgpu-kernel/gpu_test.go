@@ -107,3 +107,38 @@ func TestPs(t *testing.T) {
 		t.Fatalf("ps extra: exit %d", r.code)
 	}
 }
+
+// stop of a kernel whose supervisor is gone kills its tree and confirms
+// through NVML that its memory is back, or says what still holds it and
+// exits 1.
+func TestStopConfirmsGPU(t *testing.T) {
+	bin := buildInstallTestBinary(t)
+	for _, c := range []struct {
+		release string
+		code    int
+		want    string
+	}{
+		{"300", 0, "GPU memory released: GPU0 512MiB (NVML, by pid,"},
+		{"-1", 1, "GPU memory still held 1s after the kill: GPU0: pid "},
+	} {
+		f := gputest.New(t, 1, gputest.Full)
+		holder := f.Hold(t, 0, 512, "--setsid")
+		start, err := cgroup.StartTime(holder.Process.Pid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stateDir := t.TempDir()
+		st, _ := json.Marshal(wrapper.State{KernelID: "dead-gpu", SupervisorPID: 1 << 30, KernelPID: holder.Process.Pid,
+			KernelStart: start, Containment: "proc"})
+		if err := os.WriteFile(filepath.Join(stateDir, "dead-gpu.json"), st, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		env := append(append(os.Environ(), "TFGPU_STATE_DIR="+stateDir), f.Env("FAKE_NVML_RELEASE_MS="+c.release)...)
+		r := runInstallBin(t, env, bin, "stop", "--confirm-timeout", "1s", "dead-gpu")
+		out := r.stdout + r.stderr
+		if r.code != c.code || !strings.Contains(out, "stopped kernel dead-gpu: supervisor gone; 1 processes killed") ||
+			!strings.Contains(out, c.want) {
+			t.Fatalf("release %s: stop exit %d, want %d and %q:\n%s", c.release, r.code, c.code, c.want, out)
+		}
+	}
+}

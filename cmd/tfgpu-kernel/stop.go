@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"os"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tfgpu/tfgpu-kernel/wrapper"
+	"github.com/tfgpu/tfgpu-kernel/wrapper/gpu"
 )
 
 // cmdStop kills a supervised kernel's whole tree and waits until it is gone,
@@ -18,8 +20,10 @@ import (
 func cmdStop(args []string) int {
 	fs := flag.NewFlagSet("stop", flag.ContinueOnError)
 	all := fs.Bool("all", false, "stop every supervised kernel")
-	timeout := fs.Duration("timeout", 5*time.Second, "how long a kernel may take to stop")
+	timeout := fs.Duration("timeout", 15*time.Second, "how long a kernel's supervisor may take to stop it (it also confirms the GPU release)")
 	stateDir := fs.String("state-dir", wrapper.StateDir(), "where supervisors record their kernels")
+	confirm := fs.Duration("confirm-timeout", wrapper.DefaultConfirmTimeout, "how long to wait for NVML to list none of the tree's GPU contexts")
+	nvmlLib := fs.String("nvml-library", "", "NVML library file to load; empty: "+gpuSoname+" through the dynamic loader")
 	if code, done := parseFlags(fs, args, "tfgpu-kernel stop 5b2c1e7a   # a kernel id, or a unique prefix of one"); done {
 		return code
 	}
@@ -46,9 +50,15 @@ func cmdStop(args []string) int {
 	case len(chosen) > 1 && !*all:
 		return usageError("stop", fmt.Sprintf("%q names %d kernels; give more of the id", fs.Arg(0), len(chosen)))
 	}
+	n, gerr := gpu.Open(*nvmlLib, "")
+	if gerr != nil {
+		fmt.Printf("GPU release not checked: %v\n", gerr)
+	} else {
+		defer n.Close()
+	}
 	code := 0
 	for _, st := range chosen {
-		if err := stopOne(*stateDir, st, *timeout); err != nil {
+		if err := stopOne(*stateDir, st, *timeout, n, *confirm); err != nil {
 			fmt.Fprintf(os.Stderr, "tfgpu-kernel stop: kernel %s: %v\n", st.KernelID, err)
 			code = 1
 		}
@@ -59,8 +69,14 @@ func cmdStop(args []string) int {
 // stopOne asks a live, running supervisor to stop (SIGTERM: it kills the
 // tree itself and Jupyter sees the kernel end); when it does not within the
 // timeout, or is stopped or gone, the tree is killed through its state.
-func stopOne(dir string, st wrapper.State, timeout time.Duration) error {
+func stopOne(dir string, st wrapper.State, timeout time.Duration, n *gpu.NVML, confirm time.Duration) error {
 	start := time.Now()
+	var old *gpu.Old
+	if n != nil {
+		if hs, err := n.Holders(); err == nil {
+			old = gpu.Watch(hs, wrapper.TreePids(st), nil)
+		}
+	}
 	how := "supervisor gone"
 	if st.SupervisorAlive() && !st.SupervisorStopped() {
 		how = "supervisor asked to stop"
@@ -74,7 +90,7 @@ func stopOne(dir string, st wrapper.State, timeout time.Duration) error {
 	} else if st.SupervisorAlive() {
 		how = "supervisor stopped (SIGSTOP)"
 	}
-	n, err := wrapper.Finish(dir, st, timeout)
+	killed, err := wrapper.Finish(dir, st, timeout)
 	if err != nil {
 		return err
 	}
@@ -82,6 +98,19 @@ func stopOne(dir string, st wrapper.State, timeout time.Duration) error {
 	if st.Session != "" {
 		label += " (" + st.Session + ")"
 	}
-	fmt.Printf("stopped kernel %s: %s; %d processes killed; %v\n", label, how, n, time.Since(start).Round(time.Millisecond))
+	fmt.Printf("stopped kernel %s: %s; %d processes killed; %v\n", label, how, killed, time.Since(start).Round(time.Millisecond))
+	if old == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), confirm)
+	defer cancel()
+	res, err := gpu.Confirm(ctx, n, *old, 25*time.Millisecond)
+	switch {
+	case err != nil:
+		return fmt.Errorf("GPU release not confirmed: %w", err)
+	case len(res.Held) > 0:
+		return fmt.Errorf("GPU memory still held %v after the kill: %s", confirm, res.HeldText())
+	}
+	fmt.Printf("GPU memory released: %s (NVML, by %s, %v)\n", res.ReleasedText(), res.By, res.Took.Round(time.Millisecond))
 	return nil
 }

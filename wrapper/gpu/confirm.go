@@ -96,6 +96,19 @@ func (o *Old) Ours(hs []Holder) []Holder {
 	return out
 }
 
+// Watch records what a live tree of processes pids holds, from NVML's list
+// hs taken just before the tree is killed; baseline is NVML's list from
+// before the tree began (nil when unknown).
+func Watch(hs []Holder, pids []int, baseline []Holder) *Old {
+	old := &Old{PIDs: pids, Baseline: baseline, By: Mode(baseline, hs)}
+	if old.By == ByPID {
+		old.Held = Holding(hs, pids)
+	} else {
+		old.Held = old.Ours(hs)
+	}
+	return old
+}
+
 // Holding returns the entries of hs whose pid is one of pids: a live
 // tree's GPU use.
 func Holding(hs []Holder, pids []int) []Holder {
@@ -165,6 +178,16 @@ func Sum(hs []Holder) map[int]int64 {
 		}
 	}
 	return out
+}
+
+// HeldText says who still holds what, for the user: one Describe per
+// entry.
+func (r Result) HeldText() string {
+	held := make([]string, len(r.Held))
+	for i, h := range r.Held {
+		held[i] = Describe(h)
+	}
+	return strings.Join(held, "; ")
 }
 
 // FormatBytes writes n bytes as GiB or MiB, the way nvidia-smi users read

@@ -23,6 +23,10 @@ argv[1] picks the scenario:
             (FAKE_NVML_PID_OFFSET): the supervisor confirms by baseline, the
             release is still waited for, the foreign holder that was there
             before the kernel is not.
+  orphan    the supervisor is SIGKILLed while its kernel's escaped holders
+            hold GPU1; jupyter_client restarts the kernel: the new supervisor
+            kills the leftovers and confirms their release (1.5 s) before
+            its kernel starts.
   degraded  no driver, an init failure, memory figures NVML cannot give, a
             driver without the _v3 process lists (E2E_NVML_NOV3_DIR): the
             kernel starts, answers, restarts and shuts down as usual, and
@@ -241,6 +245,33 @@ def pidoffset():
     km.shutdown_kernel(now=False)
 
 
+def orphan():
+    import signal
+    os.environ["FAKE_NVML_RELEASE_MS"] = "1500"
+    km, kc = h.start_kernel()
+    h.track(h.kernel_pid(kc))
+    escapees = hold(kc, 256)
+    os.kill(km.provisioner.pid, signal.SIGKILL)
+    km.provisioner.process.wait()
+    time.sleep(0.2)
+    h.check(any(h.alive(p) for p in escapees), "no escaped holder outlived the SIGKILLed supervisor: nothing to test")
+    kc.stop_channels()
+    t0 = time.monotonic()
+    km.restart_kernel(now=True)
+    kc = h.connect(km)
+    took = time.monotonic() - t0
+    at_ready = listed_pids()
+    log = supervisor_log(km)
+    released = [l for l in log.splitlines() if "GPU memory released" in l]
+    h.note(restart_to_ready_s=round(took, 3), released_line=released[-1:])
+    h.check(not [p for p in escapees if h.alive(p)], "leftover holders alive: %s" % [p for p in escapees if h.alive(p)])
+    h.check(not (at_ready & set(escapees)), "at ready NVML still lists the leftovers: %s" % sorted(at_ready & set(escapees)))
+    h.check(took >= 1.5, "ready %.2f s after the restart, before the 1.5 s release" % took)
+    h.check(released and "event=\"previous supervisor died\"" in released[-1] and "GPU1 1.2GiB" in released[-1],
+            "no release line for the dead supervisor's tree: %s" % released)
+    km.shutdown_kernel(now=False)
+
+
 def degraded():
     cases = [
         ("no driver", {"LD_LIBRARY_PATH": h.TMP}, "no NVIDIA driver"),
@@ -275,4 +306,4 @@ def degraded():
     os.environ.update(base)
 
 
-h.run({"release": release, "timeout": timeout, "pidoffset": pidoffset, "degraded": degraded}[SCENARIO])
+h.run({"release": release, "timeout": timeout, "pidoffset": pidoffset, "orphan": orphan, "degraded": degraded}[SCENARIO])
