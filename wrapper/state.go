@@ -30,7 +30,7 @@ type State struct {
 	Cgroup          string    `json:"cgroup,omitempty"` // the kernel's cgroup directory (v2)
 	ConnectionFile  string    `json:"connection_file"`
 	InnerDir        string    `json:"inner_dir,omitempty"` // the 0700 directory of the inner connection file and sockets
-	Session         string    `json:"session,omitempty"` // JPY_SESSION_NAME: the notebook
+	Session         string    `json:"session,omitempty"`   // JPY_SESSION_NAME: the notebook
 	Started         time.Time `json:"started"`
 }
 
