@@ -104,10 +104,17 @@ func (s *supervisor) beforeKill() *gpu.Old {
 // confirm timeout, and logs the outcome in one line. It returns the warning
 // for the user when memory is still held, "" otherwise.
 func (s *supervisor) confirm(event string, old *gpu.Old) string {
+	w, _ := s.confirmWithin(event, old, s.cfg.ConfirmTimeout)
+	return w
+}
+
+// confirmWithin is confirm with a timeout of its own; held says whether
+// memory was still held when it ran out.
+func (s *supervisor) confirmWithin(event string, old *gpu.Old, timeout time.Duration) (warning string, held bool) {
 	if old == nil || s.gpu == nil {
-		return ""
+		return "", false
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ConfirmTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	res, err := gpu.Confirm(ctx, s.gpu, *old, confirmPoll)
 	attrs := []any{"event", event, "released", res.ReleasedText(), "took", res.Took.Round(time.Millisecond),
@@ -115,16 +122,16 @@ func (s *supervisor) confirm(event string, old *gpu.Old) string {
 	switch {
 	case err != nil:
 		s.log.Warn("GPU release could not be confirmed", append(attrs, "err", err)...)
-		return ""
+		return "", false
 	case len(res.Held) > 0:
 		s.log.Warn("GPU memory still held after the kernel's tree was killed",
-			append(attrs, "timeout", s.cfg.ConfirmTimeout, "held", res.HeldText())...)
+			append(attrs, "timeout", timeout, "held", res.HeldText())...)
 		return fmt.Sprintf("tfgpu-kernel: GPU memory of the previous kernel was still held %s after it was killed: %s. "+
 			"It may be released later by the driver; check with 'tfgpu-kernel ps' or nvidia-smi.\n",
-			s.cfg.ConfirmTimeout, res.HeldText())
+			timeout, res.HeldText()), true
 	default:
 		s.log.Info("GPU memory released", attrs...)
-		return ""
+		return "", false
 	}
 }
 

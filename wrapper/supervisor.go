@@ -33,6 +33,13 @@ const (
 const (
 	DefaultShutdownGrace = time.Second
 	DefaultKillTimeout   = 1200 * time.Millisecond
+
+	// afterReplyGrace is how long a kernel that has sent its
+	// shutdown_reply may take to exit by itself.
+	afterReplyGrace = 100 * time.Millisecond
+	// jupyterKillAfter is when jupyter_client SIGKILLs a kernel process
+	// after shutdown_request (shutdown_wait_time, 5 s), less a margin.
+	jupyterKillAfter = 4500 * time.Millisecond
 )
 
 // Config is what `tfgpu-kernel run` was asked to do.
@@ -78,6 +85,7 @@ type supervisor struct {
 	noFigures      bool          // NVML gave no per-process memory figure; said once
 	pendingWarning string        // for the first cell: what a dead predecessor's tree still holds
 	shutdown       *relayEvent   // the shutdown_request being served
+	shutdownAt     time.Time     // when it came
 	replied        bool          // the kernel's shutdown_reply was relayed
 	innerDir       string
 }
@@ -219,11 +227,17 @@ func (s *supervisor) loop(ctx context.Context, sigc <-chan os.Signal, exited <-c
 				// reply and exit on its own, then stop() kills what is left.
 				if s.state == stateRunning {
 					s.state = stateStopping
-					s.shutdown = &ev
+					s.shutdown, s.shutdownAt = &ev, time.Now()
 					grace = time.After(s.cfg.ShutdownGrace)
 				}
 			case evShutdownReply:
 				s.replied = true
+				if s.state == stateStopping {
+					// The kernel has said its last word; what it does
+					// before exiting (ipykernel terminates its children
+					// one by one, for seconds) is the tree kill's job.
+					grace = time.After(min(afterReplyGrace, time.Until(s.shutdownAt.Add(s.cfg.ShutdownGrace))))
+				}
 			}
 
 		case st := <-exited:
@@ -288,9 +302,18 @@ func (s *supervisor) stop(reason string, st *cgroup.ExitStatus) int {
 	} else {
 		s.log.Info("kernel stopped", attrs...)
 	}
-	if s.shutdown != nil && s.shutdown.restart {
+	switch {
+	case s.shutdown != nil && s.shutdown.restart:
 		s.handOff(old) // the next kernel confirms, before it starts
-	} else {
+	case s.shutdown != nil:
+		// jupyter_client SIGKILLs the supervisor 5 s after its
+		// shutdown_request (DESIGN §3): confirm within what is left, and
+		// leave the rest to the next start of this kernel or to stop.
+		left := jupyterKillAfter - time.Since(s.shutdownAt)
+		if _, held := s.confirmWithin(reason, old, min(s.cfg.ConfirmTimeout, max(left, 0))); held {
+			s.handOff(old)
+		}
+	default:
 		s.confirm(reason, old)
 	}
 	drainConns(200 * time.Millisecond)

@@ -24,6 +24,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tfgpu/tfgpu-kernel/wrapper/gpu/gputest"
 )
 
 const benchPython = "/usr/bin/python3"
@@ -198,6 +200,21 @@ func BenchmarkRestartModes(b *testing.B) {
 	env := append(benchSetup(b, dir), "BENCH_RESTART_MODES="+strings.Join(restartModes, ","))
 	for i := 0; i < b.N; i++ {
 		benchRun(b, env, dir, false, 15*time.Minute)
+	}
+}
+
+// BenchmarkShutdown prints DESIGN §8's shutdown figure: shutdown_request
+// until the supervisor has killed a 20-process tree, checked NVML (the
+// fake, holding nothing) and exited, median of 10:
+//
+//	go test ./cmd/tfgpu-kernel -run '^$' -bench Shutdown -benchtime 1x
+func BenchmarkShutdown(b *testing.B) {
+	benchJupyterPython(b)
+	dir := b.TempDir()
+	f := gputest.New(b, 1, gputest.Full)
+	env := append(append(benchSetup(b, dir), f.Env()...), "BENCH_SHUTDOWN=1")
+	for i := 0; i < b.N; i++ {
+		benchRun(b, env, dir, false, 10*time.Minute)
 	}
 }
 
