@@ -412,6 +412,23 @@ func (h *harness) spawnEscapee() int {
 	return pid
 }
 
+// stopAndCheck shuts the kernel down through the control channel and
+// checks that the external supervisor cmd exits 0 and that escapee pid is
+// gone with the tree.
+func (h *harness) stopAndCheck(cmd *exec.Cmd, pid int) {
+	h.t.Helper()
+	h.send(h.control, "shutdown_request", nil, map[string]any{"restart": false})
+	if typ, _ := h.reply(h.control, 3*time.Second); typ != "shutdown_reply" {
+		h.t.Fatalf("control got %q, want shutdown_reply", typ)
+	}
+	if err := cmd.Wait(); err != nil {
+		h.t.Fatalf("supervisor: %v; log:\n%s", err, h.stderr)
+	}
+	if pidAlive(pid) {
+		h.t.Fatalf("escapee %d survived", pid)
+	}
+}
+
 // requireCgroupV2 fails the test in CI (CI=true), where it must run, and
 // skips it elsewhere, unless a v2 cgroup can be created and removed here.
 // It returns the directory the supervisor's kernel cgroups go in.

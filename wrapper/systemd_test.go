@@ -335,15 +335,9 @@ func TestSystemdScopeForUserWithoutWritableCgroup(t *testing.T) {
 	if got := procCgroup(t, pid); !strings.HasSuffix(scope, got) {
 		t.Fatalf("escapee %d is in %s, not in the scope %s", pid, got, scope)
 	}
-	h.send(h.control, "shutdown_request", nil, map[string]any{"restart": false})
-	if typ, _ := h.reply(h.control, 3*time.Second); typ != "shutdown_reply" {
-		t.Fatalf("control got %s", typ)
-	}
-	if err := cmd.Wait(); err != nil {
-		t.Fatalf("supervisor: %v; log:\n%s", err, h.stderr)
-	}
-	if pidAlive(pid) || pidAlive(kernelPID) {
-		t.Fatalf("survivors: escapee %d alive %v, kernel %d alive %v", pid, pidAlive(pid), kernelPID, pidAlive(kernelPID))
+	h.stopAndCheck(cmd, pid)
+	if pidAlive(kernelPID) {
+		t.Fatalf("kernel %d survived", kernelPID)
 	}
 	if _, err := os.Stat(scope); !os.IsNotExist(err) {
 		t.Fatalf("scope cgroup %s left behind: %v", scope, err)
@@ -365,14 +359,7 @@ func TestSystemdScopeRefusedFallsBack(t *testing.T) {
 		t.Fatalf("no fallback from the refused scope, or not said why; log:\n%s", log)
 	}
 	pid := h.spawnEscapee()
-	h.send(h.control, "shutdown_request", nil, map[string]any{"restart": false})
-	h.reply(h.control, 3*time.Second)
-	if err := cmd.Wait(); err != nil {
-		t.Fatalf("supervisor: %v; log:\n%s", err, h.stderr)
-	}
-	if pidAlive(pid) {
-		t.Fatalf("escapee %d survived", pid)
-	}
+	h.stopAndCheck(cmd, pid)
 }
 
 // procCgroup is pid's cgroup2 path, relative to the cgroup2 mount.

@@ -50,16 +50,7 @@ func TestUnprivilegedSupervisorUsesItsDelegatedSubtree(t *testing.T) {
 		t.Fatalf("not contained in the delegated subtree; log:\n%s", h.stderr)
 	}
 	pid := h.spawnEscapee()
-	h.send(h.control, "shutdown_request", nil, map[string]any{"restart": false})
-	if typ, _ := h.reply(h.control, 3*time.Second); typ != "shutdown_reply" {
-		t.Fatalf("control got %s", typ)
-	}
-	if err := cmd.Wait(); err != nil {
-		t.Fatalf("supervisor: %v; log:\n%s", err, h.stderr)
-	}
-	if pidAlive(pid) {
-		t.Fatalf("escapee %d survived", pid)
-	}
+	h.stopAndCheck(cmd, pid)
 	if _, err := os.Stat(filepath.Join(deleg, "tfgpu-test-1234")); !os.IsNotExist(err) {
 		t.Fatalf("kernel cgroup left in the delegated subtree: %v", err)
 	}
@@ -75,12 +66,5 @@ func TestUnprivilegedSupervisorWithoutCgroupsSaysSo(t *testing.T) {
 		t.Fatalf("no fallback to the proc tree, or not said why; log:\n%s", log)
 	}
 	pid := h.spawnEscapee()
-	h.send(h.control, "shutdown_request", nil, map[string]any{"restart": false})
-	h.reply(h.control, 3*time.Second)
-	if err := cmd.Wait(); err != nil {
-		t.Fatalf("supervisor: %v; log:\n%s", err, h.stderr)
-	}
-	if pidAlive(pid) {
-		t.Fatalf("escapee %d survived", pid)
-	}
+	h.stopAndCheck(cmd, pid)
 }

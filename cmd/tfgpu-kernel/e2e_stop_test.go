@@ -23,24 +23,7 @@ import (
 // supervisor, once continued, ends because its kernel died.
 func TestE2EStopHungSupervisor(t *testing.T) {
 	s := e2eSetup(t)
-	ports := map[string]int{}
-	for _, name := range []string{"shell_port", "iopub_port", "stdin_port", "control_port", "hb_port"} {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ports[name] = l.Addr().(*net.TCPAddr).Port
-		l.Close()
-	}
-	c := map[string]any{"ip": "127.0.0.1", "key": "5f1c7a0e-stop", "transport": "tcp", "signature_scheme": "hmac-sha256"}
-	for k, v := range ports {
-		c[k] = v
-	}
-	b, _ := json.Marshal(c)
-	path := filepath.Join(t.TempDir(), "kernel-e2e-stop.json")
-	if err := os.WriteFile(path, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	path := writeTCPConn(t, t.TempDir(), "e2e-stop", "5f1c7a0e-stop")
 	stateDir, tag, xdg := t.TempDir(), e2eTag(t), e2eXDG(t)
 	env := append(append([]string{}, s.env...), "E2E_TAG="+tag, "XDG_RUNTIME_DIR="+xdg, "TFGPU_STATE_DIR="+stateDir)
 
@@ -143,4 +126,25 @@ func (l *lockedBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+// writeTCPConn writes dir/kernel-ID.json, a connection file on free
+// loopback ports with key, and returns its path.
+func writeTCPConn(t *testing.T, dir, id, key string) string {
+	t.Helper()
+	c := map[string]any{"ip": "127.0.0.1", "key": key, "transport": "tcp", "signature_scheme": "hmac-sha256"}
+	for _, name := range []string{"shell_port", "iopub_port", "stdin_port", "control_port", "hb_port"} {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		c[name] = l.Addr().(*net.TCPAddr).Port
+		l.Close()
+	}
+	b, _ := json.Marshal(c)
+	path := filepath.Join(dir, "kernel-"+id+".json")
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }

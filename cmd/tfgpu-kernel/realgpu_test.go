@@ -26,7 +26,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -150,7 +149,7 @@ func TestRealGPU(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	conn := writeCheckConn(t, dir)
+	conn := writeTCPConn(t, dir, "realgpu", "realgpu-check")
 	ready := filepath.Join(dir, "ready.json")
 
 	before, err := rig.used()
@@ -260,25 +259,4 @@ func TestRealGPU(t *testing.T) {
 	if !strings.Contains(released, "GPU memory released") || !strings.Contains(released, "GPU0") {
 		t.Fatalf("the supervisor did not confirm the release through NVML; log:\n%s", log.String())
 	}
-}
-
-// writeCheckConn writes a connection file on free loopback ports.
-func writeCheckConn(t *testing.T, dir string) string {
-	t.Helper()
-	c := map[string]any{"ip": "127.0.0.1", "transport": "tcp", "signature_scheme": "hmac-sha256",
-		"key": "realgpu-check", "kernel_name": "tfgpu"}
-	for _, name := range []string{"shell_port", "iopub_port", "stdin_port", "control_port", "hb_port"} {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		c[name] = l.Addr().(*net.TCPAddr).Port
-		l.Close()
-	}
-	b, _ := json.Marshal(c)
-	path := filepath.Join(dir, "kernel-realgpu.json")
-	if err := os.WriteFile(path, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
 }
