@@ -12,20 +12,21 @@ import (
 	"github.com/tfgpu/tfgpu-kernel/wrapper/gpu"
 )
 
-// Kernel states, as `tfgpu-kernel ps` shows them.
+// Kernel states, as `tfgpu-kernel ps` shows them, besides the phases the
+// supervisor records (PhaseStarting, PhaseRunning, PhaseStopping).
 const (
-	StateRunning = "running" // the supervisor runs
-	StateHung    = "hung"    // the supervisor is stopped (SIGSTOP, a debugger)
-	StateDirty   = "dirty"   // the supervisor is gone; its tree may not be
+	StateHung  = "hung"  // the supervisor is stopped (SIGSTOP, a debugger)
+	StateDirty = "dirty" // the supervisor is gone; its tree may not be
 )
 
 // KernelStatus is one row of `tfgpu-kernel ps`.
 type KernelStatus struct {
 	KernelID      string    `json:"kernel_id"`
-	Session       string    `json:"session,omitempty"`
+	Session       string    `json:"session"` // JPY_SESSION_NAME: the notebook, "" when the server does not say
 	SupervisorPID int       `json:"supervisor_pid"`
 	KernelPID     int       `json:"kernel_pid"`
 	PIDs          []int     `json:"pids"`
+	RSSBytes      int64     `json:"rss_bytes"` // resident memory of the tree's processes
 	State         string    `json:"state"`
 	Containment   string    `json:"containment"`
 	Cgroup        string    `json:"cgroup,omitempty"`
@@ -41,12 +42,17 @@ type GPUUse struct {
 	UsedBytes int64  `json:"used_bytes"`
 }
 
-// PS lists the kernels recorded in stateDir with their processes and GPU
-// memory. gpuNote says why GPU memory is not shown, when it is not.
-func PS(stateDir, nvmlLibrary string) (rows []KernelStatus, gpuNote string, err error) {
-	states, err := ReadStates(stateDir)
-	if err != nil {
-		return nil, "", err
+// PS lists the kernels recorded in the state directories with their
+// processes, memory and GPU memory. gpuNote says why GPU memory is not
+// shown, when it is not.
+func PS(stateDirs []string, nvmlLibrary string) (rows []KernelStatus, gpuNote string, err error) {
+	var states []State
+	for _, dir := range stateDirs {
+		sts, err := ReadStates(dir)
+		if err != nil {
+			return nil, "", err
+		}
+		states = append(states, sts...)
 	}
 	var holders []gpu.Holder
 	n, gerr := gpu.Open(nvmlLibrary, "")
@@ -63,15 +69,20 @@ func PS(stateDir, nvmlLibrary string) (rows []KernelStatus, gpuNote string, err 
 	}
 	for _, st := range states {
 		row := KernelStatus{KernelID: st.KernelID, Session: st.Session, SupervisorPID: st.SupervisorPID,
-			KernelPID: st.KernelPID, State: StateRunning, Containment: st.Containment, Cgroup: st.Cgroup,
+			KernelPID: st.KernelPID, State: st.Phase, Containment: st.Containment, Cgroup: st.Cgroup,
 			Started: st.Started, GPU: []GPUUse{}}
 		switch {
 		case !st.SupervisorAlive():
 			row.State = StateDirty
 		case st.SupervisorStopped():
 			row.State = StateHung
+		case row.State == "":
+			row.State = PhaseRunning // written by a version without phases
 		}
 		row.PIDs = TreePids(st)
+		for _, p := range row.PIDs {
+			row.RSSBytes += rss(p)
+		}
 		uses := map[int]*GPUUse{}
 		for _, h := range gpu.Holding(holders, row.PIDs) {
 			u := uses[h.Device]
@@ -123,4 +134,34 @@ func TreePids(st State) []int {
 		return []int{}
 	}
 	return pids
+}
+
+// rss is pid's resident memory in bytes (0 when it is gone).
+func rss(pid int) int64 {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/statm")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 2 {
+		return 0
+	}
+	pages, _ := strconv.ParseInt(f[1], 10, 64)
+	return pages * int64(os.Getpagesize())
+}
+
+// StateDirs is where ps looks: dir, and for root also every user's
+// $XDG_RUNTIME_DIR/tfgpu-kernel (/run/user/UID), so root sees all users'
+// kernels.
+func StateDirs(dir string, allUsers bool) []string {
+	dirs := []string{dir}
+	if allUsers {
+		m, _ := filepath.Glob("/run/user/*/tfgpu-kernel")
+		for _, d := range m {
+			if d != dir {
+				dirs = append(dirs, d)
+			}
+		}
+	}
+	return dirs
 }

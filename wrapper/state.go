@@ -32,7 +32,16 @@ type State struct {
 	InnerDir        string    `json:"inner_dir,omitempty"` // the 0700 directory of the inner connection file and sockets
 	Session         string    `json:"session,omitempty"`   // JPY_SESSION_NAME: the notebook
 	Started         time.Time `json:"started"`
+	Phase           string    `json:"phase"` // PhaseStarting, PhaseRunning or PhaseStopping
 }
+
+// Phases of a kernel, as its supervisor records them (ps shows them as
+// the state while the supervisor runs).
+const (
+	PhaseStarting = "starting" // spawned; the kernel has not said anything yet
+	PhaseRunning  = "running"  // the kernel answers
+	PhaseStopping = "stopping" // shutdown, restart or death: the tree is being killed
+)
 
 // StateDir is where state files live: $TFGPU_STATE_DIR, else
 // /run/tfgpu-kernel for root, else $XDG_RUNTIME_DIR/tfgpu-kernel, else
@@ -232,17 +241,30 @@ func (s *supervisor) reapDead() {
 	}
 }
 
+// setPhase records the kernel's phase in its state file.
+func (s *supervisor) setPhase(phase string) {
+	if s.st.KernelID == "" || s.st.Phase == phase {
+		return
+	}
+	s.st.Phase = phase
+	if err := writeState(s.cfg.StateDir, s.st); err != nil {
+		s.log.Debug("cannot record the kernel's phase", "phase", phase, "err", err)
+	}
+}
+
 // record writes the state file once the kernel runs.
 func (s *supervisor) record() {
 	start, _ := cgroup.StartTime(os.Getpid())
 	kstart, _ := cgroup.StartTime(s.kpid)
 	st := State{KernelID: s.id, SupervisorPID: os.Getpid(), SupervisorStart: start, KernelPID: s.kpid, KernelStart: kstart,
 		Containment: s.tree.Mode(), ConnectionFile: s.cfg.ConnFile, InnerDir: s.innerDir,
-		Session: os.Getenv("JPY_SESSION_NAME"), Started: time.Now().UTC()}
+		Session: os.Getenv("JPY_SESSION_NAME"), Started: time.Now().UTC(), Phase: PhaseStarting}
 	if d, ok := s.tree.(interface{ Dir() string }); ok {
 		st.Cgroup = d.Dir()
 	}
 	if err := writeState(s.cfg.StateDir, st); err != nil {
 		s.log.Warn("cannot record the kernel's state; 'tfgpu-kernel stop' will not find it", "err", err)
+		return
 	}
+	s.st = st
 }

@@ -88,6 +88,7 @@ type supervisor struct {
 	shutdownAt     time.Time     // when it came
 	replied        bool          // the kernel's shutdown_reply was relayed
 	innerDir       string
+	st             State // as recorded in the state file
 }
 
 // Run supervises one kernel until it is shut down or dies, and returns the
@@ -218,8 +219,15 @@ func Run(ctx context.Context, cfg Config) int {
 // loop is the supervisor's one event loop; every case is a lifecycle event.
 func (s *supervisor) loop(ctx context.Context, sigc <-chan os.Signal, exited <-chan cgroup.ExitStatus) int {
 	var grace <-chan time.Time
+	ready := s.relay.ready
 	for {
 		select {
+		case <-ready:
+			ready = nil
+			if s.state == stateRunning {
+				s.setPhase(PhaseRunning)
+			}
+
 		case ev := <-s.events:
 			switch ev.kind {
 			case evShutdownRequest:
@@ -227,6 +235,7 @@ func (s *supervisor) loop(ctx context.Context, sigc <-chan os.Signal, exited <-c
 				// reply and exit on its own, then stop() kills what is left.
 				if s.state == stateRunning {
 					s.state = stateStopping
+					s.setPhase(PhaseStopping)
 					s.shutdown, s.shutdownAt = &ev, time.Now()
 					grace = time.After(s.cfg.ShutdownGrace)
 				}
@@ -285,6 +294,7 @@ func (s *supervisor) loop(ctx context.Context, sigc <-chan os.Signal, exited <-c
 // tree → wait until none is alive → answer the client if the kernel did
 // not → let queued replies out. It returns the exit code: 0.
 func (s *supervisor) stop(reason string, st *cgroup.ExitStatus) int {
+	s.setPhase(PhaseStopping)
 	old := s.beforeKill()
 	start := time.Now()
 	killed, err := s.killTree()
@@ -324,6 +334,7 @@ func (s *supervisor) stop(reason string, st *cgroup.ExitStatus) int {
 // tell the cell it was running why, and exit with the kernel's code so that
 // Jupyter's restarter starts a fresh kernel.
 func (s *supervisor) died(st cgroup.ExitStatus) int {
+	s.setPhase(PhaseStopping)
 	old := s.beforeKill()
 	killed, err := s.killTree()
 	s.log.Warn("kernel died", "kernel_exit", st.String(), "processes_killed", killed, "err", err)

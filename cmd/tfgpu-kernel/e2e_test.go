@@ -631,3 +631,10 @@ func TestE2EGPU(t *testing.T) {
 		})
 	}
 }
+
+// Issue 5: JupyterLab's debugger traffic (debug_request/debug_reply on
+// control, debug_event on iopub) passes through the supervisor.
+func TestE2EDebugger(t *testing.T) {
+	s := e2eSetup(t, "debugpy")
+	s.scenario(t, 90*time.Second, "debug.py")
+}

@@ -14,7 +14,8 @@ import (
 	"github.com/tfgpu/tfgpu-kernel/wrapper/gpu"
 )
 
-// cmdPs lists the supervised kernels with their processes and GPU memory:
+// cmdPs lists the supervised kernels with their processes, memory and GPU
+// memory (root: every user's):
 //
 //	tfgpu-kernel ps [--json]
 func cmdPs(args []string) int {
@@ -28,7 +29,10 @@ func cmdPs(args []string) int {
 	if fs.NArg() > 0 {
 		return usageError("ps", fmt.Sprintf("unexpected argument %q", fs.Arg(0)))
 	}
-	rows, note, err := wrapper.PS(*stateDir, *nvmlLib)
+	explicit := false
+	fs.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "state-dir" })
+	dirs := wrapper.StateDirs(*stateDir, os.Geteuid() == 0 && !explicit && os.Getenv("TFGPU_STATE_DIR") == "")
+	rows, note, err := wrapper.PS(dirs, *nvmlLib)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "tfgpu-kernel ps: %v\n", err)
 		return 1
@@ -53,7 +57,7 @@ func printPs(out io.Writer, rows []wrapper.KernelStatus, note string, now time.T
 		fmt.Fprintln(out, "no supervised kernels")
 	} else {
 		w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(w, "KERNEL\tNOTEBOOK\tSUPERVISOR\tKERNEL PID\tPROCS\tSTATE\tUPTIME\tGPU MEMORY")
+		fmt.Fprintln(w, "KERNEL\tNOTEBOOK\tSUPERVISOR\tKERNEL PID\tPROCS\tRSS\tSTATE\tUPTIME\tGPU MEMORY")
 		for _, r := range rows {
 			session := r.Session
 			if session == "" {
@@ -66,8 +70,9 @@ func printPs(out io.Writer, rows []wrapper.KernelStatus, note string, now time.T
 			if len(mem) == 0 {
 				mem = []string{"-"}
 			}
-			fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\n", shortKernelID(r.KernelID), session, r.SupervisorPID,
-				r.KernelPID, len(r.PIDs), r.State, now.Sub(r.Started).Round(time.Second), strings.Join(mem, ", "))
+			fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\n", shortKernelID(r.KernelID), session, r.SupervisorPID,
+				r.KernelPID, len(r.PIDs), gpu.FormatBytes(r.RSSBytes), r.State, now.Sub(r.Started).Round(time.Second),
+				strings.Join(mem, ", "))
 		}
 		w.Flush()
 	}

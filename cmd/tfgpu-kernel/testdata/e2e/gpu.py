@@ -165,7 +165,9 @@ def release():
     gpu = {g["index"]: g["used_bytes"] for g in rows[0]["gpu"]}
     h.note(ps_gpu=rows[0]["gpu"], ps_state=rows[0]["state"])
     assert gpu == {0: (2048 + 512) << 20, 1: (1024 + 256) << 20}, "ps --json gpu %s" % rows[0]["gpu"]
-    assert all(k in rows[0] for k in ("kernel_id", "supervisor_pid", "kernel_pid", "pids", "state")), rows[0]
+    assert all(k in rows[0] for k in ("kernel_id", "supervisor_pid", "kernel_pid", "pids", "state", "session",
+                                      "rss_bytes", "started")), rows[0]
+    assert rows[0]["state"] == "running" and rows[0]["rss_bytes"] > 10 << 20, "ps --json: %s" % rows[0]
 
     kc, took = restart(km, kc)
     at_ready = listed_pids()
