@@ -3,7 +3,9 @@ package main
 import (
 	"debug/elf"
 	"encoding/json"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -141,4 +143,41 @@ func TestStopConfirmsGPU(t *testing.T) {
 			t.Fatalf("release %s: stop exit %d, want %d and %q:\n%s", c.release, r.code, c.code, c.want, out)
 		}
 	}
+}
+
+// BenchmarkPs times `tfgpu-kernel ps --json` with 20 kernels, each a
+// process group of its own holding a fake GPU (issue 5: under 200 ms):
+//
+//	go test ./cmd/tfgpu-kernel -run '^$' -bench Ps -benchtime 20x
+func BenchmarkPs(b *testing.B) {
+	bin := filepath.Join(b.TempDir(), "tfgpu-kernel")
+	if out, err := exec.Command("go", "build", "-ldflags=-extldflags=-Wl,-z,lazy", "-o", bin, ".").CombinedOutput(); err != nil {
+		b.Fatalf("go build: %v\n%s", err, out)
+	}
+	f := gputest.New(b, 2, gputest.Full)
+	stateDir := b.TempDir()
+	for i := range 20 {
+		h := f.Hold(b, i%2, 256, "--setsid")
+		start, err := cgroup.StartTime(h.Process.Pid)
+		if err != nil {
+			b.Fatal(err)
+		}
+		id := fmt.Sprintf("bench-%02d", i)
+		st, _ := json.Marshal(wrapper.State{KernelID: id, SupervisorPID: os.Getpid(), KernelPID: h.Process.Pid,
+			KernelStart: start, Containment: "proc", Started: time.Now(), Phase: wrapper.PhaseRunning})
+		if err := os.WriteFile(filepath.Join(stateDir, id+".json"), st, 0o600); err != nil {
+			b.Fatal(err)
+		}
+	}
+	env := append(append(os.Environ(), "TFGPU_STATE_DIR="+stateDir), f.Env()...)
+	b.ResetTimer()
+	for range b.N {
+		cmd := exec.Command(bin, "ps", "--json")
+		cmd.Env = env
+		out, err := cmd.Output()
+		if err != nil || strings.Count(string(out), `"kernel_id"`) != 20 {
+			b.Fatalf("ps: %v\n%s", err, out)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N), "ms/ps")
 }
