@@ -104,19 +104,21 @@ func (s *supervisor) beforeKill() *gpu.Old {
 // confirm timeout, and logs the outcome in one line. It returns the warning
 // for the user when memory is still held, "" otherwise.
 func (s *supervisor) confirm(event string, old *gpu.Old) string {
-	w, _ := s.confirmWithin(event, old, s.cfg.ConfirmTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ConfirmTimeout)
+	defer cancel()
+	w, _ := s.confirmWithin(ctx, event, old)
 	return w
 }
 
-// confirmWithin is confirm with a timeout of its own; held says whether
-// memory was still held when it ran out.
-func (s *supervisor) confirmWithin(event string, old *gpu.Old, timeout time.Duration) (warning string, held bool) {
+// confirmWithin is confirm until ctx ends; held says whether memory was
+// still held then.
+func (s *supervisor) confirmWithin(ctx context.Context, event string, old *gpu.Old) (warning string, held bool) {
 	if old == nil || s.gpu == nil {
 		return "", false
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
+	start := time.Now()
 	res, err := gpu.Confirm(ctx, s.gpu, *old, confirmPoll)
+	timeout := time.Since(start).Round(time.Millisecond)
 	attrs := []any{"event", event, "released", res.ReleasedText(), "took", res.Took.Round(time.Millisecond),
 		"by", res.By, "nvml_polls", res.Polls}
 	switch {

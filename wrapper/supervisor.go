@@ -38,7 +38,7 @@ const (
 	// shutdown_reply may take to exit by itself.
 	afterReplyGrace = 100 * time.Millisecond
 	// jupyterKillAfter is when jupyter_client SIGKILLs a kernel process
-	// after shutdown_request (shutdown_wait_time, 5 s), less a margin.
+	// after shutdown_request (its shutdown_wait_time, 5 s), less a margin.
 	jupyterKillAfter = 4500 * time.Millisecond
 )
 
@@ -88,7 +88,8 @@ type supervisor struct {
 	shutdownAt     time.Time     // when it came
 	replied        bool          // the kernel's shutdown_reply was relayed
 	innerDir       string
-	st             State // as recorded in the state file
+	st             State            // as recorded in the state file
+	sigc           <-chan os.Signal // the signals the loop reads; stop reads it after the loop
 }
 
 // Run supervises one kernel until it is shut down or dies, and returns the
@@ -130,6 +131,7 @@ func Run(ctx context.Context, cfg Config) int {
 	sigc := make(chan os.Signal, 8)
 	signal.Notify(sigc, unix.SIGINT, unix.SIGTERM, unix.SIGHUP, parentDeathSignal)
 	defer signal.Stop(sigc)
+	s.sigc = sigc
 	defer watchParent()()
 	if parentGone() {
 		s.log.Warn("the process that started the kernel is already gone; not starting")
@@ -316,11 +318,28 @@ func (s *supervisor) stop(reason string, st *cgroup.ExitStatus) int {
 	case s.shutdown != nil && s.shutdown.restart:
 		s.handOff(old) // the next kernel confirms, before it starts
 	case s.shutdown != nil:
-		// jupyter_client SIGKILLs the supervisor 5 s after its
-		// shutdown_request (DESIGN §3): confirm within what is left, and
-		// leave the rest to the next start of this kernel or to stop.
-		left := jupyterKillAfter - time.Since(s.shutdownAt)
-		if _, held := s.confirmWithin(reason, old, min(s.cfg.ConfirmTimeout, max(left, 0))); held {
+		// jupyter_client SIGTERMs the supervisor 2.5 s after its
+		// shutdown_request and SIGKILLs it at 5 s (DESIGN §3): confirm
+		// until then, but a SIGTERM means Jupyter is waiting, so stop
+		// there and leave the rest to the next start of this kernel (or
+		// to tfgpu-kernel stop).
+		ctx, cancel := context.WithTimeout(context.Background(),
+			min(s.cfg.ConfirmTimeout, max(jupyterKillAfter-time.Since(s.shutdownAt), 0)))
+		defer cancel()
+		go func() {
+			for {
+				select {
+				case sig := <-s.sigc:
+					if sig == unix.SIGTERM || sig == unix.SIGHUP {
+						cancel()
+						return
+					}
+				case <-ctx.Done():
+					return
+				}
+			}
+		}()
+		if _, held := s.confirmWithin(ctx, reason, old); held {
 			s.handOff(old)
 		}
 	default:
