@@ -14,8 +14,12 @@ argv[1] picks the scenario:
             `tfgpu-kernel ps --json` shows the kernel's bytes. Restart: the
             new kernel is not ready before 2.5 s, and when it is, NVML lists
             nothing of the old tree; the foreign holder is alive, still
-            listed, not named anywhere. Then shutdown: the same, once
-            shutdown_kernel returns.
+            listed, not named anywhere. Shutdown with the 2.5 s release:
+            jupyter_client SIGTERMs the supervisor at 2.5 s, which then
+            leaves the rest of the check to the next start rather than hold
+            Jupyter up (shutdown_kernel < 4 s). Shutdown with a 0.8 s
+            release: NVML lists nothing of the tree once shutdown_kernel
+            returns, and the log has the release line.
   timeout   the release never comes, TFGPU_CONFIRM_TIMEOUT=3s: the restart
             finishes, and the first cell (only the first) is warned with the
             device, the pid and the MiB still held.
@@ -33,7 +37,6 @@ argv[1] picks the scenario:
             the log says once what could not be checked.
 """
 
-import ctypes
 import json
 import os
 import subprocess
@@ -41,6 +44,8 @@ import sys
 import time
 
 import harness as h
+import nvmlcheck
+from nvmlcheck import listed_pids
 
 SCENARIO = sys.argv[1] if len(sys.argv) > 1 else "release"
 BIN = os.environ["E2E_TFGPU_BIN"]
@@ -48,47 +53,6 @@ ROOT = os.environ["FAKE_NVML_ROOT"]
 FULL_DIR = os.environ["E2E_NVML_DIR"]
 STATE = os.path.join(h.TMP, "state")
 os.environ["TFGPU_STATE_DIR"] = STATE
-
-# ------------------------------------------------------------ NVML, as a user would ask it
-
-
-class ProcessInfo(ctypes.Structure):  # nvmlProcessInfo_t (v2 and v3)
-    _fields_ = [("pid", ctypes.c_uint), ("used", ctypes.c_ulonglong),
-                ("gi", ctypes.c_uint), ("ci", ctypes.c_uint)]
-
-
-_LIB = None
-
-
-def nvml_list():
-    """(device, pid, bytes) of every compute process NVML lists now. This
-    process loads the fake once and shares its knobs with the supervisors
-    (os.environ), so it sees what they see."""
-    global _LIB
-    if _LIB is None:
-        _LIB = ctypes.CDLL("libnvidia-ml.so.1")
-    rc = _LIB.nvmlInit_v2()
-    assert rc == 0, "nvmlInit_v2: %d" % rc
-    try:
-        n = ctypes.c_uint()
-        assert _LIB.nvmlDeviceGetCount_v2(ctypes.byref(n)) == 0
-        procs = getattr(_LIB, "nvmlDeviceGetComputeRunningProcesses_v3", None) or _LIB.nvmlDeviceGetComputeRunningProcesses_v2
-        out = []
-        for i in range(n.value):
-            dev = ctypes.c_void_p()
-            assert _LIB.nvmlDeviceGetHandleByIndex_v2(i, ctypes.byref(dev)) == 0
-            cnt, buf = ctypes.c_uint(64), (ProcessInfo * 64)()
-            rc = procs(dev, ctypes.byref(cnt), buf)
-            assert rc == 0, "process list: %d" % rc
-            out += [(i, buf[k].pid, buf[k].used) for k in range(cnt.value)]
-        return out
-    finally:
-        _LIB.nvmlShutdown()
-
-
-def listed_pids(offset=0):
-    return {pid - offset for _, pid, _ in nvml_list()}
-
 
 def foreign_holder(dev, mib):
     """A holder that is not the kernel's (another notebook's process)."""
@@ -140,9 +104,7 @@ def restart(km, kc):
 
 
 def ps_json():
-    out = subprocess.run([BIN, "ps", "--json"], capture_output=True, text=True, timeout=30)
-    assert out.returncode == 0, "tfgpu-kernel ps --json: %s" % out.stderr
-    return json.loads(out.stdout)
+    return nvmlcheck.ps_json(BIN)
 
 
 # ------------------------------------------------------------ scenarios
@@ -186,7 +148,32 @@ def release():
     calls = open(os.environ["FAKE_NVML_LOG"]).read()
     h.check("ComputeRunningProcesses_v3" in calls, "NVML was not consulted")
 
-    # shutdown: the same, once shutdown_kernel returns
+    # shutdown with the same 2.5 s release: jupyter_client SIGTERMs the
+    # supervisor at 2.5 s, and the supervisor then leaves the rest of the
+    # check to the next start instead of holding Jupyter up until SIGKILL.
+    kpid = h.kernel_pid(kc)
+    h.track(kpid)
+    escapees = hold(kc, 1024)
+    old = set(h.tree_of(km, kc)) | set(escapees) | {kpid}
+    kc.stop_channels()
+    t0 = time.monotonic()
+    km.shutdown_kernel(now=False)
+    took = time.monotonic() - t0
+    h.note(slow_shutdown_s=round(took, 3))
+    h.check(took < 4, "shutdown_kernel took %.2f s: the supervisor held Jupyter up" % took)
+    h.check(not [p for p in old if h.alive(p)], "processes of the tree alive after shutdown_kernel")
+    log = supervisor_log(km)
+    h.check("event=shutdown" in log and ("GPU memory released" in log or "still held" in log),
+            "no GPU check of the shutdown in the log")
+    deadline = time.monotonic() + 6
+    while listed_pids() & old and time.monotonic() < deadline:
+        time.sleep(0.05)
+    h.check(not listed_pids() & old, "the driver never released the tree's memory")
+
+    # shutdown with a release that fits (0.8 s): confirmed before
+    # shutdown_kernel returns.
+    os.environ["FAKE_NVML_RELEASE_MS"] = "800"
+    km, kc = h.start_kernel()
     kpid = h.kernel_pid(kc)
     h.track(kpid)
     escapees = hold(kc, 1024)
@@ -196,8 +183,10 @@ def release():
     km.shutdown_kernel(now=False)
     took = time.monotonic() - t0
     left = listed_pids() & old
-    h.note(shutdown_s=round(took, 3))
+    shut = [l for l in supervisor_log(km).splitlines() if "GPU memory released" in l and "event=shutdown" in l]
+    h.note(shutdown_s=round(took, 3), shutdown_line=shut[-1:])
     h.check(not left, "after shutdown_kernel NVML still lists the old tree: %s" % sorted(left))
+    h.check(shut and "GPU0 1.5GiB, GPU1 1.2GiB" in shut[-1], "no release line for the shutdown: %s" % shut)
     h.check(h.alive(foreign), "the foreign holder died at shutdown")
 
 

@@ -1,0 +1,273 @@
+"""The scenario users meet (issue 5): the real Jupyter server, and nbconvert.
+
+Debian's jupyter-notebook 6.4.12 and nbconvert 6.5 start the installed
+"tfgpu" kernelspec themselves, as they do for a user who picked "TF-GPU
+(clean restart)"; the fake NVML of TestE2EGPU stands in for the GPU
+(LD_LIBRARY_PATH, FAKE_NVML_*, holder.py on PYTHONPATH, all inherited by
+the server and so by every supervisor it starts), and TFGPU_STATE_DIR is a
+directory of this run, so `tfgpu-kernel ps` sees exactly this run's kernels.
+
+argv[1] picks the scenario:
+
+  rest       A notebook server on 127.0.0.1 with a random token, driven with
+             curl over its REST API the way JupyterLab drives it:
+             POST /api/kernels {"name": "tfgpu"} starts a kernel; through its
+             connection file (kernel-<id>.json in the server's runtime dir) a
+             cell holds 1 GiB of GPU0 and starts a setsid'd holder of 512 MiB
+             on GPU1. `tfgpu-kernel ps --json` has a row with the server's
+             kernel id, the kernel's and the holder's pids and both devices'
+             bytes. The driver takes 1.5 s to release a dead holder
+             (FAKE_NVML_RELEASE_MS).
+             POST /api/kernels/<id>/restart: when it returns no process of
+             the old tree is alive; when the new kernel answers, NVML lists
+             none of the old tree's pids (so it cannot have answered before
+             the 1.5 s release), ps shows the new tree only, and the first
+             cell is not warned that memory is still held.
+             The cell again, then DELETE /api/kernels/<id>: when it returns no
+             process of the tree is alive; NVML lists none of its pids and ps
+             has no row for it (each polled, bounded).
+             POST /api/shutdown stops the server, which exits 0. The server
+             log (which carries the supervisors' stderr) has a "GPU memory
+             released" line with both devices' figures for the restart and
+             for the shutdown, and no error.
+  nbconvert  `python3 -m nbconvert --to notebook --execute tfgpu_smoke.ipynb`
+             (the notebook names the tfgpu kernelspec in its metadata): exit
+             0; the executed cells show the kernel supervised by
+             `tfgpu-kernel run`, the computed result, and the pid of a
+             `sleep` the notebook started in a session of its own; when
+             nbconvert has exited, the kernel, its supervisor and that sleep
+             are gone and ps has no row.
+
+With a stock kernelspec (E2E_KERNEL=python3, E2E_WRAPPED=0) only nbconvert
+runs; what only the supervisor promises is reported, not asserted.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import harness as h
+import server_helpers as sh
+
+SCENARIO = sys.argv[1] if len(sys.argv) > 1 else "rest"
+HERE = os.path.dirname(os.path.abspath(__file__))
+BIN = os.environ["E2E_TFGPU_BIN"]
+RELEASE_S = 1.5
+
+# Inherited by the server, nbconvert and every supervisor they start; the
+# fake NVML reads its knobs when this process first initialises it, too.
+os.environ["TFGPU_STATE_DIR"] = os.path.join(h.TMP, "state")
+os.environ["FAKE_NVML_RELEASE_MS"] = str(int(RELEASE_S * 1000))
+
+MIB = 1 << 20
+WANT_GPU = {0: 1024 * MIB, 1: 512 * MIB}  # what HOLD holds, by device
+
+# A cell that holds GPU0 in the kernel and starts a holder of GPU1 in a
+# session of its own (outside the process group Jupyter signals).
+HOLD = r'''
+import holder, json, os
+holder.hold(0, 1024)
+print("E2E-PIDS " + json.dumps({"kernel": os.getpid(), "escapee": holder.escape(1, 512, "setsid")}))
+'''
+
+
+def hold(kc, what):
+    r = h.ok(h.execute(kc, HOLD, timeout=60), what)
+    line = [l for l in r["stdout"].splitlines() if l.startswith("E2E-PIDS ")]
+    assert line, "%s: no pids printed: %r %r" % (what, r["stdout"], r["stderr"])
+    pids = json.loads(line[0][len("E2E-PIDS "):])
+    h.track(*pids.values())
+    return pids, r
+
+
+def tree(srv, kernel_pid, what):
+    """The supervisor of kernel_pid (checked to be tfgpu-kernel run, started
+    by the server) and every live process under it, all tracked."""
+    sup = sh.ppid(kernel_pid)
+    cmd = h.cmdline(sup)
+    assert os.path.basename(cmd.split()[0]) == "tfgpu-kernel" and " run " in cmd, "%s: the kernel's parent %d is %r" % (what, sup, cmd)
+    assert sh.ppid(sup) == srv.proc.pid, "%s: the supervisor %d is not the server's child" % (what, sup)
+    pids = {sup, *h.descendants(sup)}
+    h.track(*pids)
+    return sup, pids
+
+
+def check_ps(kernel_id, sup, pids, what, old=()):
+    """ps --json has one row for kernel_id, of supervisor sup, listing pids
+    (and none of old), with WANT_GPU on the devices."""
+    row = sh.ps_row(BIN, kernel_id)
+    assert row, "%s: ps --json has no row for kernel %s: %s" % (what, kernel_id, sh.ps_json(BIN))
+    listed = set(row["pids"] or [])
+    gpu = {g["index"]: g["used_bytes"] for g in row["gpu"] or [] if g["used_bytes"]}
+    h.note(**{"ps_" + what: {k: row.get(k) for k in ("supervisor_pid", "kernel_pid", "pids", "state", "gpu")}})
+    assert row["supervisor_pid"] == sup, "%s: ps supervisor_pid %s, want %d" % (what, row["supervisor_pid"], sup)
+    assert set(pids) <= listed, "%s: ps pids %s lack %s" % (what, sorted(listed), sorted(set(pids) - listed))
+    assert not listed & set(old), "%s: ps still lists pids of the old tree: %s" % (what, sorted(listed & set(old)))
+    assert gpu == WANT_GPU, "%s: ps gpu %s, want used_bytes %s" % (what, row["gpu"], WANT_GPU)
+
+
+# ------------------------------------------------------------ rest
+
+
+def rest():
+    srv = sh.NotebookServer(os.path.join(h.TMP, "server"))
+    srv.start()
+    try:
+        kernel_lifecycle(srv)
+    except BaseException:
+        srv.stop()
+        h.log("---- tail of the server log (with the supervisors' stderr) ----\n" + srv.log()[-6000:])
+        raise
+    how = srv.stop()
+    log = srv.log()
+    # The 404s of the scenario's own GET after DELETE are expected.
+    warnings = [l for l in log.splitlines() if (l.startswith(("[W", "[E", "[C")) or "level=WARN" in l or "level=ERROR" in l)
+                and not ("404 GET /api/kernels/" in l or "Kernel does not exist" in l)]
+    h.note(server_stopped_by=how, server_exit=srv.proc.returncode, server_log_warnings=warnings)
+    assert how == "api" and srv.proc.returncode == 0, "the server did not exit 0 on /api/shutdown: %s, exit %s" % (how, srv.proc.returncode)
+
+    released = [l for l in log.splitlines() if "GPU memory released" in l]
+    h.note(released_lines=released)
+    for event in ("restart", "shutdown"):
+        lines = [l for l in released if "event=%s " % event in l]
+        assert lines and 'released="GPU0 1.0GiB, GPU1 512MiB"' in lines[-1] and "by=pid" in lines[-1], (
+            "the server log has no 'GPU memory released' line for the %s with both devices' figures: %s" % (event, released))
+    bad = [l for l in log.splitlines() if "level=ERROR" in l or "Traceback" in l or l.startswith("[E")]
+    assert not bad, "errors in the server log: %s" % bad
+
+
+def kernel_lifecycle(srv):
+    code, model = srv.curl("POST", "/api/kernels", {"name": h.KERNEL})
+    assert code == 201 and model["name"] == h.KERNEL, "POST /api/kernels: %s %s" % (code, model)
+    kid = model["id"]
+    conn = srv.connection_file(kid)
+    assert os.path.exists(conn), "no connection file %s" % conn
+    h.note(kernel_id=kid)
+
+    sh.wait_kernel_info(conn)
+    kc = h.client_for(conn)
+    first, _ = hold(kc, "holding cell")
+    sup, old = tree(srv, first["kernel"], "first kernel")
+    old |= set(first.values())
+    seen = sh.listed_pids()
+    assert set(first.values()) <= seen, "NVML lists %s, want the kernel and the escapee %s" % (sorted(seen), first)
+    check_ps(kid, sup, first.values(), "before_restart")
+    h.note(old_tree=h.describe(sorted(old)))
+
+    # Restart as the notebook UI does it. notebook 6.4.12 answers the POST
+    # once the new supervisor is started, before the kernel is ready (its
+    # kernel_info future is not awaited, and the REST execution_state still
+    # says the old kernel's "idle"): readiness is a client's kernel_info.
+    kc.stop_channels()
+    t0 = time.monotonic()
+    _, model = srv.curl("POST", "/api/kernels/%s/restart" % kid, timeout=120)
+    returned = time.monotonic() - t0
+    alive = h.survivors(old)
+    sh.wait_kernel_info(conn)
+    ready = time.monotonic() - t0
+    kc = h.client_for(conn)
+    listed = sh.listed_pids() & old
+    h.note(restart_returned_s=round(returned, 3), restart_to_ready_s=round(ready, 3),
+           restart_model_state=model.get("execution_state"))
+    assert not alive, "processes of the old tree alive when the restart returned: %s" % h.describe(alive)
+    assert not listed, "when the new kernel answered, NVML still listed the old tree: %s" % sorted(listed)
+    assert ready >= RELEASE_S, "the new kernel answered %.2f s after the restart, before the %.1f s release" % (ready, RELEASE_S)
+    idle, waited = sh.poll(lambda: srv.curl("GET", "/api/kernels/" + kid)[1]["execution_state"] == "idle", 30, 0.2)
+    h.note(rest_idle_after_ready_s=round(waited, 3))
+    assert idle, "GET /api/kernels/%s never said idle after the restart" % kid
+
+    second, r = hold(kc, "holding cell after the restart")
+    assert "still held" not in r["stderr"], "the first cell after the restart was warned: %r" % r["stderr"]
+    assert second["kernel"] not in old, "the kernel after the restart is the old one (%d)" % second["kernel"]
+    sup2, tree2 = tree(srv, second["kernel"], "kernel after the restart")
+    tree2 |= set(second.values())
+    check_ps(kid, sup2, second.values(), "after_restart", old=old)
+    h.note(deleted_tree=h.describe(sorted(tree2)))
+
+    # Shutdown, as closing the notebook's kernel does it.
+    kc.stop_channels()
+    t0 = time.monotonic()
+    code, _ = srv.curl("DELETE", "/api/kernels/" + kid, timeout=120)
+    returned = time.monotonic() - t0
+    alive = h.survivors(tree2)
+    _, nvml_s = sh.poll(lambda: not sh.listed_pids() & tree2, 10, 0.1)
+    listed = sh.listed_pids() & tree2
+    _, ps_s = sh.poll(lambda: sh.ps_row(BIN, kid) is None, 10, 0.1)
+    row = sh.ps_row(BIN, kid)
+    h.note(delete_returned_s=round(returned, 3), delete_nvml_clear_after_s=round(nvml_s, 3),
+           delete_ps_clear_after_s=round(ps_s, 3))
+    assert code == 204, "DELETE /api/kernels/%s: HTTP %s" % (kid, code)
+    assert not alive, "processes of the tree alive when DELETE returned: %s" % h.describe(alive)
+    assert not listed, "10 s after DELETE NVML still lists the tree: %s" % sorted(listed)
+    assert row is None, "10 s after DELETE ps --json still has a row for the kernel: %s" % row
+    code, _ = srv.curl("GET", "/api/kernels/" + kid, check=False)
+    assert code == 404, "GET /api/kernels/%s after DELETE: HTTP %s" % (kid, code)
+
+
+# ------------------------------------------------------------ nbconvert
+
+
+def nbconvert():
+    src = os.path.join(HERE, "tfgpu_smoke.ipynb")
+    out_dir = os.path.join(h.TMP, "nbconvert")
+    os.makedirs(out_dir)
+    argv = [h.PY, "-m", "nbconvert", "--to", "notebook", "--execute", "--output-dir", out_dir, "--output", "out",
+            "--ExecutePreprocessor.timeout=120", src]
+    if not h.WRAPPED:  # the stock comparison: the same notebook on that kernelspec
+        argv.insert(-1, "--ExecutePreprocessor.kernel_name=" + h.KERNEL)
+    # Output to files, not pipes: a process the kernel leaves behind must not
+    # keep this scenario waiting for EOF.
+    logs = {n: os.path.join(out_dir, "nbconvert." + n) for n in ("stdout", "stderr")}
+    with open(logs["stdout"], "wb") as out, open(logs["stderr"], "wb") as err:
+        p = h.spawn_helper(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err, cwd=out_dir)
+    h.track(p.pid)
+    t0 = time.monotonic()
+    try:
+        p.wait(150)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait(10)
+        raise AssertionError("nbconvert still running after 150 s")
+    took = time.monotonic() - t0
+    with open(logs["stderr"], errors="replace") as f:
+        stderr = f.read()
+    h.note(nbconvert_s=round(took, 3), nbconvert_exit=p.returncode,
+           nbconvert_warnings=[l for l in stderr.splitlines() if "level=WARN" in l or "level=ERROR" in l or "Warning" in l])
+    assert p.returncode == 0, "nbconvert exited %d:\n%s" % (p.returncode, stderr[-4000:])
+
+    with open(os.path.join(out_dir, "out.ipynb")) as f:
+        nb = json.load(f)
+    assert nb["metadata"]["kernelspec"]["name"] == "tfgpu", nb["metadata"]["kernelspec"]
+    cells = [c for c in nb["cells"] if c["cell_type"] == "code"]
+    outputs = [c.get("outputs", []) for c in cells]
+    h.note(outputs=outputs)
+    errors = [o for out in outputs for o in out if o["output_type"] == "error"]
+    assert not errors, "error outputs: %s" % errors
+
+    def stdout(i):
+        return "".join("".join(o["text"]) for o in outputs[i] if o["output_type"] == "stream" and o["name"] == "stdout")
+
+    who = dict(l.split(": ", 1) for l in stdout(0).splitlines() if ": " in l)
+    kernel, sup = int(who["kernel pid"]), int(who["parent pid"])
+    daemon = int(stdout(2).split(": ")[-1])
+    pids = [sup, kernel, daemon]
+    h.track(*pids)
+    result = [o for o in outputs[1] if o["output_type"] == "execute_result"]
+    assert result and "".join(result[0]["data"]["text/plain"]) == "332833500", "the sum cell gave %s" % outputs[1]
+    h.check(who["parent"] == "tfgpu-kernel run", "the kernel ran under %r, not the tfgpu-kernel supervisor" % who["parent"])
+
+    alive = h.survivors(pids)
+    later = h.wait_dead(pids, 2.0)
+    h.note(survivors_on_exit=h.describe(alive), survivors_after_2s=h.describe(later))
+    h.check(not alive, "processes alive when nbconvert exited: %s" % h.describe(alive))
+    h.check(not later, "processes alive 2 s after nbconvert exited: %s" % h.describe(later))
+    h.check(sh.ps_json(BIN) == [], "ps --json lists kernels after nbconvert exited: %s" % sh.ps_json(BIN))
+    for pid in later:  # what a stock kernel leaves must not leak into later tests
+        os.kill(pid, signal.SIGKILL)
+    assert "level=ERROR" not in stderr, "errors in nbconvert's stderr:\n%s" % stderr[-4000:]
+
+
+h.run({"rest": rest, "nbconvert": nbconvert}[SCENARIO])
