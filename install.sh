@@ -6,6 +6,7 @@ set -euo pipefail
 usage() {
 	cat <<'EOF'
 usage: ./install.sh [--prefix DIR] [--python PATH] [--no-deps]
+       ./install.sh --uninstall [--prefix DIR]
 
 Builds tfgpu-kernel (Go, cgo), installs it as PREFIX/bin/tfgpu-kernel and
 writes the user kernelspec "tfgpu" ("TF-GPU (clean restart)").
@@ -16,6 +17,12 @@ writes the user kernelspec "tfgpu" ("TF-GPU (clean restart)").
                   checked; the kernelspec uses the first of python3 on PATH,
                   /usr/bin/python3 that imports ipykernel)
   --no-deps       never run apt-get; fail if Jupyter pieces are missing
+  --uninstall     remove what install.sh installed: the kernelspec "tfgpu"
+                  (only if tfgpu-kernel wrote it) and PREFIX/bin/tfgpu-kernel;
+                  give the same --prefix as when installing. Running it
+                  again is harmless. Kernelspecs made with
+                  'tfgpu-kernel install --wrap' are left alone: remove
+                  them first ('tfgpu-kernel install --uninstall --wrap NAME').
   -h, --help      this help
 
 Missing Debian/Ubuntu packages (ipykernel, jupyter_client, …) are installed
@@ -29,7 +36,7 @@ EOF
 die() { echo "install.sh: $*" >&2; exit 1; }
 say() { echo "install.sh: $*"; }
 
-prefix="" python="" deps=1
+prefix="" python="" deps=1 uninstall=0
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--prefix) [ $# -ge 2 ] || { echo "install.sh: --prefix needs a directory" >&2; exit 2; }; prefix=$2; shift 2 ;;
@@ -37,6 +44,7 @@ while [ $# -gt 0 ]; do
 	--python) [ $# -ge 2 ] || { echo "install.sh: --python needs a path" >&2; exit 2; }; python=$2; shift 2 ;;
 	--python=*) python=${1#*=}; shift ;;
 	--no-deps) deps=0; shift ;;
+	--uninstall) uninstall=1; shift ;;
 	-h | --help) usage; exit 0 ;;
 	*) echo "install.sh: unknown argument '$1' (see ./install.sh --help)" >&2; exit 2 ;;
 	esac
@@ -46,9 +54,35 @@ root=0
 [ "$(id -u)" -eq 0 ] && root=1
 sudo=""
 [ $root -eq 1 ] || sudo="sudo "
-if [ -z "$prefix" ]; then
-	if [ $root -eq 1 ]; then prefix=/usr/local; else prefix="$HOME/.local"; fi
+default_prefix="$HOME/.local"
+[ $root -eq 1 ] && default_prefix=/usr/local
+[ -n "$prefix" ] || prefix=$default_prefix
+# Absolute now: the build below runs from the repository directory.
+prefix=$(realpath -m -- "$prefix")
+default_prefix=$(realpath -m -- "$default_prefix")
+bin="$prefix/bin/tfgpu-kernel"
+
+# --- uninstall ---------------------------------------------------------------
+# Needs neither Go nor Python: the installed binary removes its kernelspec
+# (it refuses one it did not write), then the binary goes.
+if [ $uninstall -eq 1 ]; then
+	if [ ! -e "$bin" ]; then
+		say "$bin is not there: nothing to remove (a kernelspec left without it goes with 'jupyter kernelspec remove tfgpu')"
+		exit 0
+	fi
+	if out=$("$bin" install --uninstall </dev/null 2>&1); then
+		say "$out"
+	else
+		case "$out" in
+		*"no kernelspec at "*) say "kernelspec tfgpu already removed" ;;
+		*) say "kept kernelspec tfgpu: ${out#tfgpu-kernel install: }" ;; # not ours: someone else's to remove
+		esac
+	fi
+	rm -f "$bin"
+	say "removed $bin"
+	exit 0
 fi
+
 cd "$(dirname "$(readlink -f "$0")")"
 
 # --- toolchain -------------------------------------------------------------
@@ -105,7 +139,6 @@ CGO_ENABLED=1 CC="$cc" CGO_CFLAGS="${CGO_CFLAGS:--O2 -g} -Wno-deprecated-declara
 	-o "$build/tfgpu-kernel" ./cmd/tfgpu-kernel </dev/null
 
 # --- install ---------------------------------------------------------------
-bin="$prefix/bin/tfgpu-kernel"
 mkdir -p "$prefix/bin"
 # install(1) unlinks the old file first, so a running supervisor is not disturbed.
 install -m 0755 "$build/tfgpu-kernel" "$bin"
@@ -122,5 +155,5 @@ esac
 cat <<EOF
 
 Done. Next: run 'jupyter console --kernel tfgpu', or pick "TF-GPU (clean restart)"
-in Jupyter's kernel list. Remove with '$bin install --uninstall'.
+in Jupyter's kernel list. Remove both with './install.sh --uninstall$([ "$prefix" = "$default_prefix" ] || printf ' --prefix %q' "$prefix")'.
 EOF

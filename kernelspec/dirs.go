@@ -60,10 +60,14 @@ func KernelsDir(dest Dest, prefix string, py Python) (string, error) {
 	return filepath.Join(data, "kernels"), nil
 }
 
-// SpecDir returns where o's kernelspec lives. For SysPrefix it asks the
-// Python (o.Python, or FindPython's choice) for sys.prefix; a Python without
-// ipykernel still answers, so a spec can be located to be uninstalled.
+// SpecDir returns where o's kernelspec lives (with Wrap and no Name, the
+// wrapper's default name). For SysPrefix it asks the Python (o.Python, or
+// FindPython's choice) for sys.prefix; a Python without ipykernel still
+// answers, so a spec can be located to be uninstalled.
 func SpecDir(ctx context.Context, o Options) (string, error) {
+	if o.Name == "" && o.Wrap != "" {
+		o.Name = WrapName(o.Wrap)
+	}
 	name, err := NormalizeName(o.Name)
 	if err != nil {
 		return "", err

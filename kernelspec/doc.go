@@ -16,6 +16,28 @@
 // written in a fixed order with two-space indentation, so the file is stable
 // and diffable (golden files in testdata/).
 //
+// # Wrapping an existing kernelspec
+//
+// With Options.Wrap (`install --wrap KERNELSPEC`) the kernel.json runs
+// another kernelspec's argv, unchanged, under the supervisor:
+//
+//	<tfgpu-kernel> run [RunFlags…] -f {connection_file} -- <their argv…>
+//
+// KERNELSPEC is a name, found by FindSpec through the chosen Python's
+// jupyter_client (KernelSpecManager.get_kernel_spec: JUPYTER_PATH, the user
+// data dir, that Python's sys.prefix/share/jupyter, /usr/local/share/jupyter,
+// /usr/share/jupyter, in jupyter_core's order for its version — asking it
+// rather than copying the rule keeps the answer right across jupyter_core
+// releases), or a directory holding kernel.json (anything with a '/').
+// Their argv must have "{connection_file}" as an argument of its own, and
+// a spec that already runs under tfgpu-kernel is refused. The wrapper keeps
+// their language, interrupt_mode (default "signal"), metadata (debugger
+// default true), their logos (ours when they have none), kernel.js and
+// kernel.css; env is DefaultEnv, then theirs, then Options.Env. The name
+// defaults to "<theirs>-tfgpu", the display name to "<theirs> (clean
+// restart)"; metadata.tfgpu records what was wrapped. Their directory is only
+// read: the wrapper may not be written over it or take its name.
+//
 // KERNELS is chosen the way jupyter_core.paths and `jupyter kernelspec
 // install` choose it:
 //   - User: $JUPYTER_DATA_DIR/kernels if set, else

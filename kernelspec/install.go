@@ -2,6 +2,7 @@ package kernelspec
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -17,31 +18,71 @@ var ErrNotOurs = errors.New("kernelspec was not written by tfgpu-kernel")
 
 // Result says what Install wrote.
 type Result struct {
-	Dir    string // the kernelspec directory (…/kernels/NAME)
-	Python Python // the interpreter in argv
+	Dir         string   // the kernelspec directory (…/kernels/NAME)
+	DisplayName string   // as written into kernel.json
+	Python      Python   // the interpreter in argv; with Wrap, the one that found it (may be zero)
+	Wrapped     *Foreign // with Wrap: the kernelspec wrapped
 }
 
 // Install writes the kernelspec described by o and returns where it went and
 // which Python it runs. See the package doc for the replace rule.
 func Install(o Options) (Result, error) {
 	ctx := context.Background()
+	var (
+		py  Python
+		f   *Foreign
+		err error
+	)
+	if o.Wrap != "" {
+		var w Foreign
+		if w, py, err = findWrapped(ctx, o); err != nil {
+			return Result{}, err
+		}
+		f = &w
+		if o.Name == "" {
+			o.Name = WrapName(w.Name)
+		}
+	} else if py, err = FindPython(ctx, o.Python); err != nil {
+		return Result{}, err
+	}
 	name, err := NormalizeName(o.Name)
 	if err != nil {
 		return Result{}, err
 	}
-	py, err := FindPython(ctx, o.Python)
-	if err != nil {
+	files := map[string][]byte{}
+	var logos map[string][]byte
+	if f != nil {
+		if files["kernel.json"], err = WrapJSON(o, *f); err != nil {
+			return Result{}, err
+		}
+		var other map[string][]byte
+		if logos, other, err = f.resources(); err != nil {
+			return Result{}, err
+		}
+		for n, b := range other {
+			files[n] = b
+		}
+	} else if files["kernel.json"], err = KernelJSON(o, py); err != nil {
 		return Result{}, err
 	}
-	spec, err := KernelJSON(o, py)
-	if err != nil {
-		return Result{}, err
+	if len(logos) == 0 {
+		if logos, err = ourLogos(); err != nil {
+			return Result{}, err
+		}
+	}
+	for n, b := range logos {
+		files[n] = b
 	}
 	kernels, err := KernelsDir(o.Dest, o.Prefix, py)
 	if err != nil {
 		return Result{}, err
 	}
 	dir := filepath.Join(kernels, name)
+	if f != nil {
+		if err := checkNotWrapped(name, dir, *f); err != nil {
+			return Result{}, err
+		}
+	}
 	if _, err := os.Lstat(dir); err == nil && !o.Replace {
 		return Result{}, fmt.Errorf("%w: %s (use --replace to overwrite it)", ErrExists, dir)
 	}
@@ -56,28 +97,72 @@ func Install(o Options) (Result, error) {
 		return Result{}, fmt.Errorf("create kernelspec: %w", err)
 	}
 	defer os.RemoveAll(tmp) // gone after the rename; cleans up on failure
-	if err := populate(tmp, spec); err != nil {
+	if err := populate(tmp, files); err != nil {
 		return Result{}, err
 	}
 	if err := swapIn(tmp, dir, o.Replace); err != nil {
 		return Result{}, err
 	}
-	return Result{Dir: dir, Python: py}, nil
+	var disp struct {
+		DisplayName string `json:"display_name"`
+	}
+	_ = json.Unmarshal(files["kernel.json"], &disp) // we just encoded it
+	return Result{Dir: dir, DisplayName: disp.DisplayName, Python: py, Wrapped: f}, nil
 }
 
-// populate writes kernel.json and the logos into dir, 0755 / 0644 whatever
-// the umask, since Jupyter servers of other users read --prefix specs.
-func populate(dir string, spec []byte) error {
-	if err := os.Chmod(dir, 0o755); err != nil { // MkdirTemp made it 0700
-		return fmt.Errorf("chmod %s: %w", dir, err)
+// findWrapped finds the kernelspec o.Wrap names, and the Python that found
+// it (needed for a name, or for SysPrefix). That Python only has to import
+// jupyter_client when it is given explicitly: the wrapped argv runs its own.
+func findWrapped(ctx context.Context, o Options) (Foreign, Python, error) {
+	var py Python
+	byName := !isPathArg(o.Wrap)
+	if byName || o.Dest == SysPrefix {
+		var err error
+		if py, err = FindPython(ctx, o.Python); err != nil && (o.Python == "" || !errors.Is(err, ErrNoIPykernel)) {
+			return Foreign{}, Python{}, err
+		}
 	}
-	files := map[string][]byte{"kernel.json": spec}
+	if !byName {
+		f, err := ReadSpec(o.Wrap)
+		return f, py, err
+	}
+	f, err := FindSpec(ctx, py, o.Wrap)
+	return f, py, err
+}
+
+// checkNotWrapped keeps the wrapped kernelspec untouched and visible: the
+// wrapper may neither be written over it (--replace) nor take its name,
+// which would hide it from Jupyter wherever the wrapper's directory comes
+// first in the search path.
+func checkNotWrapped(name, dir string, f Foreign) error {
+	if name == f.Name {
+		return invalid(nil, "--name %q is the name of the kernelspec being wrapped: the wrapper would hide it; pick another", name)
+	}
+	a, errA := filepath.EvalSymlinks(dir)
+	b, errB := filepath.EvalSymlinks(f.Dir)
+	if dir == f.Dir || (errA == nil && errB == nil && a == b) {
+		return invalid(nil, "refusing to write %s: it is the kernelspec being wrapped", dir)
+	}
+	return nil
+}
+
+func ourLogos() (map[string][]byte, error) {
+	m := map[string][]byte{}
 	for _, n := range logoFiles {
 		b, err := logos.ReadFile("logos/" + n)
 		if err != nil {
-			return fmt.Errorf("embedded logo %s: %w", n, err)
+			return nil, fmt.Errorf("embedded logo %s: %w", n, err)
 		}
-		files[n] = b
+		m[n] = b
+	}
+	return m, nil
+}
+
+// populate writes files into dir, 0755 / 0644 whatever the umask, since
+// Jupyter servers of other users read --prefix specs.
+func populate(dir string, files map[string][]byte) error {
+	if err := os.Chmod(dir, 0o755); err != nil { // MkdirTemp made it 0700
+		return fmt.Errorf("chmod %s: %w", dir, err)
 	}
 	for n, b := range files {
 		p := filepath.Join(dir, n)

@@ -42,9 +42,10 @@ func (d Dest) String() string {
 
 // Options describe one kernelspec.
 type Options struct {
-	Name        string            // directory name; default DefaultName
-	DisplayName string            // default DefaultDisplayName
-	Python      string            // interpreter; "" means FindPython's search
+	Name        string            // directory name; default DefaultName, with Wrap WrapName(Wrap)
+	DisplayName string            // default DefaultDisplayName, with Wrap "<theirs> (clean restart)"
+	Python      string            // interpreter; "" means FindPython's search (with Wrap: the one whose jupyter_client finds it)
+	Wrap        string            // existing kernelspec to wrap: a name Jupyter lists, or a directory with kernel.json
 	Binary      string            // absolute path of the tfgpu-kernel binary
 	Version     string            // tfgpu-kernel version, recorded in metadata.tfgpu
 	Env         map[string]string // extra env; overrides the defaults
@@ -81,60 +82,83 @@ type spec struct {
 	Language      string            `json:"language"`
 	InterruptMode string            `json:"interrupt_mode"`
 	Env           map[string]string `json:"env"` // encoding/json sorts map keys
-	Metadata      specMetadata      `json:"metadata"`
-}
-
-type specMetadata struct {
-	Debugger bool      `json:"debugger"`
-	TFGPU    *tfgpuTag `json:"tfgpu,omitempty"`
+	// Metadata is "debugger", "tfgpu" (a *tfgpuTag) and, for a wrapped
+	// spec, the wrapped spec's other keys as they were (json.RawMessage).
+	Metadata map[string]any `json:"metadata"`
 }
 
 // tfgpuTag marks a kernelspec as ours; Uninstall only removes specs with it.
 type tfgpuTag struct {
 	Version   string `json:"version"`
-	Python    string `json:"python"`
+	Python    string `json:"python,omitempty"` // the ipykernel Python in argv; "" for a wrapped spec
 	IPykernel string `json:"ipykernel,omitempty"`
+	Wraps     string `json:"wraps,omitempty"`     // name of the wrapped kernelspec
+	WrapsDir  string `json:"wraps_dir,omitempty"` // its directory when it was wrapped
 }
 
 // KernelJSON renders kernel.json for o and the resolved Python py.
 func KernelJSON(o Options, py Python) ([]byte, error) {
-	if !filepath.IsAbs(o.Binary) {
-		return nil, fmt.Errorf("%w: tfgpu-kernel binary path %q is not absolute", ErrInvalid, o.Binary)
-	}
 	if !filepath.IsAbs(py.Executable) {
 		return nil, fmt.Errorf("%w: python path %q is not absolute", ErrInvalid, py.Executable)
 	}
-	env := make(map[string]string, len(DefaultEnv)+len(o.Env))
-	for k, v := range DefaultEnv {
-		env[k] = v
+	argv, err := runArgv(o, []string{py.Executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"})
+	if err != nil {
+		return nil, err
 	}
-	for k, v := range o.Env {
-		if k == "" || strings.ContainsAny(k, "=\x00") {
-			return nil, fmt.Errorf("%w: env name %q", ErrInvalid, k)
-		}
-		env[k] = v
+	env, err := mergeEnv(DefaultEnv, o.Env)
+	if err != nil {
+		return nil, err
 	}
 	display := o.DisplayName
 	if display == "" {
 		display = DefaultDisplayName
 	}
-	version := o.Version
-	if version == "" {
-		version = "dev"
-	}
-	argv := append([]string{o.Binary, "run"}, o.RunFlags...)
-	argv = append(argv, "-f", "{connection_file}", "--",
-		py.Executable, "-m", "ipykernel_launcher", "-f", "{connection_file}")
-	s := spec{
+	return encodeSpec(spec{
 		Argv:          argv,
 		DisplayName:   display,
 		Language:      "python",
 		InterruptMode: "signal",
 		Env:           env,
-		Metadata: specMetadata{Debugger: true, TFGPU: &tfgpuTag{
-			Version: version, Python: py.Executable, IPykernel: py.IPykernel,
+		Metadata: map[string]any{"debugger": true, "tfgpu": &tfgpuTag{
+			Version: version(o), Python: py.Executable, IPykernel: py.IPykernel,
 		}},
+	})
+}
+
+// runArgv is the supervisor's command line around the kernel's argv.
+func runArgv(o Options, kernel []string) ([]string, error) {
+	if !filepath.IsAbs(o.Binary) {
+		return nil, fmt.Errorf("%w: tfgpu-kernel binary path %q is not absolute", ErrInvalid, o.Binary)
 	}
+	argv := append([]string{o.Binary, "run"}, o.RunFlags...)
+	argv = append(argv, "-f", "{connection_file}", "--")
+	return append(argv, kernel...), nil
+}
+
+// mergeEnv returns base overridden by the user's extra env, whose names
+// are checked (base comes from a spec Jupyter already accepted, or DefaultEnv).
+func mergeEnv(base, extra map[string]string) (map[string]string, error) {
+	env := make(map[string]string, len(base)+len(extra))
+	for k, v := range base {
+		env[k] = v
+	}
+	for k, v := range extra {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			return nil, fmt.Errorf("%w: env name %q", ErrInvalid, k)
+		}
+		env[k] = v
+	}
+	return env, nil
+}
+
+func version(o Options) string {
+	if o.Version == "" {
+		return "dev"
+	}
+	return o.Version
+}
+
+func encodeSpec(s spec) ([]byte, error) {
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(false) // keep '<', '>' and '&' readable; Jupyter parses either

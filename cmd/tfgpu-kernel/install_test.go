@@ -160,6 +160,9 @@ func TestInstallFlags(t *testing.T) {
 		{"bad name", []string{"--name", "a b", "--prefix", t.TempDir()}, 2},
 		{"positional", []string{"extra"}, 2},
 		{"bad memory limit", []string{"--memory-limit", "lots", "--prefix", t.TempDir()}, 2},
+		{"bad run flag", []string{"--cgroup", "v3", "--prefix", t.TempDir()}, 2},
+		{"empty wrap", []string{"--wrap", "", "--prefix", t.TempDir()}, 2},
+		{"wrap of a directory without kernel.json", []string{"--wrap", t.TempDir(), "--prefix", t.TempDir()}, 2},
 		{"missing python", []string{"--python", "/nonexistent/python3", "--prefix", t.TempDir()}, 1},
 	}
 	for _, tc := range tests {
@@ -171,8 +174,12 @@ func TestInstallFlags(t *testing.T) {
 		})
 	}
 	r := runInstallBin(t, env, bin, "install", "--help")
-	if r.code != 0 || !strings.Contains(r.stdout, "Example") || !strings.Contains(r.stdout, "--replace") {
-		t.Errorf("--help: exit %d, stdout %q", r.code, r.stdout)
+	for _, want := range []string{"Examples:", "--replace", "--wrap KERNELSPEC", "tfgpu-kernel install --wrap condaenv",
+		"install --uninstall --wrap", "run flags", "--confirm-timeout", "--cgroup", "--log-level", "--shutdown-grace",
+		"--kill-timeout", "--inner-transport", "--nvml-library", "--memory-limit"} {
+		if r.code != 0 || !strings.Contains(r.stdout, want) {
+			t.Errorf("--help: exit %d, stdout lacks %q:\n%s", r.code, want, r.stdout)
+		}
 	}
 }
 

@@ -1,0 +1,62 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/tfgpu/tfgpu-kernel/cgroup"
+	"github.com/tfgpu/tfgpu-kernel/wrapper"
+)
+
+// runFlags are the `run` flags a kernelspec may carry. `run` and `install`
+// define and check them with the same code, so `install` refuses exactly the
+// values `run` would refuse at every kernel start.
+type runFlags struct {
+	level, inner, memLimit, cg, nvmlLib string
+	grace, killTimeout, confirm         time.Duration
+}
+
+// kernelspecRunFlags are the names of runFlags, in the order `install`
+// writes them into a kernelspec's argv (a fixed order keeps kernel.json
+// stable whatever order they were typed in).
+var kernelspecRunFlags = []string{
+	"cgroup", "memory-limit", "confirm-timeout", "shutdown-grace",
+	"kill-timeout", "inner-transport", "nvml-library", "log-level",
+}
+
+// define adds the flags to fs with run's defaults and help.
+func (r *runFlags) define(fs *flag.FlagSet) {
+	fs.StringVar(&r.level, "log-level", "info", "log level: debug, info, warn, error")
+	fs.DurationVar(&r.grace, "shutdown-grace", wrapper.DefaultShutdownGrace, "how long the kernel may take to exit by itself after shutdown_request")
+	fs.DurationVar(&r.killTimeout, "kill-timeout", wrapper.DefaultKillTimeout, "how long killing the kernel's tree may take")
+	fs.StringVar(&r.inner, "inner-transport", "auto", "transport to the kernel: auto (ipc, else tcp), ipc, tcp")
+	fs.StringVar(&r.memLimit, "memory-limit", "", "memory the kernel's whole tree may use, e.g. 8G (powers of 1024); empty: no limit")
+	fs.StringVar(&r.cg, "cgroup", wrapper.CgroupAuto, "containment: auto (first of v2, systemd, v1 that works, else none), v2, systemd (user scope via systemd-run), v1 (freezer), none (process group and /proc)")
+	fs.StringVar(&r.nvmlLib, "nvml-library", "", "NVML library file to load; empty: "+gpuSoname+" through the dynamic loader (LD_LIBRARY_PATH)")
+	fs.DurationVar(&r.confirm, "confirm-timeout", wrapper.DefaultConfirmTimeout, "how long to wait for NVML to list none of a killed tree's GPU contexts")
+}
+
+// check validates the values and returns the memory limit in bytes (0: none)
+// and the log level. The error is one line naming the flag.
+func (r *runFlags) check() (limit int64, lv slog.Level, err error) {
+	switch {
+	case !slices.Contains([]string{wrapper.CgroupAuto, wrapper.CgroupV2, wrapper.CgroupSystemd, wrapper.CgroupV1, wrapper.CgroupNone}, r.cg):
+		return 0, lv, fmt.Errorf("--cgroup %q: want auto, v2, systemd, v1 or none", r.cg)
+	case r.confirm <= 0:
+		return 0, lv, fmt.Errorf("--confirm-timeout %v: want a positive duration such as 10s", r.confirm)
+	case r.inner != "auto" && r.inner != "ipc" && r.inner != "tcp":
+		return 0, lv, fmt.Errorf("--inner-transport %q: want auto, ipc or tcp", r.inner)
+	}
+	if r.memLimit != "" {
+		if limit, err = cgroup.ParseSize(r.memLimit); err != nil || limit <= 0 {
+			return 0, lv, fmt.Errorf("--memory-limit %q: want a size such as 8G or 300M", r.memLimit)
+		}
+	}
+	if err := lv.UnmarshalText([]byte(r.level)); err != nil {
+		return 0, lv, fmt.Errorf("--log-level %q: want debug, info, warn or error", r.level)
+	}
+	return limit, lv, nil
+}
