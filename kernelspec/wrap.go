@@ -192,7 +192,8 @@ func FindSpec(ctx context.Context, py Python, name string) (Foreign, error) {
 // WrapJSON renders kernel.json for a kernelspec that runs f's argv, unchanged,
 // under the supervisor. It keeps f's language, interrupt_mode (default
 // "signal"), env (over DefaultEnv, under o.Env) and metadata (debugger
-// default true), and records what it wraps in metadata.tfgpu.
+// true when theirs does not say and their argv runs ipykernel), and
+// records what it wraps in metadata.tfgpu.
 func WrapJSON(o Options, f Foreign) ([]byte, error) {
 	argv, err := runArgv(o, f.Argv)
 	if err != nil {
@@ -224,8 +225,8 @@ func WrapJSON(o Options, f Foreign) ([]byte, error) {
 	for k, v := range f.Metadata {
 		md[k] = v
 	}
-	if _, ok := md["debugger"]; !ok {
-		md["debugger"] = true
+	if _, ok := md["debugger"]; !ok && slices.ContainsFunc(f.Argv, func(a string) bool { return strings.Contains(a, "ipykernel") }) {
+		md["debugger"] = true // ipykernel speaks the debug protocol; other kernels may not
 	}
 	md["tfgpu"] = &tfgpuTag{Version: version(o), Wraps: f.Name, WrapsDir: f.Dir}
 	return encodeSpec(spec{
