@@ -26,12 +26,13 @@ type Python struct {
 	Executable string // absolute sys.executable: goes into kernel.json argv
 	Prefix     string // sys.prefix: root of the --sys-prefix kernelspec dir
 	IPykernel  string // ipykernel.__version__
+	Version    string // platform.python_version()
 }
 
 // probeScript prints one JSON line; an ipykernel import error is reported,
 // not raised, so the caller can say why a candidate was rejected.
-const probeScript = `import json, sys
-r = {"executable": sys.executable, "prefix": sys.prefix}
+const probeScript = `import json, platform, sys
+r = {"executable": sys.executable, "prefix": sys.prefix, "version": platform.python_version()}
 try:
     import ipykernel
     r["ipykernel"] = ipykernel.__version__
@@ -70,12 +71,12 @@ func ProbePython(ctx context.Context, path string) (Python, error) {
 	}
 	// The JSON is the last line: site hooks may print before it.
 	var r struct {
-		Executable, Prefix, IPykernel, Error string
+		Executable, Prefix, IPykernel, Version, Error string
 	}
 	if err := json.Unmarshal([]byte(lastLine(stdout.String())), &r); err != nil {
 		return Python{}, fmt.Errorf("python %s: unexpected probe output %q: %w", abs, lastLine(stdout.String()), err)
 	}
-	py := Python{Executable: r.Executable, Prefix: r.Prefix, IPykernel: r.IPykernel}
+	py := Python{Executable: r.Executable, Prefix: r.Prefix, IPykernel: r.IPykernel, Version: r.Version}
 	if !filepath.IsAbs(py.Executable) { // sys.executable may be "" (embedded)
 		py.Executable = abs
 	}

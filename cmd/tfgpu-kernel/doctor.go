@@ -1,9 +1,12 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
+	"os"
 
+	"github.com/tfgpu/tfgpu-kernel/kernelspec"
 	"github.com/tfgpu/tfgpu-kernel/wrapper"
 )
 
@@ -22,7 +25,8 @@ func cmdDoctor(args []string) int {
 	}
 	fmt.Printf("tfgpu-kernel %s\n", version)
 	problems := 0
-	for _, f := range append(wrapper.Diagnose(*stateDir), wrapper.DiagnoseGPU(*nvmlLib)...) {
+	findings := append(wrapper.Diagnose(*stateDir), wrapper.DiagnoseGPU(*nvmlLib)...)
+	for _, f := range append(findings, diagnoseKernelspecs()...) {
 		mark := "ok "
 		if f.Problem {
 			mark = "!! "
@@ -39,4 +43,56 @@ func cmdDoctor(args []string) int {
 	}
 	fmt.Println("no problems")
 	return 0
+}
+
+// diagnoseKernelspecs reports the tfgpu kernelspecs Jupyter finds, and for
+// each the Python and ipykernel it runs.
+func diagnoseKernelspecs() []wrapper.Finding {
+	ctx := context.Background()
+	py, err := kernelspec.FindPython(ctx, "")
+	if err != nil {
+		return []wrapper.Finding{{Topic: "kernelspecs", Problem: true, Text: "cannot look: " + err.Error(),
+			Fix: "apt-get install python3-jupyter-client python3-ipykernel (or ./install.sh)"}}
+	}
+	specs, err := kernelspec.Installed(ctx, py)
+	switch {
+	case err != nil:
+		return []wrapper.Finding{{Topic: "kernelspecs", Problem: true, Text: err.Error(),
+			Fix: "apt-get install python3-jupyter-client (or ./install.sh)"}}
+	case len(specs) == 0:
+		return []wrapper.Finding{{Topic: "kernelspecs", Problem: true,
+			Text: "no tfgpu kernelspec in Jupyter's paths (as " + py.Executable + "'s jupyter_client sees them)",
+			Fix:  "tfgpu-kernel install (or ./install.sh)"}}
+	}
+	var out []wrapper.Finding
+	for _, sp := range specs {
+		f := wrapper.Finding{Topic: "kernelspec", Text: fmt.Sprintf("%s in %s", sp.Name, sp.Dir)}
+		switch {
+		case len(sp.Argv) == 0:
+			f.Problem, f.Text, f.Fix = true, f.Text+": no argv", "tfgpu-kernel install --replace --name "+sp.Name
+		case !executable(sp.Argv[0]):
+			f.Problem, f.Text = true, f.Text+": its supervisor "+sp.Argv[0]+" is missing or not executable"
+			f.Fix = "tfgpu-kernel install --replace --name " + sp.Name
+		case sp.Kernel == "":
+			f.Text += ", kernel: none after --"
+		default:
+			kpy, err := kernelspec.ProbePython(ctx, sp.Kernel)
+			switch {
+			case err != nil && kpy.Executable == "":
+				f.Text += ", kernel " + sp.Kernel // not a Python (a wrapped R or Julia kernel)
+			case err != nil:
+				f.Problem, f.Text = true, fmt.Sprintf("%s: Python %s %s cannot import ipykernel", f.Text, kpy.Version, kpy.Executable)
+				f.Fix = kpy.Executable + " -m pip install ipykernel (or apt-get install python3-ipykernel)"
+			default:
+				f.Text += fmt.Sprintf(", Python %s %s, ipykernel %s", kpy.Version, kpy.Executable, kpy.IPykernel)
+			}
+		}
+		out = append(out, f)
+	}
+	return out
+}
+
+func executable(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0
 }

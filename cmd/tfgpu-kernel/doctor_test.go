@@ -53,3 +53,48 @@ func TestDoctorAndStopOfAStaleKernel(t *testing.T) {
 		t.Fatalf("stop of an unknown kernel: exit %d, stderr %q", r.code, r.stderr)
 	}
 }
+
+// doctor lists the tfgpu kernelspecs Jupyter finds with the Python and
+// ipykernel each runs, and says how to fix a missing one or one whose
+// supervisor binary is gone.
+func TestDoctorKernelspecs(t *testing.T) {
+	if _, err := exec.LookPath("/usr/bin/python3"); err != nil {
+		t.Skip("needs /usr/bin/python3 with jupyter_client")
+	}
+	bin := buildInstallTestBinary(t)
+	home, data, prefix := t.TempDir(), t.TempDir(), t.TempDir()
+	env := append(os.Environ(), "HOME="+home, "JUPYTER_DATA_DIR="+data, "JUPYTER_PATH=", "TFGPU_STATE_DIR="+t.TempDir())
+
+	r := runInstallBin(t, env, bin, "doctor")
+	if r.code != 1 || !strings.Contains(r.stdout, "!! kernelspecs:  no tfgpu kernelspec in Jupyter's paths") ||
+		!strings.Contains(r.stdout, "fix:          tfgpu-kernel install") {
+		t.Fatalf("doctor without a kernelspec: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+
+	// A second binary, installed into a prefix on JUPYTER_PATH, then removed.
+	other := filepath.Join(t.TempDir(), "tfgpu-kernel")
+	b, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(other, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range [][]string{{bin, "--name", "tfgpu"}, {other, "--name", "tfgpu-old"}} {
+		if r := runInstallBin(t, env, c[0], "install", "--prefix", prefix, "--python", "/usr/bin/python3", c[1], c[2]); r.code != 0 {
+			t.Fatalf("install %v: exit %d\n%s", c, r.code, r.stderr)
+		}
+	}
+	if err := os.Remove(other); err != nil {
+		t.Fatal(err)
+	}
+	env = append(env, "JUPYTER_PATH="+filepath.Join(prefix, "share", "jupyter"))
+	r = runInstallBin(t, env, bin, "doctor")
+	ok := "ok kernelspec:   tfgpu in " + filepath.Join(prefix, "share", "jupyter", "kernels", "tfgpu") + ", Python 3."
+	bad := "!! kernelspec:   tfgpu-old in " + filepath.Join(prefix, "share", "jupyter", "kernels", "tfgpu-old") +
+		": its supervisor " + other + " is missing or not executable"
+	if r.code != 1 || !strings.Contains(r.stdout, ok) || !strings.Contains(r.stdout, "ipykernel 6.") ||
+		!strings.Contains(r.stdout, bad) || !strings.Contains(r.stdout, "fix:          tfgpu-kernel install --replace --name tfgpu-old") {
+		t.Fatalf("doctor with two kernelspecs: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+}
