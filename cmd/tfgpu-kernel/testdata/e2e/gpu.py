@@ -87,6 +87,19 @@ def hold(kc, mib, escapes=True):
     return pids
 
 
+def hold_and_shut_down(km, kc):
+    """Hold 1 GiB and escaping holders, then shutdown_kernel as Jupyter does;
+    returns the tree's pids and the seconds shutdown_kernel took."""
+    kpid = h.kernel_pid(kc)
+    h.track(kpid)
+    escapees = hold(kc, 1024)
+    old = set(h.tree_of(km, kc)) | set(escapees) | {kpid}
+    kc.stop_channels()
+    t0 = time.monotonic()
+    km.shutdown_kernel(now=False)
+    return old, time.monotonic() - t0
+
+
 def supervisor_log(km):
     km.e2e_logf.flush()
     with open(km.e2e_log, errors="replace") as f:
@@ -151,14 +164,7 @@ def release():
     # shutdown with the same 2.5 s release: jupyter_client SIGTERMs the
     # supervisor at 2.5 s, and the supervisor then leaves the rest of the
     # check to the next start instead of holding Jupyter up until SIGKILL.
-    kpid = h.kernel_pid(kc)
-    h.track(kpid)
-    escapees = hold(kc, 1024)
-    old = set(h.tree_of(km, kc)) | set(escapees) | {kpid}
-    kc.stop_channels()
-    t0 = time.monotonic()
-    km.shutdown_kernel(now=False)
-    took = time.monotonic() - t0
+    old, took = hold_and_shut_down(km, kc)
     h.note(slow_shutdown_s=round(took, 3))
     h.check(took < 4, "shutdown_kernel took %.2f s: the supervisor held Jupyter up" % took)
     h.check(not [p for p in old if h.alive(p)], "processes of the tree alive after shutdown_kernel")
@@ -174,14 +180,7 @@ def release():
     # shutdown_kernel returns.
     os.environ["FAKE_NVML_RELEASE_MS"] = "800"
     km, kc = h.start_kernel()
-    kpid = h.kernel_pid(kc)
-    h.track(kpid)
-    escapees = hold(kc, 1024)
-    old = set(h.tree_of(km, kc)) | set(escapees) | {kpid}
-    kc.stop_channels()
-    t0 = time.monotonic()
-    km.shutdown_kernel(now=False)
-    took = time.monotonic() - t0
+    old, took = hold_and_shut_down(km, kc)
     left = listed_pids() & old
     shut = [l for l in supervisor_log(km).splitlines() if "GPU memory released" in l and "event=shutdown" in l]
     h.note(shutdown_s=round(took, 3), shutdown_line=shut[-1:])
