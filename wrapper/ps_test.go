@@ -1,0 +1,47 @@
+package wrapper
+
+import (
+	"os"
+	"testing"
+	"time"
+)
+
+// ps reads every state directory it is given (root: each user's too), and
+// a kernel whose supervisor is gone is dirty, with no processes once its
+// kernel is gone.
+func TestPSReadsEveryStateDir(t *testing.T) {
+	a, b := t.TempDir(), t.TempDir()
+	gone := deadPid(t)
+	for i, dir := range []string{a, b} {
+		st := State{KernelID: []string{"k-a", "k-b"}[i], SupervisorPID: gone, KernelPID: gone, Containment: "proc",
+			Started: time.Now().Add(time.Duration(i) * time.Second), Phase: PhaseRunning}
+		if err := writeState(dir, st); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rows, note, err := PS([]string{a, b}, "")
+	if err != nil || len(rows) != 2 || rows[0].KernelID != "k-a" || rows[1].KernelID != "k-b" {
+		t.Fatalf("PS = %+v, %q, %v", rows, note, err)
+	}
+	for _, r := range rows {
+		if r.State != StateDirty || len(r.PIDs) != 0 || r.RSSBytes != 0 {
+			t.Errorf("row %+v: want dirty, no processes", r)
+		}
+	}
+	if dirs := StateDirs(a, false); len(dirs) != 1 || dirs[0] != a {
+		t.Errorf("StateDirs(%s, false) = %v", a, dirs)
+	}
+}
+
+// deadPid is the pid of a process that has exited and been reaped.
+func deadPid(t *testing.T) int {
+	t.Helper()
+	p, err := os.StartProcess("/bin/true", []string{"true"}, &os.ProcAttr{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	return p.Pid
+}
