@@ -412,6 +412,24 @@ func (h *harness) spawnEscapee() int {
 	return pid
 }
 
+// iopubHas reports whether a message of type typ arrives on iopub within d
+// (messages before it are consumed).
+func (h *harness) iopubHas(typ string, d time.Duration) bool {
+	deadline := time.After(d)
+	for {
+		select {
+		case m := <-h.iopubMsgs:
+			if p, err := jmsg.Split(m.Frames); err == nil {
+				if t, err := jmsg.MsgType(p.Header); err == nil && t == typ {
+					return true
+				}
+			}
+		case <-deadline:
+			return false
+		}
+	}
+}
+
 // stopAndCheck shuts the kernel down through the control channel and
 // checks that the external supervisor cmd exits 0 and that escapee pid is
 // gone with the tree.

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/go-zeromq/zmq4"
 
@@ -50,6 +51,9 @@ type Relay struct {
 	execs   []execRequest // execute_requests sent to the kernel, not yet answered
 	warning string        // for the next execute_request, on its stderr (warnNextCell)
 	warnID  string        // the kernel id for the warning's topic
+
+	// shutdownBroadcast: the kernel published its shutdown_reply on iopub.
+	shutdownBroadcast atomic.Bool
 
 	// ready is closed when the first message from the kernel arrives: by
 	// then ipykernel has installed its signal handlers.
@@ -150,10 +154,13 @@ func newRelay(ctx context.Context, outer [5]zmq4.Socket, inner *jmsg.ConnInfo, s
 	}
 	iopub := groupFor(r.outer[jmsg.IOPub].Addr().String())
 	iopub.hold.Store(true)
-	go r.pump(jmsg.IOPub, r.inner[jmsg.IOPub], r.outer[jmsg.IOPub], r.fromKernel(func([][]byte) {
+	go r.pump(jmsg.IOPub, r.inner[jmsg.IOPub], r.outer[jmsg.IOPub], r.fromKernel(func(frames [][]byte) {
 		// A client that lags but reads holds up the kernel's output
 		// rather than losing it (see queueLimit).
 		iopub.waitRoom(r.ctx)
+		if _, ok := r.verified(frames, "shutdown_reply"); ok {
+			r.shutdownBroadcast.Store(true)
+		}
 	}))
 	for _, ch := range []jmsg.Channel{jmsg.Shell, jmsg.Control, jmsg.Stdin, jmsg.HB} {
 		go r.pump(ch, r.outer[ch], r.inner[ch], r.inspectIn(ch))

@@ -103,6 +103,12 @@ func TestShutdownKillsEscapedTreeAndReplies(t *testing.T) {
 			if !strings.Contains(h.stderr.String(), "kernel stopped") {
 				t.Fatalf("no lifecycle line in log:\n%s", h.stderr)
 			}
+			// The fake kernel never broadcasts its shutdown_reply on iopub
+			// (ipykernel does, after terminating its children): the
+			// supervisor does it for the other clients.
+			if !h.iopubHas("shutdown_reply", time.Second) {
+				t.Fatal("no shutdown_reply broadcast on iopub")
+			}
 			if parent != "" {
 				if _, err := os.Stat(filepath.Join(parent, "tfgpu-test-1234")); !os.IsNotExist(err) {
 					t.Fatalf("cgroup left behind (stat: %v)", err)

@@ -395,8 +395,10 @@ func (s *supervisor) notifyCell(ex execRequest, text string, st cgroup.ExitStatu
 }
 
 // answerShutdown sends a shutdown_reply to the client when the kernel did
-// not get to send its own.
+// not get to send its own, and broadcasts it on iopub (as ipykernel does,
+// for the other clients) when the kernel was killed before it could.
 func (s *supervisor) answerShutdown() {
+	defer s.broadcastShutdown()
 	if !s.replied {
 		// The kernel may have replied just before it exited; its reply may
 		// still be in the relay.
@@ -422,6 +424,25 @@ func (s *supervisor) answerShutdown() {
 	if err := s.relay.send(jmsg.Control, p.Idents, "shutdown_reply", p.Header, h.Session,
 		map[string]any{"status": "ok", "restart": s.shutdown.restart}); err != nil {
 		s.log.Debug("cannot send shutdown_reply", "err", err)
+	}
+}
+
+// broadcastShutdown publishes the shutdown_reply on iopub unless the
+// kernel did: ipykernel sends it only after it has terminated its
+// children, which the tree kill may have cut short.
+func (s *supervisor) broadcastShutdown() {
+	if s.relay.shutdownBroadcast.Load() {
+		return
+	}
+	p, err := jmsg.Split(s.shutdown.frames)
+	if err != nil {
+		return
+	}
+	h, _ := jmsg.Header(p.Header)
+	topic := [][]byte{[]byte("kernel." + s.id + ".shutdown")}
+	if err := s.relay.send(jmsg.IOPub, topic, "shutdown_reply", p.Header, h.Session,
+		map[string]any{"status": "ok", "restart": s.shutdown.restart}); err != nil {
+		s.log.Debug("cannot broadcast shutdown_reply", "err", err)
 	}
 }
 
