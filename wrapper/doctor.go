@@ -1,6 +1,7 @@
 package wrapper
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -111,6 +112,44 @@ func DiagnoseGPU(nvmlLibrary string) []Finding {
 			f.Fix = "nvidia-smi -i " + fmt.Sprint(d.Index) + " -pm 1 (as root), or run nvidia-persistenced"
 		}
 		out = append(out, f)
+	}
+	return out
+}
+
+// DiagnoseHandoffs reports GPU checks that supervisors left unfinished in
+// stateDir (a shutdown that ran into Jupyter's SIGTERM while the driver
+// still held memory): still held is a problem; released is tidied away.
+func DiagnoseHandoffs(stateDir, nvmlLibrary string) []Finding {
+	paths, _ := filepath.Glob(filepath.Join(stateDir, "*.gpu"))
+	if len(paths) == 0 {
+		return nil
+	}
+	n, err := gpu.Open(nvmlLibrary, "")
+	if err != nil {
+		return []Finding{{Topic: "GPU check", Problem: true,
+			Text: fmt.Sprintf("%d unfinished check(s) in %s cannot be done: %v", len(paths), stateDir, err)}}
+	}
+	defer n.Close()
+	hs, err := n.Holders()
+	if err != nil {
+		return []Finding{{Topic: "GPU check", Problem: true, Text: err.Error()}}
+	}
+	var out []Finding
+	for _, path := range paths {
+		b, err := os.ReadFile(path)
+		var old gpu.Old
+		if err != nil || json.Unmarshal(b, &old) != nil {
+			continue
+		}
+		id := strings.TrimSuffix(filepath.Base(path), ".gpu")
+		held := old.Ours(hs)
+		if len(held) == 0 {
+			os.Remove(path) // released since: nothing left to check
+			continue
+		}
+		out = append(out, Finding{Topic: "GPU check", Problem: true,
+			Text: fmt.Sprintf("kernel %s's last tree is dead but the driver still holds: %s", id, gpu.Result{Held: held}.HeldText()),
+			Fix:  "nvidia-smi shows when the driver lets go; if it never does, reset the GPU once nothing else uses it: nvidia-smi -r -i N"})
 	}
 	return out
 }

@@ -26,6 +26,7 @@ func cmdDoctor(args []string) int {
 	fmt.Printf("tfgpu-kernel %s\n", version)
 	problems := 0
 	findings := append(wrapper.Diagnose(*stateDir), wrapper.DiagnoseGPU(*nvmlLib)...)
+	findings = append(findings, wrapper.DiagnoseHandoffs(*stateDir, *nvmlLib)...)
 	for _, f := range append(findings, diagnoseKernelspecs()...) {
 		mark := "ok "
 		if f.Problem {

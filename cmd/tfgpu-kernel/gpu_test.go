@@ -13,6 +13,7 @@ import (
 
 	"github.com/tfgpu/tfgpu-kernel/cgroup"
 	"github.com/tfgpu/tfgpu-kernel/wrapper"
+	"github.com/tfgpu/tfgpu-kernel/wrapper/gpu"
 	"github.com/tfgpu/tfgpu-kernel/wrapper/gpu/gputest"
 )
 
@@ -180,4 +181,31 @@ func BenchmarkPs(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N), "ms/ps")
+}
+
+// A GPU check a supervisor left unfinished (shutdown ran into Jupyter's
+// SIGTERM) is a doctor problem while the driver still holds the memory,
+// and is tidied away once it does not.
+func TestDoctorUnfinishedGPUCheck(t *testing.T) {
+	bin := buildInstallTestBinary(t)
+	f := gputest.New(t, 1, gputest.Full)
+	h := f.Hold(t, 0, 300)
+	h.Process.Kill()
+	h.Wait()
+	stateDir := t.TempDir()
+	for id, pid := range map[string]int{"held": h.Process.Pid, "released": 1 << 30} {
+		b, _ := json.Marshal(gpu.Old{PIDs: []int{pid}, By: gpu.ByPID})
+		if err := os.WriteFile(filepath.Join(stateDir, id+".gpu"), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	env := append(append(os.Environ(), "TFGPU_STATE_DIR="+stateDir), f.Env("FAKE_NVML_RELEASE_MS=-1")...)
+	r := runInstallBin(t, env, bin, "doctor")
+	want := fmt.Sprintf("!! GPU check:    kernel held's last tree is dead but the driver still holds: GPU0: pid %d holds 300 MiB", h.Process.Pid)
+	if r.code != 1 || !strings.Contains(r.stdout, want) || strings.Contains(r.stdout, "kernel released") {
+		t.Fatalf("doctor: exit %d, want %q\n%s%s", r.code, want, r.stdout, r.stderr)
+	}
+	if _, err := os.Stat(filepath.Join(stateDir, "released.gpu")); !os.IsNotExist(err) {
+		t.Fatalf("the finished check was not tidied away: %v", err)
+	}
 }
