@@ -133,13 +133,15 @@ func (l *lockedBuffer) String() string {
 func writeTCPConn(t *testing.T, dir, id, key string) string {
 	t.Helper()
 	c := map[string]any{"ip": "127.0.0.1", "key": key, "transport": "tcp", "signature_scheme": "hmac-sha256"}
+	// All five listeners stay open until each has its port: closed one
+	// by one, the kernel may hand the same free port out twice.
 	for _, name := range []string{"shell_port", "iopub_port", "stdin_port", "control_port", "hb_port"} {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
 		}
+		defer l.Close()
 		c[name] = l.Addr().(*net.TCPAddr).Port
-		l.Close()
 	}
 	b, _ := json.Marshal(c)
 	path := filepath.Join(dir, "kernel-"+id+".json")
