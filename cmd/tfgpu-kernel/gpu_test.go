@@ -117,12 +117,12 @@ func TestPs(t *testing.T) {
 func TestStopConfirmsGPU(t *testing.T) {
 	bin := buildInstallTestBinary(t)
 	for _, c := range []struct {
-		release string
-		code    int
-		want    string
+		release, timeout string
+		code             int
+		want             string
 	}{
-		{"300", 0, "GPU memory released: GPU0 512MiB (NVML, by pid,"},
-		{"-1", 1, "GPU memory still held 1s after the kill: GPU0: pid "},
+		{"300", "10s", 0, "GPU memory released: GPU0 512MiB (NVML, by pid,"},
+		{"-1", "1s", 1, "GPU memory still held 1s after the kill: GPU0: pid "},
 	} {
 		f := gputest.New(t, 1, gputest.Full)
 		holder := f.Hold(t, 0, 512, "--setsid")
@@ -137,11 +137,11 @@ func TestStopConfirmsGPU(t *testing.T) {
 			t.Fatal(err)
 		}
 		env := append(append(os.Environ(), "TFGPU_STATE_DIR="+stateDir), f.Env("FAKE_NVML_RELEASE_MS="+c.release)...)
-		r := runInstallBin(t, env, bin, "stop", "--confirm-timeout", "1s", "dead-gpu")
+		r := runInstallBin(t, env, bin, "stop", "--confirm-timeout", c.timeout, "dead-gpu")
 		out := r.stdout + r.stderr
 		if r.code != c.code || !strings.Contains(out, "stopped kernel dead-gpu: supervisor gone; 1 processes killed") ||
 			!strings.Contains(out, c.want) {
-			t.Fatalf("release %s: stop exit %d, want %d and %q:\n%s", c.release, r.code, c.code, c.want, out)
+			t.Fatalf("release %s: stop exit %d, want %d and %q:\n%s\ncalls:\n%s\nctx: %v", c.release, r.code, c.code, c.want, out, strings.Join(f.Calls(t), "\n"), ctxFiles(f.Root))
 		}
 	}
 }
@@ -208,4 +208,9 @@ func TestDoctorUnfinishedGPUCheck(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(stateDir, "released.gpu")); !os.IsNotExist(err) {
 		t.Fatalf("the finished check was not tidied away: %v", err)
 	}
+}
+
+func ctxFiles(root string) []string {
+	m, _ := filepath.Glob(filepath.Join(root, "ctx", "*"))
+	return m
 }

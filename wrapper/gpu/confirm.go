@@ -28,6 +28,10 @@ const (
 type Old struct {
 	// PIDs are the tree's processes just before the kill.
 	PIDs []int `json:"pids"`
+	// Starts are their start times (/proc stat field 22), so that a pid
+	// still alive after the kill can be told apart: the same process not
+	// dead yet (still the tree's) or a new one that reused the number.
+	Starts map[int]uint64 `json:"starts,omitempty"`
 	// Baseline is NVML's list before the kernel was spawned.
 	Baseline []Holder `json:"baseline"`
 	// By is ByPID or ByBaseline (see Mode).
@@ -73,8 +77,9 @@ func pidMax() int {
 }
 
 // Ours returns the entries of hs that are the old tree's. By pid: the pid
-// was in the tree and is not alive now (the tree is dead: a live process
-// with that pid is a new one, someone else's). By baseline: the entry was
+// was in the tree and is no live process now, or is still the same process
+// (killed, not dead yet); a live process that reused the number is someone
+// else's. By baseline: the entry was
 // not there before the kernel spawned, and its pid is not a live process
 // outside the tree. Another user's or notebook's process is never counted.
 func (o *Old) Ours(hs []Holder) []Holder {
@@ -88,7 +93,7 @@ func (o *Old) Ours(hs []Holder) []Holder {
 				out = append(out, h)
 			}
 		default:
-			if inTree && !Alive(h.PID) {
+			if inTree && (!Alive(h.PID) || o.sameProcess(h.PID)) {
 				out = append(out, h)
 			}
 		}
@@ -100,13 +105,24 @@ func (o *Old) Ours(hs []Holder) []Holder {
 // hs taken just before the tree is killed; baseline is NVML's list from
 // before the tree began (nil when unknown).
 func Watch(hs []Holder, pids []int, baseline []Holder) *Old {
-	old := &Old{PIDs: pids, Baseline: baseline, By: Mode(baseline, hs)}
+	old := &Old{PIDs: pids, Baseline: baseline, By: Mode(baseline, hs), Starts: map[int]uint64{}}
+	for _, p := range pids {
+		if st := startTime(p); st != 0 {
+			old.Starts[p] = st
+		}
+	}
 	if old.By == ByPID {
 		old.Held = Holding(hs, pids)
 	} else {
 		old.Held = old.Ours(hs)
 	}
 	return old
+}
+
+// sameProcess reports whether pid is still the process Watch recorded.
+func (o *Old) sameProcess(pid int) bool {
+	want, ok := o.Starts[pid]
+	return ok && want != 0 && startTime(pid) == want
 }
 
 // Holding returns the entries of hs whose pid is one of pids: a live
@@ -261,6 +277,25 @@ func Owner(pid int) string {
 		return ""
 	}
 	return userName(uid)
+}
+
+// startTime is pid's start time in clock ticks since boot (field 22 of
+// /proc/PID/stat), 0 when there is no such process.
+func startTime(pid int) uint64 {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 20 {
+		return 0
+	}
+	v, _ := strconv.ParseUint(f[19], 10, 64)
+	return v
 }
 
 // Alive reports whether pid is a live process (not a zombie) here.

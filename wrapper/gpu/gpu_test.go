@@ -190,6 +190,16 @@ func TestOursByPID(t *testing.T) {
 	if len(got) != 1 || got[0].PID != dead {
 		t.Fatalf("Ours = %+v, want only the dead tree pid %d", got, dead)
 	}
+	// A process Watch saw that is killed but not dead yet is still the
+	// tree's; one that only has its number is not.
+	w := Watch(hs, []int{dead, live}, nil)
+	if got := w.Ours(hs); len(got) != 2 || got[0].PID != dead || got[1].PID != live {
+		t.Fatalf("Ours after Watch = %+v, want the dead pid and the same live process", got)
+	}
+	w.Starts[live]++
+	if got := w.Ours(hs); len(got) != 1 || got[0].PID != dead {
+		t.Fatalf("Ours with another start time = %+v, want only the dead pid", got)
+	}
 }
 
 func TestOursByBaseline(t *testing.T) {

@@ -17,7 +17,7 @@ argv[1] picks the scenario:
             listed, not named anywhere. Shutdown with the 2.5 s release:
             jupyter_client SIGTERMs the supervisor at 2.5 s, which then
             leaves the rest of the check to the next start rather than hold
-            Jupyter up (shutdown_kernel < 4 s). Shutdown with a 0.8 s
+            Jupyter up (shutdown_kernel < 4.5 s). Shutdown with a 0.8 s
             release: NVML lists nothing of the tree once shutdown_kernel
             returns, and the log has the release line.
   timeout   the release never comes, TFGPU_CONFIRM_TIMEOUT=3s: the restart
@@ -166,7 +166,9 @@ def release():
     # check to the next start instead of holding Jupyter up until SIGKILL.
     old, took = hold_and_shut_down(km, kc)
     h.note(slow_shutdown_s=round(took, 3))
-    h.check(took < 4, "shutdown_kernel took %.2f s: the supervisor held Jupyter up" % took)
+    # jupyter_client SIGKILLs at 5 s: well before that means the supervisor
+    # let go on its SIGTERM.
+    h.check(took < 4.5, "shutdown_kernel took %.2f s: the supervisor held Jupyter up" % took)
     h.check(not [p for p in old if h.alive(p)], "processes of the tree alive after shutdown_kernel")
     log = supervisor_log(km)
     h.check("event=shutdown" in log and ("GPU memory released" in log or "still held" in log),
