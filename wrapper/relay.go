@@ -52,8 +52,10 @@ type Relay struct {
 	warning string        // for the next execute_request, on its stderr (warnNextCell)
 	warnID  string        // the kernel id for the warning's topic
 
-	// shutdownBroadcast: the kernel published its shutdown_reply on iopub.
-	shutdownBroadcast atomic.Bool
+	// shutdownRequested: a verified shutdown_request went to the kernel;
+	// shutdownBroadcast: the kernel then published its shutdown_reply on
+	// iopub.
+	shutdownRequested, shutdownBroadcast atomic.Bool
 
 	// ready is closed when the first message from the kernel arrives: by
 	// then ipykernel has installed its signal handlers.
@@ -158,8 +160,12 @@ func newRelay(ctx context.Context, outer [5]zmq4.Socket, inner *jmsg.ConnInfo, s
 		// A client that lags but reads holds up the kernel's output
 		// rather than losing it (see queueLimit).
 		iopub.waitRoom(r.ctx)
-		if _, ok := r.verified(frames, "shutdown_reply"); ok {
-			r.shutdownBroadcast.Store(true)
+		// Only after a shutdown_request: the check would cost every
+		// message of a running kernel a split of its frames.
+		if r.shutdownRequested.Load() {
+			if _, ok := r.verified(frames, "shutdown_reply"); ok {
+				r.shutdownBroadcast.Store(true)
+			}
 		}
 	}))
 	for _, ch := range []jmsg.Channel{jmsg.Shell, jmsg.Control, jmsg.Stdin, jmsg.HB} {
@@ -216,6 +222,7 @@ func (r *Relay) inspectIn(ch jmsg.Channel) func([][]byte) {
 				Restart bool `json:"restart"`
 			}
 			_ = json.Unmarshal(p.Content, &c)
+			r.shutdownRequested.Store(true)
 			r.events <- relayEvent{kind: evShutdownRequest, frames: frames, restart: c.Restart}
 		}
 	case jmsg.Shell:

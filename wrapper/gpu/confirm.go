@@ -10,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/tfgpu/tfgpu-kernel/cgroup"
 )
 
 // Source lists NVML's process entries; *NVML is one.
@@ -279,23 +281,14 @@ func Owner(pid int) string {
 	return userName(uid)
 }
 
-// startTime is pid's start time in clock ticks since boot (field 22 of
-// /proc/PID/stat), 0 when there is no such process.
+// startTime is pid's start time (cgroup.StartTime), 0 when there is no
+// such process.
 func startTime(pid int) uint64 {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	st, err := cgroup.StartTime(pid)
 	if err != nil {
 		return 0
 	}
-	i := strings.LastIndexByte(string(b), ')')
-	if i < 0 {
-		return 0
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 20 {
-		return 0
-	}
-	v, _ := strconv.ParseUint(f[19], 10, 64)
-	return v
+	return st
 }
 
 // Alive reports whether pid is a live process (not a zombie) here.
