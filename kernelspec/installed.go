@@ -1,13 +1,10 @@
 package kernelspec
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"os/exec"
 	"slices"
-	"time"
 )
 
 // Spec is an installed kernelspec of ours, as `tfgpu-kernel doctor`
@@ -43,14 +40,9 @@ sys.stdout.write("\n" + json.dumps({"specs": r}) + "\n")
 // (JUPYTER_PATH, the user data dir, sys.prefix and the system dirs, in
 // Jupyter's order), sorted by name.
 func Installed(ctx context.Context, py Python) ([]Spec, error) {
-	ctx, cancel := context.WithTimeout(ctx, ProbeTimeout)
-	defer cancel()
-	var stdout, stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, py.Executable, "-c", listScript)
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	cmd.WaitDelay = time.Second
-	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("list kernelspecs with python %s: %v (%s)", py.Executable, err, oneLine(lastLine(stderr.String())))
+	line, err := runScript(ctx, py.Executable, listScript)
+	if err != nil {
+		return nil, fmt.Errorf("list kernelspecs with python %s: %s", py.Executable, oneLine(err.Error()))
 	}
 	var r struct {
 		Error string `json:"error"`
@@ -60,8 +52,8 @@ func Installed(ctx context.Context, py Python) ([]Spec, error) {
 			Ours bool     `json:"ours"`
 		} `json:"specs"`
 	}
-	if err := json.Unmarshal([]byte(lastLine(stdout.String())), &r); err != nil || r.Error != "" {
-		return nil, fmt.Errorf("list kernelspecs with python %s: %s", py.Executable, oneLine(r.Error+lastLine(stdout.String())))
+	if err := json.Unmarshal([]byte(line), &r); err != nil || r.Error != "" {
+		return nil, fmt.Errorf("list kernelspecs with python %s: %s", py.Executable, oneLine(r.Error+line))
 	}
 	var out []Spec
 	for name, s := range r.Specs {

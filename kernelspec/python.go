@@ -55,26 +55,15 @@ func ProbePython(ctx context.Context, path string) (Python, error) {
 	if abs, err = filepath.Abs(abs); err != nil {
 		return Python{}, fmt.Errorf("python %s: %w", path, err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, ProbeTimeout)
-	defer cancel()
-	var stdout, stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, abs, "-c", probeScript)
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	cmd.WaitDelay = time.Second // a child holding the pipes must not hang us
-	if err := cmd.Run(); err != nil {
-		if ctx.Err() != nil {
-			err = fmt.Errorf("no answer within %v: %w", ProbeTimeout, ctx.Err())
-		} else if msg := lastLine(stderr.String()); msg != "" {
-			err = fmt.Errorf("%w (%s)", err, msg)
-		}
+	out, err := runScript(ctx, abs, probeScript)
+	if err != nil {
 		return Python{}, fmt.Errorf("python %s: %w", abs, err)
 	}
-	// The JSON is the last line: site hooks may print before it.
 	var r struct {
 		Executable, Prefix, IPykernel, Version, Error string
 	}
-	if err := json.Unmarshal([]byte(lastLine(stdout.String())), &r); err != nil {
-		return Python{}, fmt.Errorf("python %s: unexpected probe output %q: %w", abs, lastLine(stdout.String()), err)
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		return Python{}, fmt.Errorf("python %s: unexpected probe output %q: %w", abs, out, err)
 	}
 	py := Python{Executable: r.Executable, Prefix: r.Prefix, IPykernel: r.IPykernel, Version: r.Version}
 	if !filepath.IsAbs(py.Executable) { // sys.executable may be "" (embedded)
@@ -84,6 +73,29 @@ func ProbePython(ctx context.Context, path string) (Python, error) {
 		return py, fmt.Errorf("python %s: %w: %s", abs, ErrNoIPykernel, r.Error)
 	}
 	return py, nil
+}
+
+// runScript runs python -c script args… within ProbeTimeout and returns
+// the last line of its output (the scripts print one JSON line last: site
+// hooks may print before it). The error says whether it timed out, and
+// carries the last line of its stderr.
+func runScript(ctx context.Context, python, script string, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, ProbeTimeout)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, python, append([]string{"-c", script}, args...)...)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	cmd.WaitDelay = time.Second // a child holding the pipes must not hang us
+	if err := cmd.Run(); err != nil {
+		if ctx.Err() != nil {
+			return "", fmt.Errorf("no answer within %v: %w", ProbeTimeout, ctx.Err())
+		}
+		if msg := lastLine(stderr.String()); msg != "" {
+			return "", fmt.Errorf("%w (%s)", err, msg)
+		}
+		return "", err
+	}
+	return lastLine(stdout.String()), nil
 }
 
 // Candidates are the interpreters FindPython tries, in order, when none is given.

@@ -1,18 +1,15 @@
 package kernelspec
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
-	"time"
 )
 
 // ErrNoSuchKernel means Jupyter knows no kernelspec of the name given to wrap.
@@ -146,20 +143,12 @@ func FindSpec(ctx context.Context, py Python, name string) (Foreign, error) {
 	if !namePat.MatchString(key) {
 		return Foreign{}, invalid(ErrNoSuchKernel, "no kernelspec %q: not a kernel name (a kernelspec directory needs a '/': ./%s)", name, name)
 	}
-	ctx, cancel := context.WithTimeout(ctx, ProbeTimeout)
-	defer cancel()
-	var stdout, stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, py.Executable, "-c", findScript, key)
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	cmd.WaitDelay = time.Second
 	fail := func(why string) (Foreign, error) {
 		return Foreign{}, fmt.Errorf("find kernelspec %q with python %s: %s", name, py.Executable, oneLine(why))
 	}
-	if err := cmd.Run(); err != nil {
-		if ctx.Err() != nil {
-			return fail(fmt.Sprintf("no answer within %v", ProbeTimeout))
-		}
-		return fail(fmt.Sprintf("%v (%s)", err, lastLine(stderr.String())))
+	out, err := runScript(ctx, py.Executable, findScript, key)
+	if err != nil {
+		return fail(err.Error())
 	}
 	var r struct {
 		Error   string          `json:"error"`
@@ -167,8 +156,8 @@ func FindSpec(ctx context.Context, py Python, name string) (Foreign, error) {
 		Dir     string          `json:"dir"`
 		Spec    json.RawMessage `json:"spec"`
 	}
-	if err := json.Unmarshal([]byte(lastLine(stdout.String())), &r); err != nil {
-		return fail(fmt.Sprintf("unexpected output %q", lastLine(stdout.String())))
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		return fail(fmt.Sprintf("unexpected output %q", out))
 	}
 	switch {
 	case r.Error != "":
