@@ -256,11 +256,25 @@ var live sync.Map
 // kernel while it starts.
 const dialRetry = 20 * time.Millisecond
 
-// drainConns waits, at most max, until every connection has written what
-// was queued on it: the last replies before the supervisor exits.
+// drainSettle is how long drainConns waits at least. zmq4's PUB socket
+// queues a message and a goroutine of its own hands it to the connections
+// later, so a message just published may not have reached any connection
+// yet when the first check finds them all idle: under load a cell's death
+// notice on iopub was lost that way while its execute_reply (ROUTER,
+// handed over at once) arrived.
+const drainSettle = 50 * time.Millisecond
+
+// drainConns waits, at least drainSettle and at most max, until every
+// connection has written what was queued on it: the last replies before
+// the supervisor exits.
 func drainConns(max time.Duration) {
-	deadline := time.Now().Add(max)
+	start := time.Now()
+	deadline := start.Add(max)
 	for time.Now().Before(deadline) {
+		if time.Since(start) < drainSettle {
+			time.Sleep(2 * time.Millisecond)
+			continue
+		}
 		busy := false
 		live.Range(func(k, _ any) bool {
 			busy = k.(*peerConn).pending()
