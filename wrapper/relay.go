@@ -13,10 +13,12 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/go-zeromq/zmq4"
 
 	"github.com/tfgpu/tfgpu-kernel/wrapper/jmsg"
+	"github.com/tfgpu/tfgpu-kernel/wrapper/zmtp"
 )
 
 // Relay moves every frame between the sockets Jupyter's clients connect to
@@ -40,12 +42,16 @@ type Relay struct {
 	log    *slog.Logger
 	signer *jmsg.Signer
 	outer  [5]zmq4.Socket
+	doors  [5]*zmtp.Door // the outer sockets' listeners
 	inner  [5]zmq4.Socket
 	ctx    context.Context
 	cancel context.CancelFunc
 
 	// Events reports verified requests the supervisor acts on.
 	events chan<- relayEvent
+
+	history  *digestHistory                  // signatures of requests acted on
+	warnPeer func(msg string, attrs ...any) // rate-limited: peers can flood
 
 	mu      sync.Mutex
 	execs   []execRequest // execute_requests sent to the kernel, not yet answered
@@ -62,6 +68,14 @@ type Relay struct {
 	ready     chan struct{}
 	readyOnce sync.Once
 }
+
+// dialRetry is how long an inner socket waits between tries to reach the
+// kernel while it starts.
+const dialRetry = 20 * time.Millisecond
+
+// digestHistorySize bounds the signatures remembered against replays
+// (about 100 bytes each).
+const digestHistorySize = 16384
 
 // relayEvent is what the relay tells the supervisor's loop.
 type relayEvent struct {
@@ -86,11 +100,20 @@ type execRequest struct {
 	sess   string
 }
 
-// bindOuter binds the five sockets Jupyter asked for. Failure names the
+// outerTypes are the zmq4 socket types of the outer sockets.
+func outerType(ch jmsg.Channel) string {
+	if ch == jmsg.IOPub {
+		return "PUB"
+	}
+	return "ROUTER"
+}
+
+// bindOuter binds the five sockets Jupyter asked for, each through a
+// zmtp.Door that checks every peer (see docs/relay.md). Failure names the
 // channel and endpoint.
-func bindOuter(ctx context.Context, ci *jmsg.ConnInfo, lg *log.Logger) ([5]zmq4.Socket, error) {
-	registerTransports()
+func bindOuter(ctx context.Context, ci *jmsg.ConnInfo, sh *zmtp.Shared, lg *log.Logger) ([5]zmq4.Socket, [5]*zmtp.Door, error) {
 	var socks [5]zmq4.Socket
+	var doors [5]*zmtp.Door
 	for _, ch := range jmsg.Channels {
 		var s zmq4.Socket
 		switch ch {
@@ -100,14 +123,15 @@ func bindOuter(ctx context.Context, ci *jmsg.ConnInfo, lg *log.Logger) ([5]zmq4.
 			s = zmq4.NewRouter(ctx, zmq4.WithLogger(lg))
 		}
 		ep := ci.Endpoint(ch)
-		if err := s.Listen(zmqEndpoint(ep)); err != nil {
+		d, err := zmtp.Bind(s, outerType(ch), ch.String(), ep, sh, ch == jmsg.IOPub)
+		if err != nil {
 			s.Close()
 			closeAll(socks[:])
-			return socks, fmt.Errorf("cannot listen on %s port (%s): %w", ch, ep, unwrapListen(err))
+			return socks, doors, fmt.Errorf("cannot listen on %s port (%s): %w", ch, ep, unwrapListen(err))
 		}
-		socks[ch] = s
+		socks[ch], doors[ch] = s, d
 	}
-	return socks, nil
+	return socks, doors, nil
 }
 
 // unwrapListen strips zmq4's prefix so the user sees "address already in use".
@@ -132,10 +156,11 @@ func closeAll(socks []zmq4.Socket) {
 // newRelay creates the inner sockets. They dial the kernel in the background
 // with unlimited retries (ipykernel takes about a second to bind; zmq4's
 // default 10 × 250 ms is too short), until the relay is closed.
-func newRelay(ctx context.Context, outer [5]zmq4.Socket, inner *jmsg.ConnInfo, signer *jmsg.Signer, events chan<- relayEvent, lg *slog.Logger) *Relay {
+func newRelay(ctx context.Context, outer [5]zmq4.Socket, doors [5]*zmtp.Door, inner *jmsg.ConnInfo, signer *jmsg.Signer, events chan<- relayEvent, lg *slog.Logger) *Relay {
 	ctx, cancel := context.WithCancel(ctx)
-	r := &Relay{log: lg, signer: signer, outer: outer, ctx: ctx, cancel: cancel, events: events,
-		ready: make(chan struct{})}
+	r := &Relay{log: lg, signer: signer, outer: outer, doors: doors, ctx: ctx, cancel: cancel, events: events,
+		ready: make(chan struct{}), history: newDigestHistory(digestHistorySize),
+		warnPeer: zmtp.RateLimitedWarn(lg, 10*time.Second)}
 	var idb [8]byte
 	_, _ = rand.Read(idb[:])
 	shared := zmq4.SocketIdentity("tfgpu-" + hex.EncodeToString(idb[:]))
@@ -154,12 +179,11 @@ func newRelay(ctx context.Context, outer [5]zmq4.Socket, inner *jmsg.ConnInfo, s
 	for _, ch := range jmsg.Channels {
 		go r.dial(ch, inner.Endpoint(ch))
 	}
-	iopub := groupFor(r.outer[jmsg.IOPub].Addr().String())
-	iopub.hold.Store(true)
+	iopub := doors[jmsg.IOPub]
 	go r.pump(jmsg.IOPub, r.inner[jmsg.IOPub], r.outer[jmsg.IOPub], r.fromKernel(func(frames [][]byte) {
 		// A client that lags but reads holds up the kernel's output
-		// rather than losing it (see queueLimit).
-		iopub.waitRoom(r.ctx)
+		// rather than losing it (see zmtp.Limits).
+		iopub.WaitRoom(r.ctx)
 		// Only after a shutdown_request: the check would cost every
 		// message of a running kernel a split of its frames.
 		if r.shutdownRequested.Load() {
@@ -176,7 +200,7 @@ func newRelay(ctx context.Context, outer [5]zmq4.Socket, inner *jmsg.ConnInfo, s
 }
 
 func (r *Relay) dial(ch jmsg.Channel, ep string) {
-	if err := r.inner[ch].Dial(zmqEndpoint(ep)); err != nil && r.ctx.Err() == nil {
+	if err := r.inner[ch].Dial(zmtp.DialEndpoint(ep)); err != nil && r.ctx.Err() == nil {
 		r.log.Error("cannot connect to the kernel", "channel", ch.String(), "endpoint", ep, "err", err)
 	}
 }
@@ -214,7 +238,7 @@ func (r *Relay) inspectIn(ch jmsg.Channel) func([][]byte) {
 	switch ch {
 	case jmsg.Control:
 		return func(frames [][]byte) {
-			p, ok := r.verified(frames, "shutdown_request")
+			p, ok := r.request(frames, "shutdown_request")
 			if !ok {
 				return
 			}
@@ -227,7 +251,7 @@ func (r *Relay) inspectIn(ch jmsg.Channel) func([][]byte) {
 		}
 	case jmsg.Shell:
 		return func(frames [][]byte) {
-			p, ok := r.verified(frames, "execute_request")
+			p, ok := r.request(frames, "execute_request")
 			if !ok {
 				return
 			}
@@ -322,7 +346,23 @@ func (r *Relay) verified(frames [][]byte, want string) (jmsg.Parts, bool) {
 		return p, false
 	}
 	if !r.signer.Verify(p) {
-		r.log.Warn("ignoring message with a bad signature", "msg_type", want)
+		// Anyone who can reach the ports can send these by the thousand.
+		r.warnPeer("ignoring messages with a bad signature", "msg_type", want)
+		return p, false
+	}
+	return p, true
+}
+
+// request is verified for a client's request the supervisor acts on, which
+// it acts on once: a replayed copy (a signature seen before) is relayed
+// untouched, as any message is, and ignored here.
+func (r *Relay) request(frames [][]byte, want string) (jmsg.Parts, bool) {
+	p, ok := r.verified(frames, want)
+	if !ok || len(p.Signature) == 0 { // no key: nothing is signed, nothing to tell apart
+		return p, ok
+	}
+	if !r.history.first(p.Signature) {
+		r.warnPeer("ignoring replayed messages (a signature seen before)", "msg_type", want)
 		return p, false
 	}
 	return p, true

@@ -20,6 +20,7 @@ import (
 	"github.com/tfgpu/tfgpu-kernel/cgroup"
 
 	"github.com/tfgpu/tfgpu-kernel/wrapper/jmsg"
+	"github.com/tfgpu/tfgpu-kernel/wrapper/zmtp"
 )
 
 func TestRelayRoundTripIsByteExact(t *testing.T) {
@@ -161,8 +162,8 @@ func TestKernelDeathTellsTheCell(t *testing.T) {
 // A subscriber that stops reading (here: behind a proxy that stops
 // forwarding) must not stall the other client, and its queue is bounded.
 func TestSlowSubscriberDoesNotStallOthers(t *testing.T) {
-	setQueueLimits(t, 1<<20, 4<<20)
-	h := startHarness(t)
+	sh := zmtp.NewShared(zmtp.Limits{QueueLimit: 1 << 20, HardLimit: 4 << 20}, nil)
+	h := startHarnessWith(t, func(c *Config) { c.shared = sh })
 
 	var paused atomic.Bool
 	proxy := stallingProxy(t, h.ci.Endpoint(jmsg.IOPub)[len("tcp://"):], &paused)
@@ -199,8 +200,7 @@ drain:
 		t.Fatalf("fast client got %d of %d stream messages", got, n)
 	}
 	t.Logf("fast client got %d of %d", got, n)
-	var dropped uint64
-	live.Range(func(k, _ any) bool { dropped += k.(*peerConn).dropped.Load(); return true })
+	dropped := sh.Dropped()
 	if dropped == 0 {
 		t.Fatalf("the stalled subscriber's queue was never bounded")
 	}
@@ -376,8 +376,8 @@ func TestLeftoversOfAKilledSupervisorAreKilledAtNextStart(t *testing.T) {
 func TestSlowButReadingSubscriberLosesNothing(t *testing.T) {
 	// Without the hold-up the slow client's queue would pass the hard
 	// limit (2 MiB of the 16 MB sent) and lose messages.
-	setQueueLimits(t, 256<<10, 2<<20)
-	h := startHarness(t)
+	sh := zmtp.NewShared(zmtp.Limits{QueueLimit: 256 << 10, HardLimit: 2 << 20}, nil)
+	h := startHarnessWith(t, func(c *Config) { c.shared = sh })
 	proxy := throttledProxy(t, h.ci.Endpoint(jmsg.IOPub)[len("tcp://"):], 8<<20) // 8 MB/s
 	slow := zmq4.NewSub(t.Context())
 	_ = slow.SetOption(zmq4.OptionSubscribe, "")
@@ -393,8 +393,7 @@ func TestSlowButReadingSubscriberLosesNothing(t *testing.T) {
 	for got < n {
 		m, err := recvTimeout(slow, 10*time.Second)
 		if err != nil {
-			var dropped uint64
-			live.Range(func(k, _ any) bool { dropped += k.(*peerConn).dropped.Load(); return true })
+			dropped := sh.Dropped()
 			t.Fatalf("slow client got %d of %d (%d dropped): %v", got, n, dropped, err)
 		}
 		if bytes.Contains(m.Frames[0], []byte("stream")) {
@@ -406,8 +405,7 @@ func TestSlowButReadingSubscriberLosesNothing(t *testing.T) {
 		default:
 		}
 	}
-	var dropped uint64
-	live.Range(func(k, _ any) bool { dropped += k.(*peerConn).dropped.Load(); return true })
+	dropped := sh.Dropped()
 	if dropped != 0 {
 		t.Fatalf("%d messages dropped for a client that kept reading", dropped)
 	}

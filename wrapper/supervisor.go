@@ -16,6 +16,7 @@ import (
 	"github.com/tfgpu/tfgpu-kernel/cgroup"
 	"github.com/tfgpu/tfgpu-kernel/wrapper/gpu"
 	"github.com/tfgpu/tfgpu-kernel/wrapper/jmsg"
+	"github.com/tfgpu/tfgpu-kernel/wrapper/zmtp"
 )
 
 // Exit codes of Run, beyond the kernel's own (see Run).
@@ -54,10 +55,12 @@ type Config struct {
 	MemoryLimit    int64         // bytes the kernel's tree may use; 0: no limit
 	NVMLLibrary    string        // NVML to load; "": libnvidia-ml.so.1 through the dynamic loader
 	ConfirmTimeout time.Duration // how long to wait for NVML to release a dead tree's GPU memory
+	Limits         zmtp.Limits   // what a client's connection may make the supervisor hold; zero: defaults
 	Log            *slog.Logger
 	Stderr         io.Writer // where one-line usage errors go
 
 	v2opts []cgroup.V2Option // tests force the cgroup.procs fallback with these
+	shared *zmtp.Shared      // tests read the relay's counters through it
 }
 
 // state is the supervisor's lifecycle state; only the loop in Run changes it.
@@ -74,6 +77,7 @@ type supervisor struct {
 	log    *slog.Logger
 	id     string
 	relay  *Relay
+	doors  [5]*zmtp.Door // the outer sockets' listeners
 	tree   cgroup.Tree
 	kpid   int
 	state  state
@@ -138,12 +142,16 @@ func Run(ctx context.Context, cfg Config) int {
 		return ExitFailed
 	}
 
-	outer, err := bindOuter(ctx, ci, zmqLogger(s.log))
+	if cfg.shared == nil {
+		cfg.shared = zmtp.NewShared(cfg.Limits, s.log)
+	}
+	outer, doors, err := bindOuter(ctx, ci, cfg.shared, zmqLogger(s.log))
 	if err != nil {
 		fmt.Fprintf(cfg.Stderr, "tfgpu-kernel: connection file %s: %v\n", cfg.ConnFile, err)
 		return ExitUsage
 	}
 	defer closeAll(outer[:])
+	s.doors = doors
 
 	inner, dir, err := writeInner(ci, s.id, cfg.InnerTransport)
 	if err != nil {
@@ -209,7 +217,7 @@ func Run(ctx context.Context, cfg Config) int {
 	}
 	s.record()
 	defer removeState(cfg.StateDir, s.id)
-	s.relay = newRelay(ctx, outer, inner, signer, s.events, s.log)
+	s.relay = newRelay(ctx, outer, doors, inner, signer, s.events, s.log)
 	defer s.relay.closeInner()
 	if warning != "" {
 		s.relay.warnNextCell(s.id, warning)
@@ -345,7 +353,7 @@ func (s *supervisor) stop(reason string, st *cgroup.ExitStatus) int {
 	default:
 		s.confirm(reason, old)
 	}
-	drainConns(200 * time.Millisecond)
+	zmtp.Drain(200*time.Millisecond, s.doors[:]...)
 	return ExitOK
 }
 
@@ -373,7 +381,7 @@ func (s *supervisor) died(st cgroup.ExitStatus) int {
 	if ex, ok := s.relay.running(); ok {
 		s.notifyCell(ex, text, st)
 	}
-	drainConns(300 * time.Millisecond)
+	zmtp.Drain(300*time.Millisecond, s.doors[:]...)
 	return st.Code()
 }
 

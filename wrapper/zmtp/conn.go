@@ -1,0 +1,508 @@
+package zmtp
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// conn is one ZMTP connection under a zmq4 socket: accepted through a Door
+// (door != nil: guarded, see inbound) or dialed to the kernel.
+//
+// Writes never block zmq4 (zmq4 fans PUB messages out from one goroutine
+// and holds one lock across a ROUTER's writes, so one peer that stopped
+// reading would otherwise freeze every client). Write follows the frames
+// zmq4 writes (framer) and queues whole messages: small pieces are copied,
+// large frame bodies are kept by reference. At each message end it tries
+// one non-blocking writev(2); what the peer does not take is written by a
+// flusher goroutine that exists only while there is a backlog.
+//
+// Keeping large pieces by reference departs from io.Writer's contract on
+// purpose: zmq4 passes the frames of the Msg given to Send/SendMulti through
+// unchanged, and no sender in this program touches a message's frames after
+// sending it. On iopub all subscribers then share one copy of a large
+// output instead of holding one each.
+type conn struct {
+	net.Conn
+	raw  syscall.RawConn // nil when the conn has no fd (tests with net.Pipe)
+	rd   *bufio.Reader
+	in   *inbound // accepted conns only
+	door *Door    // nil when dialed
+	sh   *Shared  // the door's; for dialed conns a private one with defaults
+	lim  *Limits
+
+	peer     Ready  // accepted conns: the peer's type and identity
+	identity string // the routing identity zmq4 is given (ROUTER doors)
+
+	mu       sync.Mutex
+	cond     *sync.Cond // progress, close: wakes holdUp and probes
+	fw       framer     // follows what zmq4 writes
+	swallow  int        // control messages of zmq4's own handshake still to swallow
+	queue    [][]byte   // accepted, not yet written
+	owned    bool       // the last segment of queue is a buffer of ours (appendable)
+	queued   int64      // bytes in queue plus bytes the flusher holds
+	flushing bool       // a flusher goroutine runs
+	progress time.Time  // when the peer last took bytes
+	dropping bool       // dropping the rest of the current message
+	deciding bool       // iopub: holding the first frame until its topic is known
+	head     []byte     // the held first frame
+	pongs    [][]byte   // PONGs waiting for a message boundary
+	subs     map[string]int
+	probe    []byte     // the context of a PING whose PONG is awaited
+	answered bool       // that PONG came
+	closed   bool
+	why      string // why we closed it, if we did
+	err      error
+	stalledN int // messages dropped in the current stall, for the log
+}
+
+// refMin is the smallest piece Write keeps by reference rather than copy.
+const refMin = 4 << 10
+
+// iovMax bounds the segments of one writev(2) (IOV_MAX is 1024 on Linux).
+const iovMax = 1024
+
+func newConn(nc net.Conn, rd *bufio.Reader, sh *Shared) *conn {
+	c := &conn{Conn: nc, rd: rd, sh: sh, lim: &sh.lim, progress: time.Now()}
+	c.fw.greeting = GreetingLen // zmq4 opens every connection with one
+	c.cond = sync.NewCond(&c.mu)
+	if sc, ok := nc.(syscall.Conn); ok {
+		if raw, err := sc.SyscallConn(); err == nil {
+			c.raw = raw
+		}
+	}
+	return c
+}
+
+// Read reads what the peer sent: through inbound's checks on accepted
+// conns, straight from the buffer on dialed ones.
+func (c *conn) Read(p []byte) (int, error) {
+	if c.in == nil {
+		return c.rd.Read(p)
+	}
+	n, err := c.in.Read(p)
+	if err != nil {
+		if errors.Is(err, ErrProtocol) {
+			c.sh.rl.warn("zmtp: closed a connection that broke the protocol",
+				"socket", c.door.name, "peer", c.RemoteAddr().String(), "why", reason(err))
+		}
+		c.closeWith(reason(err))
+	}
+	return n, err
+}
+
+// Write takes p into the queue and returns at once; see conn.
+func (c *conn) Write(p []byte) (int, error) {
+	n := len(p)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return 0, c.closedErr()
+	}
+	ended := false
+	for len(p) > 0 {
+		s := c.fw.step(p)
+		piece := p[:s.n]
+		p = p[s.n:]
+		if c.swallow > 0 { // zmq4's greeting and READY: ours went out in the handshake
+			if s.end {
+				c.swallow--
+			}
+			continue
+		}
+		if s.start && !s.control {
+			if c.door != nil && c.door.hold {
+				c.holdUp()
+			}
+			if c.closed {
+				return 0, c.closedErr()
+			}
+			c.dropping = c.full()
+			c.deciding = !c.dropping && c.subs != nil
+			c.head = c.head[:0]
+		}
+		switch {
+		case c.dropping:
+		case c.deciding:
+			c.head = append(c.head, piece...)
+			if s.frameEnd || len(c.head) >= 9+c.lim.MaxTopic {
+				c.deciding = false
+				if c.subscribed(c.head) {
+					c.enqueue(c.head)
+					if len(c.head) >= refMin {
+						c.head = nil // enqueued by reference
+					}
+				} else {
+					c.dropping = true
+				}
+			}
+		default:
+			c.enqueue(piece)
+		}
+		if s.end {
+			c.dropping, c.deciding = false, false
+			ended = true
+			for _, pong := range c.pongs {
+				c.enqueue(pong)
+			}
+			c.pongs = c.pongs[:0]
+		}
+	}
+	if ended && !c.flushing && len(c.queue) > 0 {
+		c.writeNow()
+	}
+	return n, nil
+}
+
+func (c *conn) closedErr() error {
+	if c.err != nil {
+		return c.err
+	}
+	return &net.OpError{Op: "write", Net: "zmtp", Err: net.ErrClosed}
+}
+
+// enqueue appends piece: by reference when large, else copied into the
+// buffer of ours at the queue's end. Called with mu held.
+func (c *conn) enqueue(piece []byte) {
+	if len(piece) == 0 {
+		return
+	}
+	c.queued += int64(len(piece))
+	if c.door != nil {
+		c.sh.queued.Add(int64(len(piece)))
+	}
+	if len(piece) >= refMin {
+		c.queue = append(c.queue, piece)
+		c.owned = false
+		return
+	}
+	if last := len(c.queue) - 1; c.owned && cap(c.queue[last])-len(c.queue[last]) >= len(piece) {
+		c.queue[last] = append(c.queue[last], piece...)
+		return
+	}
+	buf := make([]byte, 0, max(2<<10, len(piece)))
+	c.queue = append(c.queue, append(buf, piece...))
+	c.owned = true
+}
+
+// dequeued accounts for n bytes the peer took. Called with mu held.
+func (c *conn) dequeued(n int64) {
+	c.queued -= n
+	if c.door != nil {
+		c.sh.queued.Add(-n)
+	}
+	if n > 0 {
+		c.progress = time.Now()
+		c.stalledN = 0
+		c.cond.Broadcast()
+	}
+}
+
+// stalled: bytes wait and the peer has taken none for StallAfter.
+func (c *conn) stalled() bool {
+	return c.queued > 0 && time.Since(c.progress) > c.lim.StallAfter
+}
+
+// full reports whether the next message to the peer is to be dropped, and
+// disconnects a stalled peer while all queues together are over
+// TotalQueue. Called with mu held at a message start.
+func (c *conn) full() bool {
+	q := c.queued
+	stalled := c.stalled()
+	if stalled && c.door != nil && c.sh.queued.Load() > c.lim.TotalQueue {
+		c.sh.rl.warn("zmtp: disconnected a client that stopped reading while output queues are full",
+			"socket", c.door.name, "peer", c.RemoteAddr().String(), "queued", q, "all_queued", c.sh.queued.Load())
+		c.closeLocked("stalled while output queues are full")
+		return true
+	}
+	drop := q >= c.lim.HardLimit || (q >= c.lim.QueueLimit && stalled)
+	if drop {
+		if c.stalledN == 0 && c.door != nil {
+			c.sh.rl.warn("zmtp: dropping messages for a client that stopped reading",
+				"socket", c.door.name, "peer", c.RemoteAddr().String(), "queued", q)
+		}
+		c.stalledN++
+		c.sh.dropped.Add(1)
+	}
+	return drop
+}
+
+// lagging: the peer's queue is over QueueLimit while it still reads; then
+// an iopub writer waits for it (see Limits). Called with mu held.
+func (c *conn) lagging() bool {
+	return !c.closed && c.queued >= c.lim.QueueLimit && !c.stalled()
+}
+
+// holdUp waits, before a new message, while the peer lags but reads; a
+// peer that stops reading meanwhile is given up on after StallAfter.
+// Called with mu held; releases it while waiting.
+func (c *conn) holdUp() {
+	if !c.lagging() {
+		return
+	}
+	c.door.hold1(+1)
+	defer c.door.hold1(-1)
+	for c.lagging() {
+		t := time.AfterFunc(time.Until(c.progress.Add(c.lim.StallAfter))+time.Millisecond, func() {
+			c.mu.Lock()
+			c.cond.Broadcast()
+			c.mu.Unlock()
+		})
+		c.cond.Wait()
+		t.Stop()
+	}
+}
+
+// subscribed reports whether a message whose first frame (header
+// included) starts with head goes to this iopub peer. Called with mu held.
+func (c *conn) subscribed(head []byte) bool {
+	if len(c.subs) == 0 {
+		return false
+	}
+	if _, all := c.subs[""]; all {
+		return true
+	}
+	if len(head) == 0 {
+		return false
+	}
+	body := head[min(HeaderLen(head[0]), len(head)):]
+	for t := range c.subs {
+		if bytes.HasPrefix(body, []byte(t)) {
+			return true
+		}
+	}
+	return false
+}
+
+// subscribe applies a subscription from the peer (inbound's hook).
+// Subscriptions are counted like libzmq's: subscribing twice takes two
+// cancels.
+func (c *conn) subscribe(topic []byte, on bool) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t := string(topic)
+	if !on {
+		if c.subs[t] > 1 {
+			c.subs[t]--
+		} else {
+			delete(c.subs, t)
+		}
+		return nil
+	}
+	if _, ok := c.subs[t]; !ok && len(c.subs) >= c.lim.MaxSubscriptions {
+		return protoErr("more than %d subscriptions", c.lim.MaxSubscriptions)
+	}
+	c.subs[t]++
+	return nil
+}
+
+// pingReceived answers a peer's PING, unless the peer is not reading what
+// is queued for it already (then it would only pile up).
+func (c *conn) pingReceived(context []byte) {
+	pong := AppendCommand(nil, "PONG", context)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed || c.queued > c.lim.PongQueue || len(c.pongs) > 0 {
+		return
+	}
+	if c.fw.inMsg { // zmq4 is writing a message: wait for its end
+		c.pongs = append(c.pongs, pong)
+		return
+	}
+	c.enqueue(pong)
+	if !c.flushing {
+		c.writeNow()
+	}
+}
+
+func (c *conn) pongReceived(context []byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.probe != nil && bytes.Equal(context, c.probe) {
+		c.answered = true
+		c.cond.Broadcast()
+	}
+}
+
+// alive sends the peer a PING and reports whether it answers within d
+// (libzmq ≥ 4.2 always answers a PING).
+func (c *conn) alive(d time.Duration) bool {
+	var ctx [8]byte
+	_, _ = rand.Read(ctx[:])
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return false
+	}
+	c.probe, c.answered = ctx[:], false
+	ping := AppendPing(nil, ctx[:])
+	if c.fw.inMsg {
+		c.pongs = append(c.pongs, ping)
+	} else {
+		c.enqueue(ping)
+		if !c.flushing {
+			c.writeNow()
+		}
+	}
+	t := time.AfterFunc(d, func() {
+		c.mu.Lock()
+		c.probe = nil
+		c.cond.Broadcast()
+		c.mu.Unlock()
+	})
+	defer t.Stop()
+	for !c.answered && !c.closed && c.probe != nil {
+		c.cond.Wait()
+	}
+	c.probe = nil
+	return c.answered && !c.closed
+}
+
+// writeNow tries one non-blocking writev of the queue and starts the
+// flusher for what is left. Called with mu held; never blocks.
+func (c *conn) writeNow() {
+	if c.raw != nil {
+		var n int
+		var werr error
+		iovs := c.queue[:min(len(c.queue), iovMax)]
+		err := c.raw.Write(func(fd uintptr) bool {
+			n, werr = writev(int(fd), iovs)
+			return true // one attempt; never wait for the peer here
+		})
+		if n > 0 {
+			c.consume(n)
+		}
+		if err == nil && werr == nil && len(c.queue) == 0 {
+			return
+		}
+		// Any error but EAGAIN is left for the flusher to report.
+	}
+	c.flushing = true
+	go c.flusher()
+}
+
+// consume drops n written bytes from the front of the queue. Called with
+// mu held.
+func (c *conn) consume(n int) {
+	c.dequeued(int64(n))
+	for n > 0 {
+		if n < len(c.queue[0]) {
+			c.queue[0] = c.queue[0][n:]
+			return
+		}
+		n -= len(c.queue[0])
+		c.queue[0] = nil
+		c.queue = c.queue[1:]
+	}
+	if len(c.queue) == 0 {
+		c.queue, c.owned = nil, false
+	}
+}
+
+// flusher writes the backlog, blocking, until it is gone or the conn
+// closes. Segments are written from a snapshot of the queue, so Write can
+// keep appending meanwhile.
+func (c *conn) flusher() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for len(c.queue) > 0 && !c.closed {
+		batch := c.queue[:min(len(c.queue), iovMax)]
+		c.mu.Unlock()
+		n, err := c.blockingWritev(batch)
+		c.mu.Lock()
+		if c.closed {
+			break
+		}
+		c.consume(n)
+		if err != nil {
+			c.err = err
+			c.closeLocked("write: " + err.Error())
+			break
+		}
+	}
+	c.flushing = false
+}
+
+// blockingWritev writes some of batch, waiting for the peer if need be,
+// and returns how much went out.
+func (c *conn) blockingWritev(batch [][]byte) (int, error) {
+	if c.raw == nil {
+		return c.Conn.Write(batch[0])
+	}
+	var n int
+	var werr error
+	err := c.raw.Write(func(fd uintptr) bool {
+		n, werr = writev(int(fd), batch)
+		return werr != unix.EAGAIN
+	})
+	if err == nil {
+		err = werr
+	}
+	if n < 0 {
+		n = 0
+	}
+	return n, err
+}
+
+func writev(fd int, iovs [][]byte) (int, error) {
+	for {
+		n, err := unix.Writev(fd, iovs)
+		if err == unix.EINTR {
+			continue
+		}
+		if n < 0 {
+			n = 0
+		}
+		return n, err
+	}
+}
+
+// Close closes the connection and lets go of everything it held. Messages
+// still queued are dropped; see Drain for the last replies.
+func (c *conn) Close() error {
+	c.closeWith("")
+	return nil
+}
+
+func (c *conn) closeWith(why string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.closeLocked(why)
+}
+
+func (c *conn) closeLocked(why string) {
+	if c.closed {
+		return
+	}
+	c.closed, c.why = true, why
+	c.dequeued(c.queued)
+	c.queue, c.head, c.pongs, c.subs = nil, nil, nil, nil
+	c.cond.Broadcast()
+	_ = c.Conn.Close()
+	if c.in != nil {
+		c.in.endMessage()
+	}
+	if c.door != nil {
+		go c.door.forget(c) // takes the door's lock; never under ours
+	}
+}
+
+// pending reports whether bytes are queued or being written.
+func (c *conn) pending() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return !c.closed && c.queued > 0
+}
+
+// String is for logs: never includes data.
+func (c *conn) String() string {
+	return fmt.Sprintf("zmtp %s->%s", c.LocalAddr(), c.RemoteAddr())
+}

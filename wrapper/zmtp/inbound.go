@@ -1,0 +1,292 @@
+package zmtp
+
+import (
+	"bufio"
+	"errors"
+	"io"
+)
+
+// inbound is the read side of an accepted connection after its handshake.
+// zmq4 reads through it; it hands zmq4 only bytes it has checked:
+//
+//   - every frame header is parsed and held against the limits before
+//     zmq4 sees it (zmq4 allocates a frame's declared size at its header,
+//     and panics on an absurd one);
+//   - frames larger than stageAbove are read whole into a buffer that
+//     grows with what actually arrives, so a declared size costs nothing
+//     until the bytes are there;
+//   - ZMTP commands never reach zmq4: PING is answered, PONG noted,
+//     SUBSCRIBE/CANCEL applied (iopub), anything else closes the
+//     connection;
+//   - on iopub (pub) no message reaches zmq4: subscriptions are applied
+//     here and everything else a subscriber sends is read and dropped,
+//     so no reader ever blocks on it.
+//
+// zmq4 starts with prelude: the canonical greeting and READY it expects
+// (the real ones were checked by the handshake).
+type inbound struct {
+	rd     *bufio.Reader
+	pub    bool
+	lim    *Limits
+	budget *Shared // receiving total; nil in tests of the reader alone
+	hooks  inboundHooks
+
+	pending []byte // checked bytes for zmq4: a prelude or a frame header
+	hdr     [9]byte
+	body    []byte // a staged frame body for zmq4, after pending
+	pass    uint64 // body bytes of the current frame zmq4 reads straight from rd
+	more    bool   // the current message has more frames
+	msgSize int64  // bytes of the current message so far (counted in budget)
+	frames  int
+	err     error
+}
+
+type inboundHooks struct {
+	ping      func(context []byte)
+	pong      func(context []byte)
+	subscribe func(topic []byte, on bool) error
+}
+
+// errRead wraps every error Read returns so that zmq4 sees a non-timeout
+// net.Error and drops the connection (zmq4's checkIO ignores other errors,
+// and io.ReadFull turns a bare io.EOF after a partial read into
+// io.ErrUnexpectedEOF, which zmq4 would not treat as closed either).
+type errRead struct{ err error }
+
+func (e *errRead) Error() string   { return "zmtp read: " + e.err.Error() }
+func (e *errRead) Unwrap() error   { return e.err }
+func (e *errRead) Timeout() bool   { return false }
+func (e *errRead) Temporary() bool { return false }
+
+// Read gives zmq4 the next checked bytes.
+func (in *inbound) Read(p []byte) (int, error) {
+	for {
+		switch {
+		case len(p) == 0:
+			return 0, nil
+		case len(in.pending) > 0:
+			n := copy(p, in.pending)
+			in.pending = in.pending[n:]
+			return n, nil
+		case len(in.body) > 0:
+			n := copy(p, in.body)
+			in.body = in.body[n:]
+			if len(in.body) == 0 {
+				in.body = nil // let the staged buffer go
+			}
+			return n, nil
+		case in.pass > 0:
+			n, err := in.rd.Read(p[:min(uint64(len(p)), in.pass)])
+			in.pass -= uint64(n)
+			if n > 0 {
+				return n, nil
+			}
+			if err == nil {
+				err = io.ErrNoProgress
+			}
+			in.fail(err)
+			return 0, in.err
+		case in.err != nil:
+			return 0, in.err
+		}
+		if err := in.next(); err != nil {
+			in.fail(err)
+		}
+	}
+}
+
+func (in *inbound) fail(err error) {
+	if in.err == nil {
+		in.err = &errRead{err}
+		in.endMessage()
+	}
+}
+
+// endMessage gives back what the message in progress took of the budget.
+func (in *inbound) endMessage() {
+	if in.budget != nil && in.msgSize > 0 {
+		in.budget.receiving.Add(-in.msgSize)
+	}
+	in.msgSize, in.frames, in.more = 0, 0, false
+}
+
+// next reads one frame header and deals with the frame: a command is
+// handled whole; a message frame is checked and either set up for zmq4 or,
+// on iopub, consumed.
+func (in *inbound) next() error {
+	first, err := in.rd.Peek(1)
+	if err != nil {
+		return err
+	}
+	hb, err := in.rd.Peek(HeaderLen(first[0]))
+	if err != nil {
+		return unexpected(err)
+	}
+	h, err := ParseFrameHeader(hb)
+	if err != nil {
+		return err
+	}
+	copy(in.hdr[:], hb)
+	_, _ = in.rd.Discard(h.Len)
+	if h.Command() {
+		if in.more {
+			return protoErr("command inside a message")
+		}
+		return in.command(h)
+	}
+	if err := in.account(h.Size); err != nil {
+		return err
+	}
+	in.more = h.More()
+	if in.pub {
+		return in.fromSubscriber(h)
+	}
+	in.pending = in.hdr[:h.Len]
+	if h.Size > stageAbove {
+		if in.body, err = readStaged(in.rd, h.Size); err != nil {
+			return unexpected(err)
+		}
+	} else {
+		in.pass = h.Size
+	}
+	if !in.more {
+		in.endMessage() // handed on: zmq4 and the kernel hold it now
+	}
+	return nil
+}
+
+// account checks one more frame of size bytes against the limits.
+func (in *inbound) account(size uint64) error {
+	in.frames++
+	if in.frames > in.lim.MaxFrames {
+		return protoErr("message of more than %d frames", in.lim.MaxFrames)
+	}
+	if size > uint64(in.lim.MaxMessage) || in.msgSize+int64(size) > in.lim.MaxMessage {
+		return protoErr("message of more than %d bytes (the limit; see --max-message-size)", in.lim.MaxMessage)
+	}
+	in.msgSize += int64(size)
+	if in.budget != nil {
+		if in.budget.receiving.Add(int64(size)) > in.budget.receiveBudget() {
+			return protoErr("inbound messages of all clients over %d bytes", in.budget.receiveBudget())
+		}
+	}
+	return nil
+}
+
+// command handles a command frame after the handshake.
+func (in *inbound) command(h FrameHeader) error {
+	if h.Size > maxCommand {
+		return protoErr("command of %d bytes", h.Size)
+	}
+	body := make([]byte, h.Size)
+	if _, err := io.ReadFull(in.rd, body); err != nil {
+		return unexpected(err)
+	}
+	name, data, err := ParseCommand(body)
+	if err != nil {
+		return err
+	}
+	switch name {
+	case "PING":
+		p, err := ParsePing(data)
+		if err != nil {
+			return err
+		}
+		if in.hooks.ping != nil {
+			in.hooks.ping(p.Context)
+		}
+	case "PONG":
+		if len(data) > 16 {
+			return protoErr("PONG of %d bytes", len(data))
+		}
+		if in.hooks.pong != nil {
+			in.hooks.pong(data)
+		}
+	case "SUBSCRIBE", "CANCEL": // ZMTP 3.1 subscriptions
+		if !in.pub {
+			return protoErr("%s on a ROUTER", name)
+		}
+		return in.subscribe(data, name == "SUBSCRIBE")
+	default:
+		return protoErr("command %s", printable(name))
+	}
+	return nil
+}
+
+// fromSubscriber handles a message frame an iopub peer sent: a one-frame
+// message that starts with 1 or 0 is a ZMTP 3.0 (un)subscription; anything
+// else is read and dropped.
+func (in *inbound) fromSubscriber(h FrameHeader) error {
+	defer func() {
+		if !in.more {
+			in.endMessage()
+		}
+	}()
+	if in.frames == 1 && !h.More() && h.Size >= 1 && h.Size <= uint64(1+in.lim.MaxTopic) {
+		body := make([]byte, h.Size)
+		if _, err := io.ReadFull(in.rd, body); err != nil {
+			return unexpected(err)
+		}
+		switch body[0] {
+		case 1:
+			return in.subscribe(body[1:], true)
+		case 0:
+			return in.subscribe(body[1:], false)
+		}
+		return nil
+	}
+	if _, err := in.rd.Discard(int(h.Size)); err != nil { // Size ≤ MaxMessage < 2^63
+		return unexpected(err)
+	}
+	return nil
+}
+
+func (in *inbound) subscribe(topic []byte, on bool) error {
+	if len(topic) > in.lim.MaxTopic {
+		return protoErr("topic of %d bytes", len(topic))
+	}
+	if in.hooks.subscribe == nil {
+		return nil
+	}
+	return in.hooks.subscribe(topic, on)
+}
+
+// readStaged reads a frame body of size bytes into a buffer that grows
+// with what arrives (doubling from 1 MiB), never to more than size.
+func readStaged(rd io.Reader, size uint64) ([]byte, error) {
+	buf := make([]byte, 0, min(size, 1<<20))
+	for uint64(len(buf)) < size {
+		if len(buf) == cap(buf) {
+			grown := make([]byte, len(buf), min(size, uint64(2*cap(buf))))
+			copy(grown, buf)
+			buf = grown
+		}
+		n, err := rd.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err != nil && uint64(len(buf)) < size {
+			return nil, err
+		}
+	}
+	return buf, nil
+}
+
+// unexpected turns an EOF in the middle of a frame into ErrUnexpectedEOF.
+func unexpected(err error) error {
+	if errors.Is(err, io.EOF) {
+		return io.ErrUnexpectedEOF
+	}
+	return err
+}
+
+// reason is a short description of why a read ended, for logs: never
+// bytes of the peer's beyond a printable command name.
+func reason(err error) string {
+	if errors.Is(err, io.EOF) {
+		return "closed by the peer"
+	}
+	var e *errRead
+	if errors.As(err, &e) {
+		err = e.err
+	}
+	return err.Error()
+}
