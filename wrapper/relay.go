@@ -50,7 +50,7 @@ type Relay struct {
 	// Events reports verified requests the supervisor acts on.
 	events chan<- relayEvent
 
-	history  *digestHistory                  // signatures of requests acted on
+	history  *digestHistory                 // signatures of requests acted on
 	warnPeer func(msg string, attrs ...any) // rate-limited: peers can flood
 
 	mu      sync.Mutex

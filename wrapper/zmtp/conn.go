@@ -56,8 +56,8 @@ type conn struct {
 	head     []byte     // the held first frame
 	pongs    [][]byte   // PONGs waiting for a message boundary
 	subs     map[string]int
-	probe    []byte     // the context of a PING whose PONG is awaited
-	answered bool       // that PONG came
+	probe    []byte // the context of a PING whose PONG is awaited
+	answered bool   // that PONG came
 	closed   bool
 	why      string // why we closed it, if we did
 	err      error

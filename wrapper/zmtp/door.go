@@ -38,14 +38,14 @@ type Door struct {
 	ready chan *conn // handshaken, for zmq4's Accept
 	done  chan struct{}
 
-	mu        sync.Mutex
-	closed    bool
-	conns     map[*conn]struct{}      // established
-	shaking   map[net.Conn]time.Time  // in handshake, with their start
-	ids       map[string]*conn        // ROUTER: routing identity → its connection
-	heldN     int                     // writers held up now (hold)
-	heldFree  chan struct{}           // closed when heldN drops to 0
-	accepted  atomic.Int64            // handshakes completed, for tests
+	mu       sync.Mutex
+	closed   bool
+	conns    map[*conn]struct{}     // established
+	shaking  map[net.Conn]time.Time // in handshake, with their start
+	ids      map[string]*conn       // ROUTER: routing identity → its connection
+	heldN    int                    // writers held up now (hold)
+	heldFree chan struct{}          // closed when heldN drops to 0
+	accepted atomic.Int64           // handshakes completed, for tests
 }
 
 var doorSeq atomic.Int64
