@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -62,6 +63,8 @@ type conn struct {
 	why      string // why we closed it, if we did
 	err      error
 	stalledN int // messages dropped in the current stall, for the log
+
+	pings atomic.Int64 // PINGs received
 }
 
 // refMin is the smallest piece Write keeps by reference rather than copy.
@@ -307,6 +310,7 @@ func (c *conn) subscribe(topic []byte, on bool) error {
 // pingReceived answers a peer's PING, unless the peer is not reading what
 // is queued for it already (then it would only pile up).
 func (c *conn) pingReceived(context []byte) {
+	c.pings.Add(1)
 	pong := AppendCommand(nil, "PONG", context)
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -413,8 +417,11 @@ func (c *conn) consume(n int) {
 func (c *conn) flusher() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	var batch [][]byte
 	for len(c.queue) > 0 && !c.closed {
-		batch := c.queue[:min(len(c.queue), iovMax)]
+		// A copy of the segment headers: Write may extend the last one
+		// (an owned buffer) while the batch is written.
+		batch = append(batch[:0], c.queue[:min(len(c.queue), iovMax)]...)
 		c.mu.Unlock()
 		n, err := c.blockingWritev(batch)
 		c.mu.Lock()
@@ -486,10 +493,7 @@ func (c *conn) closeLocked(why string) {
 	c.dequeued(c.queued)
 	c.queue, c.head, c.pongs, c.subs = nil, nil, nil, nil
 	c.cond.Broadcast()
-	_ = c.Conn.Close()
-	if c.in != nil {
-		c.in.endMessage()
-	}
+	_ = c.Conn.Close() // the reader's next Read fails and gives back its receive budget
 	if c.door != nil {
 		go c.door.forget(c) // takes the door's lock; never under ours
 	}

@@ -268,9 +268,22 @@ func (d *Door) shake(nc net.Conn) (*conn, error) {
 		return nil, err
 	}
 	rd := bufio.NewReaderSize(nc, readBuffer)
+	// The signature's first and last bytes as soon as they come, as
+	// libzmq does: an HTTP request or random bytes are refused at once,
+	// not at the timeout.
+	if b, err := rd.Peek(1); err != nil {
+		return nil, err
+	} else if b[0] != 0xFF {
+		return nil, protoErr("no ZMTP signature")
+	}
+	if b, err := rd.Peek(10); err != nil {
+		return nil, unexpected(err)
+	} else if b[9] != 0x7F {
+		return nil, protoErr("no ZMTP signature")
+	}
 	g, err := rd.Peek(GreetingLen)
 	if err != nil {
-		return nil, err
+		return nil, unexpected(err)
 	}
 	if _, err := ParseGreeting(g); err != nil {
 		return nil, err

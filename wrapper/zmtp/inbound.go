@@ -36,7 +36,8 @@ type inbound struct {
 	body    []byte // a staged frame body for zmq4, after pending
 	pass    uint64 // body bytes of the current frame zmq4 reads straight from rd
 	more    bool   // the current message has more frames
-	msgSize int64  // bytes of the current message so far (counted in budget)
+	msgSize int64  // bytes the current message declared so far
+	held    int64  // bytes of it counted in the shared receive budget
 	frames  int
 	err     error
 }
@@ -104,10 +105,26 @@ func (in *inbound) fail(err error) {
 
 // endMessage gives back what the message in progress took of the budget.
 func (in *inbound) endMessage() {
-	if in.budget != nil && in.msgSize > 0 {
-		in.budget.receiving.Add(-in.msgSize)
+	if in.budget != nil && in.held > 0 {
+		in.budget.receiving.Add(-in.held)
 	}
-	in.msgSize, in.frames, in.more = 0, 0, false
+	in.msgSize, in.held, in.frames, in.more = 0, 0, 0, false
+}
+
+// hold counts n more bytes of the message in progress in the receive
+// budget all peers share: bytes that have arrived (staged) or that zmq4
+// allocates at a header (at most stageAbove). A declared size alone costs
+// nothing, so a peer that announces a huge frame and stalls holds no one
+// else's room.
+func (in *inbound) hold(n int64) error {
+	if in.budget == nil {
+		return nil
+	}
+	in.held += n
+	if in.budget.receiving.Add(n) > in.budget.receiveBudget() {
+		return protoErr("inbound messages of all clients over %d bytes", in.budget.receiveBudget())
+	}
+	return nil
 }
 
 // next reads one frame header and deals with the frame: a command is
@@ -143,10 +160,13 @@ func (in *inbound) next() error {
 	}
 	in.pending = in.hdr[:h.Len]
 	if h.Size > stageAbove {
-		if in.body, err = readStaged(in.rd, h.Size); err != nil {
-			return unexpected(err)
+		if in.body, err = in.readStaged(h.Size); err != nil {
+			return err
 		}
 	} else {
+		if err := in.hold(int64(h.Size)); err != nil {
+			return err
+		}
 		in.pass = h.Size
 	}
 	if !in.more {
@@ -165,11 +185,6 @@ func (in *inbound) account(size uint64) error {
 		return protoErr("message of more than %d bytes (the limit; see --max-message-size)", in.lim.MaxMessage)
 	}
 	in.msgSize += int64(size)
-	if in.budget != nil {
-		if in.budget.receiving.Add(int64(size)) > in.budget.receiveBudget() {
-			return protoErr("inbound messages of all clients over %d bytes", in.budget.receiveBudget())
-		}
-	}
 	return nil
 }
 
@@ -222,6 +237,11 @@ func (in *inbound) fromSubscriber(h FrameHeader) error {
 			in.endMessage()
 		}
 	}()
+	if in.frames == 1 && !h.More() && h.Size >= 1 {
+		if b, err := in.rd.Peek(1); err == nil && b[0] <= 1 && h.Size > uint64(1+in.lim.MaxTopic) {
+			return protoErr("subscription of %d bytes", h.Size)
+		}
+	}
 	if in.frames == 1 && !h.More() && h.Size >= 1 && h.Size <= uint64(1+in.lim.MaxTopic) {
 		body := make([]byte, h.Size)
 		if _, err := io.ReadFull(in.rd, body); err != nil {
@@ -252,19 +272,26 @@ func (in *inbound) subscribe(topic []byte, on bool) error {
 }
 
 // readStaged reads a frame body of size bytes into a buffer that grows
-// with what arrives (doubling from 1 MiB), never to more than size.
-func readStaged(rd io.Reader, size uint64) ([]byte, error) {
-	buf := make([]byte, 0, min(size, 1<<20))
+// with what arrives (doubling from 64 KiB), never to more than size, and
+// counts what it holds in the receive budget.
+func (in *inbound) readStaged(size uint64) ([]byte, error) {
+	buf := make([]byte, 0, min(size, 2*stageAbove))
+	if err := in.hold(int64(cap(buf))); err != nil {
+		return nil, err
+	}
 	for uint64(len(buf)) < size {
 		if len(buf) == cap(buf) {
 			grown := make([]byte, len(buf), min(size, uint64(2*cap(buf))))
+			if err := in.hold(int64(cap(grown) - cap(buf))); err != nil {
+				return nil, err
+			}
 			copy(grown, buf)
 			buf = grown
 		}
-		n, err := rd.Read(buf[len(buf):cap(buf)])
+		n, err := in.rd.Read(buf[len(buf):cap(buf)])
 		buf = buf[:len(buf)+n]
 		if err != nil && uint64(len(buf)) < size {
-			return nil, err
+			return nil, unexpected(err)
 		}
 	}
 	return buf, nil
