@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -408,5 +409,89 @@ func TestSlowButReadingSubscriberLosesNothing(t *testing.T) {
 	dropped := sh.Dropped()
 	if dropped != 0 {
 		t.Fatalf("%d messages dropped for a client that kept reading", dropped)
+	}
+}
+
+// A correctly signed request seen before (same signature) is relayed as
+// any message is, but the supervisor acts on it once; forged ones cost the
+// log a line per interval, not a line each.
+func TestReplaysAndForgeriesAreNotActedOn(t *testing.T) {
+	signer, err := jmsg.NewSigner("hmac-sha256", "replay-key")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var log syncBuffer
+	lg := slog.New(slog.NewTextHandler(&log, nil))
+	r := &Relay{log: lg, signer: signer, history: newDigestHistory(3), warnPeer: zmtp.RateLimitedWarn(lg, time.Minute)}
+	msg := func(n int) [][]byte {
+		f, _ := jmsg.NewMessage(signer, [][]byte{[]byte("client")}, "execute_request", nil, "s", map[string]any{"code": fmt.Sprint(n)})
+		return f
+	}
+	first := msg(1)
+	if _, ok := r.request(first, "execute_request"); !ok {
+		t.Fatal("a fresh signed request was not accepted")
+	}
+	for range 1000 {
+		if _, ok := r.request(cloneFrames(first), "execute_request"); ok {
+			t.Fatal("a replayed request was accepted")
+		}
+	}
+	for i := range 1000 {
+		f := msg(100 + i)
+		p, _ := jmsg.Split(f)
+		p.Signature[0] ^= 1
+		if _, ok := r.request(f, "execute_request"); ok {
+			t.Fatal("a forged request was accepted")
+		}
+	}
+	out := log.String()
+	if n := strings.Count(out, "replayed"); n != 1 {
+		t.Errorf("%d log lines about 2000 replays, want 1:\n%s", n, out)
+	}
+	if n := strings.Count(out, "bad signature"); n != 1 {
+		t.Errorf("%d log lines about 1000 forgeries, want 1:\n%s", n, out)
+	}
+	// The history is bounded: the oldest signatures are forgotten.
+	for i := range 5 {
+		r.request(msg(10+i), "execute_request")
+	}
+	if len(r.history.seen) != 3 || len(r.history.ring) != 3 {
+		t.Errorf("history holds %d (ring %d), want 3", len(r.history.seen), len(r.history.ring))
+	}
+	// Without a key nothing is signed, and nothing is a replay.
+	none, _ := jmsg.NewSigner("hmac-sha256", "")
+	r = &Relay{log: lg, signer: none, history: newDigestHistory(3), warnPeer: r.warnPeer}
+	f, _ := jmsg.NewMessage(none, nil, "execute_request", nil, "s", map[string]any{})
+	for range 3 {
+		if _, ok := r.request(cloneFrames(f), "execute_request"); !ok {
+			t.Fatal("an unsigned request (empty key) was refused as a replay")
+		}
+	}
+}
+
+// A message over --max-message-size costs its sender the connection and
+// nothing else; the log names the limit.
+func TestMessageOverTheLimitCostsOnlyTheConnection(t *testing.T) {
+	h := startHarnessWith(t, func(c *Config) { c.Limits.MaxMessage = 1 << 20 })
+	big := zmq4.NewDealer(t.Context(), zmq4.WithID(zmq4.SocketIdentity("big-sender")))
+	defer big.Close()
+	if err := big.Dial(h.ci.Endpoint(jmsg.Shell)); err != nil {
+		t.Fatal(err)
+	}
+	frames, _ := jmsg.NewMessage(h.signer, nil, "comm_msg", nil, "s", map[string]any{})
+	frames = append(frames, make([]byte, 2<<20))
+	if err := big.SendMulti(zmq4.NewMsgFrom(frames...)); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(h.stderr.String(), "--max-message-size") && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !strings.Contains(h.stderr.String(), "--max-message-size") {
+		t.Fatalf("no log line naming the limit:\n%s", h.stderr)
+	}
+	h.send(h.shell, "kernel_info_request", nil, map[string]any{})
+	if typ, _ := h.reply(h.shell, 5*time.Second); typ != "kernel_info_reply" {
+		t.Fatalf("the other client no longer gets answers: %s", typ)
 	}
 }

@@ -73,15 +73,16 @@ const (
 
 // supervisor holds what Run's loop owns.
 type supervisor struct {
-	cfg    Config
-	log    *slog.Logger
-	id     string
-	relay  *Relay
-	doors  [5]*zmtp.Door // the outer sockets' listeners
-	tree   cgroup.Tree
-	kpid   int
-	state  state
-	events chan relayEvent
+	cfg     Config
+	log     *slog.Logger
+	id      string
+	relay   *Relay
+	doors   [5]*zmtp.Door // the outer sockets' listeners
+	reserve *fdReserve    // released for the tree kill
+	tree    cgroup.Tree
+	kpid    int
+	state   state
+	events  chan relayEvent
 
 	mem            cgroup.Memory // the memory limit, if one could be applied
 	gpu            *gpu.NVML     // the NVML session; nil: GPU release is not checked
@@ -142,6 +143,8 @@ func Run(ctx context.Context, cfg Config) int {
 		return ExitFailed
 	}
 
+	s.reserve = reserveFDs(16)
+	defer s.reserve.release()
 	if cfg.shared == nil {
 		cfg.shared = zmtp.NewShared(cfg.Limits, s.log)
 	}
@@ -304,6 +307,7 @@ func (s *supervisor) loop(ctx context.Context, sigc <-chan os.Signal, exited <-c
 // tree → wait until none is alive → answer the client if the kernel did
 // not → let queued replies out. It returns the exit code: 0.
 func (s *supervisor) stop(reason string, st *cgroup.ExitStatus) int {
+	s.reserve.release() // the descriptors the kill and the GPU check need
 	s.setPhase(PhaseStopping)
 	old := s.beforeKill()
 	start := time.Now()
@@ -361,6 +365,7 @@ func (s *supervisor) stop(reason string, st *cgroup.ExitStatus) int {
 // tell the cell it was running why, and exit with the kernel's code so that
 // Jupyter's restarter starts a fresh kernel.
 func (s *supervisor) died(st cgroup.ExitStatus) int {
+	s.reserve.release() // the descriptors the kill and the GPU check need
 	s.setPhase(PhaseStopping)
 	old := s.beforeKill()
 	killed, err := s.killTree()

@@ -94,7 +94,7 @@ func installMain(args []string, stdout, stderr io.Writer) int {
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	if _, _, err := rf.check(); err != nil {
+	if _, err := rf.check(); err != nil {
 		return installFail(stderr, 2, err)
 	}
 	flags, err := installRunArgv(fs, set)

@@ -176,7 +176,7 @@ func TestInstallFlags(t *testing.T) {
 	r := runInstallBin(t, env, bin, "install", "--help")
 	for _, want := range []string{"Examples:", "--replace", "--wrap KERNELSPEC", "tfgpu-kernel install --wrap condaenv",
 		"install --uninstall --wrap", "run flags", "--confirm-timeout", "--cgroup", "--log-level", "--shutdown-grace",
-		"--kill-timeout", "--inner-transport", "--nvml-library", "--memory-limit"} {
+		"--kill-timeout", "--inner-transport", "--nvml-library", "--memory-limit", "--max-message-size"} {
 		if r.code != 0 || !strings.Contains(r.stdout, want) {
 			t.Errorf("--help: exit %d, stdout lacks %q:\n%s", r.code, want, r.stdout)
 		}

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/tfgpu/tfgpu-kernel/wrapper"
+	"github.com/tfgpu/tfgpu-kernel/wrapper/zmtp"
 )
 
 // cmdRun is what the kernelspec's argv runs:
@@ -32,7 +33,7 @@ func cmdRun(args []string) int {
 	case len(argv) == 0:
 		return usageError("run", "no kernel command given after --")
 	}
-	limit, lv, err := rf.check()
+	v, err := rf.check()
 	if err != nil {
 		return usageError("run", err.Error())
 	}
@@ -45,7 +46,7 @@ func cmdRun(args []string) int {
 	if os.Getenv("GOMAXPROCS") == "" {
 		runtime.GOMAXPROCS(1)
 	}
-	lg := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lv})).With("prog", "tfgpu-kernel")
+	lg := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: v.level})).With("prog", "tfgpu-kernel")
 	return wrapper.Run(context.Background(), wrapper.Config{
 		ConnFile:       *conn,
 		Argv:           argv,
@@ -54,9 +55,10 @@ func cmdRun(args []string) int {
 		InnerTransport: strings.ToLower(rf.inner),
 		Cgroup:         rf.cg,
 		StateDir:       *stateDir,
-		MemoryLimit:    limit,
+		MemoryLimit:    v.memLimit,
 		NVMLLibrary:    rf.nvmlLib,
 		ConfirmTimeout: rf.confirm,
+		Limits:         zmtp.Limits{MaxMessage: v.maxMessage},
 		Log:            lg,
 	})
 }
