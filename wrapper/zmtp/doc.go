@@ -1,0 +1,52 @@
+// Package zmtp is the ZMTP layer under the relay's zmq4 sockets: the door
+// every client connection passes through, and the queue every connection
+// writes through. It exists because the supervisor's sockets face every
+// local user of a shared machine, and go-zeromq/zmq4 v0.17.0 trusts its
+// peers (docs/local-peers.md has the measurements).
+//
+// It owns:
+//
+//   - the wire format as pure functions (wire.go): greeting, frame header,
+//     command, READY metadata and PING, each checking every length against
+//     what is there before slicing; errors wrap [ErrProtocol];
+//   - [Door]: the listening side of one outer socket, registered with zmq4
+//     as a transport of its own by [Bind]. It accepts with back-off on
+//     errors, caps connections per socket ([Limits].MaxConns, and
+//     RLIMIT_NOFILE minus a reserve), and runs each handshake on its own
+//     goroutine under [Limits].HandshakeTimeout, evicting the oldest when
+//     [Limits].MaxHandshakes are pending. zmq4 only ever sees connections
+//     that completed a handshake, through a canonical prelude (greeting,
+//     READY with the peer's socket type and the routing identity to use);
+//   - what zmq4 reads from a client (inbound.go): frame headers checked
+//     against [Limits].MaxMessage and MaxFrames before zmq4 allocates;
+//     large frames staged as their bytes arrive; a receive budget shared by
+//     all connections; ZMTP commands handled here (PING answered, PONG
+//     noted, SUBSCRIBE/CANCEL applied), never passed on; on iopub
+//     subscriptions applied here and everything else read and dropped;
+//   - what zmq4 writes to a peer (conn.go): never blocking, whole messages
+//     queued (large frames by reference, so iopub subscribers share one
+//     copy), written with writev, dropped for a stalled peer past
+//     [Limits].QueueLimit, the peer disconnected when it stalls while all
+//     queues together pass [Limits].TotalQueue; on iopub a lagging reader
+//     holds the writer up instead ([Door.WaitRoom]); topics filtered here;
+//   - routing identities (ROUTER doors): one live connection per identity.
+//     A second connection claiming it is refused when the holder answers a
+//     PING within [Limits].ProbeTimeout, and takes over when it does not.
+//     Empty identities and those starting with a zero byte get a random one.
+//
+// A peer that breaks a rule loses its connection and nothing else: its
+// goroutines end, its descriptor closes, its queue, subscriptions, identity
+// and budget are given back. Each kind of rule breaking is logged at most
+// once per 10 s, with the peer's address and never a byte of its messages
+// beyond a printable command name.
+//
+// Assumptions: peers speak ZMTP 3.x with the NULL mechanism (libzmq ≥ 4,
+// pyzmq, zmq4); the door announces ZMTP 3.0, as zmq4 does, so libzmq sends
+// subscriptions as messages, but 3.1 commands are understood too. Callers
+// never modify a frame after sending it (see conn). Dialed connections (to
+// the kernel) are trusted: their reads are not checked.
+//
+// [Bind], [DialEndpoint] and [Drain] are safe for concurrent use; a
+// [Shared] is shared by the doors of one relay. Closing a door or a
+// connection twice is harmless.
+package zmtp
