@@ -13,6 +13,8 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -632,4 +634,37 @@ func TestDoorAllocatesOnlyWhatArrives(t *testing.T) {
 	}
 	roundTrip(t, b, "honest")
 	t.Logf("heap: %d → %d MiB", before.HeapSys>>20, after.HeapSys>>20)
+}
+
+// failingListener fails every Accept with EMFILE, as a process at its
+// descriptor limit sees, and counts the calls.
+type failingListener struct {
+	net.Listener
+	calls atomic.Int64
+}
+
+func (l *failingListener) Accept() (net.Conn, error) {
+	l.calls.Add(1)
+	return nil, &net.OpError{Op: "accept", Net: "tcp", Err: os.NewSyscallError("accept4", syscall.EMFILE)}
+}
+
+// An accept loop that keeps failing backs off instead of spinning (zmq4's
+// own loop retries at once: 100 % CPU at the descriptor limit).
+func TestDoorBacksOffOnAcceptErrors(t *testing.T) {
+	real, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fl := &failingListener{Listener: real}
+	d := &Door{name: "t", socketType: "ROUTER", sh: NewShared(Limits{}, nil), ln: fl, ready: make(chan *conn, 1),
+		done: make(chan struct{}), conns: map[*conn]struct{}{}, shaking: map[net.Conn]time.Time{}, ids: map[string]*conn{}}
+	go d.acceptLoop()
+	time.Sleep(1500 * time.Millisecond)
+	d.Close()
+	// 5, 10, 20, … 640 ms, then 1 s: about 9 tries in 1.5 s.
+	if n := fl.calls.Load(); n > 15 {
+		t.Fatalf("%d accept calls in 1.5 s: the loop spins", n)
+	} else {
+		t.Logf("%d accept calls in 1.5 s", n)
+	}
 }

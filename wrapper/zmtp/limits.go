@@ -69,35 +69,26 @@ var DefaultLimits = Limits{
 
 func (l Limits) withDefaults() Limits {
 	d := DefaultLimits
-	set := func(v *int64, def int64) {
-		if *v <= 0 {
-			*v = def
-		}
-	}
-	setInt := func(v *int, def int) {
-		if *v <= 0 {
-			*v = def
-		}
-	}
-	setDur := func(v *time.Duration, def time.Duration) {
-		if *v <= 0 {
-			*v = def
-		}
-	}
-	set(&l.MaxMessage, d.MaxMessage)
-	setInt(&l.MaxFrames, d.MaxFrames)
-	setInt(&l.MaxConns, d.MaxConns)
-	setInt(&l.MaxHandshakes, d.MaxHandshakes)
-	setDur(&l.HandshakeTimeout, d.HandshakeTimeout)
-	setDur(&l.ProbeTimeout, d.ProbeTimeout)
-	setInt(&l.MaxSubscriptions, d.MaxSubscriptions)
-	setInt(&l.MaxTopic, d.MaxTopic)
-	set(&l.QueueLimit, d.QueueLimit)
-	set(&l.HardLimit, d.HardLimit)
-	set(&l.TotalQueue, d.TotalQueue)
-	set(&l.PongQueue, d.PongQueue)
-	setDur(&l.StallAfter, d.StallAfter)
+	orDefault(&l.MaxMessage, d.MaxMessage)
+	orDefault(&l.MaxFrames, d.MaxFrames)
+	orDefault(&l.MaxConns, d.MaxConns)
+	orDefault(&l.MaxHandshakes, d.MaxHandshakes)
+	orDefault(&l.HandshakeTimeout, d.HandshakeTimeout)
+	orDefault(&l.ProbeTimeout, d.ProbeTimeout)
+	orDefault(&l.MaxSubscriptions, d.MaxSubscriptions)
+	orDefault(&l.MaxTopic, d.MaxTopic)
+	orDefault(&l.QueueLimit, d.QueueLimit)
+	orDefault(&l.HardLimit, d.HardLimit)
+	orDefault(&l.TotalQueue, d.TotalQueue)
+	orDefault(&l.PongQueue, d.PongQueue)
+	orDefault(&l.StallAfter, d.StallAfter)
 	return l
+}
+
+func orDefault[T int | int64 | time.Duration](v *T, def T) {
+	if *v <= 0 {
+		*v = def
+	}
 }
 
 // Thresholds that are not worth a knob.
