@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -49,6 +50,7 @@ type conn struct {
 	swallow  int        // control messages of zmq4's own handshake still to swallow
 	queue    [][]byte   // accepted, not yet written
 	owned    bool       // the last segment of queue is a buffer of ours (appendable)
+	spare    []byte     // a buffer of ours, written out, for the next small pieces
 	queued   int64      // bytes in queue plus bytes the flusher holds
 	flushing bool       // a flusher goroutine runs
 	progress time.Time  // when the peer last took bytes
@@ -65,6 +67,14 @@ type conn struct {
 	stalledN int // messages dropped in the current stall, for the log
 
 	pings atomic.Int64 // PINGs received
+
+	// writeNow's scratch, so the hot path allocates nothing: the iovecs
+	// and the callback handed to RawConn.Write, made once.
+	iov     []unix.Iovec
+	wbatch  [][]byte
+	wn      int
+	werr    error
+	writeFn func(fd uintptr) bool
 }
 
 // refMin is the smallest piece Write keeps by reference rather than copy.
@@ -73,10 +83,18 @@ const refMin = 4 << 10
 // iovMax bounds the segments of one writev(2) (IOV_MAX is 1024 on Linux).
 const iovMax = 1024
 
+// spareMax is the largest buffer of ours kept for reuse; a larger one (a
+// burst of small messages to a slow peer) is left to the collector.
+const spareMax = 256 << 10
+
 func newConn(nc net.Conn, rd *bufio.Reader, sh *Shared) *conn {
 	c := &conn{Conn: nc, rd: rd, sh: sh, lim: &sh.lim, progress: time.Now()}
 	c.fw.greeting = GreetingLen // zmq4 opens every connection with one
 	c.cond = sync.NewCond(&c.mu)
+	c.writeFn = func(fd uintptr) bool {
+		c.wn, c.werr = c.writev(int(fd), c.wbatch)
+		return true // one attempt; never wait for the peer here
+	}
 	if sc, ok := nc.(syscall.Conn); ok {
 		if raw, err := sc.SyscallConn(); err == nil {
 			c.raw = raw
@@ -191,7 +209,11 @@ func (c *conn) enqueue(piece []byte) {
 		c.queue[last] = append(c.queue[last], piece...)
 		return
 	}
-	buf := make([]byte, 0, max(2<<10, len(piece)))
+	buf := c.spare
+	c.spare = nil
+	if cap(buf) < len(piece) {
+		buf = make([]byte, 0, max(2<<10, len(piece)))
+	}
 	c.queue = append(c.queue, append(buf, piece...))
 	c.owned = true
 }
@@ -374,17 +396,13 @@ func (c *conn) alive(d time.Duration) bool {
 // flusher for what is left. Called with mu held; never blocks.
 func (c *conn) writeNow() {
 	if c.raw != nil {
-		var n int
-		var werr error
-		iovs := c.queue[:min(len(c.queue), iovMax)]
-		err := c.raw.Write(func(fd uintptr) bool {
-			n, werr = writev(int(fd), iovs)
-			return true // one attempt; never wait for the peer here
-		})
-		if n > 0 {
-			c.consume(n)
+		c.wbatch, c.wn, c.werr = c.queue[:min(len(c.queue), iovMax)], 0, nil
+		err := c.raw.Write(c.writeFn)
+		c.wbatch = nil
+		if c.wn > 0 {
+			c.consume(c.wn)
 		}
-		if err == nil && werr == nil && len(c.queue) == 0 {
+		if err == nil && c.werr == nil && len(c.queue) == 0 {
 			return
 		}
 		// Any error but EAGAIN is left for the flusher to report.
@@ -394,21 +412,27 @@ func (c *conn) writeNow() {
 }
 
 // consume drops n written bytes from the front of the queue. Called with
-// mu held.
+// mu held. An emptied queue keeps its arrays: the next message reuses them.
 func (c *conn) consume(n int) {
 	c.dequeued(int64(n))
-	for n > 0 {
-		if n < len(c.queue[0]) {
-			c.queue[0] = c.queue[0][n:]
-			return
+	i := 0
+	for ; n > 0 && i < len(c.queue); i++ {
+		if n < len(c.queue[i]) {
+			c.queue[i] = c.queue[i][n:]
+			break
 		}
-		n -= len(c.queue[0])
-		c.queue[0] = nil
-		c.queue = c.queue[1:]
+		n -= len(c.queue[i])
 	}
-	if len(c.queue) == 0 {
-		c.queue, c.owned = nil, false
+	if i == len(c.queue) {
+		if c.owned && i > 0 && cap(c.queue[i-1]) <= spareMax {
+			c.spare = c.queue[i-1][:0] // written out: ours to reuse
+		}
+		clear(c.queue)
+		c.queue, c.owned = c.queue[:0], false
+		return
 	}
+	clear(c.queue[:i])
+	c.queue = append(c.queue[:0], c.queue[i:]...)
 }
 
 // flusher writes the backlog, blocking, until it is gone or the conn
@@ -418,12 +442,13 @@ func (c *conn) flusher() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var batch [][]byte
+	var iov []unix.Iovec
 	for len(c.queue) > 0 && !c.closed {
 		// A copy of the segment headers: Write may extend the last one
 		// (an owned buffer) while the batch is written.
 		batch = append(batch[:0], c.queue[:min(len(c.queue), iovMax)]...)
 		c.mu.Unlock()
-		n, err := c.blockingWritev(batch)
+		n, err := c.blockingWritev(batch, &iov)
 		c.mu.Lock()
 		if c.closed {
 			break
@@ -439,36 +464,56 @@ func (c *conn) flusher() {
 }
 
 // blockingWritev writes some of batch, waiting for the peer if need be,
-// and returns how much went out.
-func (c *conn) blockingWritev(batch [][]byte) (int, error) {
+// and returns how much went out. Only the flusher calls it, outside mu,
+// so it has iovecs of its own.
+func (c *conn) blockingWritev(batch [][]byte, iov *[]unix.Iovec) (int, error) {
 	if c.raw == nil {
 		return c.Conn.Write(batch[0])
 	}
 	var n int
 	var werr error
 	err := c.raw.Write(func(fd uintptr) bool {
-		n, werr = writev(int(fd), batch)
+		n, werr = writevInto(iov, int(fd), batch)
 		return werr != unix.EAGAIN
 	})
 	if err == nil {
 		err = werr
 	}
-	if n < 0 {
-		n = 0
-	}
 	return n, err
 }
 
-func writev(fd int, iovs [][]byte) (int, error) {
-	for {
-		n, err := unix.Writev(fd, iovs)
-		if err == unix.EINTR {
+// writev is writevInto with the conn's iovecs (mu held).
+func (c *conn) writev(fd int, bufs [][]byte) (int, error) { return writevInto(&c.iov, fd, bufs) }
+
+// writevInto is writev(2) of bufs through the iovec array *iov, grown as
+// needed and kept for the next call (x/sys/unix.Writev allocates one per
+// call). It returns the bytes written, 0 on an error.
+func writevInto(iov *[]unix.Iovec, fd int, bufs [][]byte) (int, error) {
+	v := (*iov)[:0]
+	for _, b := range bufs {
+		if len(b) == 0 {
 			continue
 		}
-		if n < 0 {
-			n = 0
+		var e unix.Iovec
+		e.Base = &b[0]
+		e.SetLen(len(b))
+		v = append(v, e)
+	}
+	*iov = v
+	if len(v) == 0 {
+		return 0, nil
+	}
+	for {
+		r, _, errno := unix.Syscall(unix.SYS_WRITEV, uintptr(fd), uintptr(unsafe.Pointer(&v[0])), uintptr(len(v)))
+		switch {
+		case errno == unix.EINTR:
+			continue
+		case errno != 0:
+			clear(v) // no pointers into message buffers left behind
+			return 0, errno
 		}
-		return n, err
+		clear(v)
+		return int(r), nil
 	}
 }
 
