@@ -19,6 +19,8 @@
 //   - The process is a child subreaper with one reaper (cgroup.Reaper): code
 //     here must not call exec.Cmd.Wait or os.Process.Wait.
 //
-// Sockets use transports of our own under zmq4 (transport.go) so that one
-// client that stops reading cannot stall the others.
+// The outer sockets listen through wrapper/zmtp, under zmq4: every peer is
+// checked there, and a peer that breaks a rule (or stops reading) costs
+// only its own connection (docs/local-peers.md). The supervisor acts on a
+// signed request once: replayed signatures are ignored (replay.go).
 package wrapper

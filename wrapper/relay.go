@@ -100,7 +100,7 @@ type execRequest struct {
 	sess   string
 }
 
-// outerTypes are the zmq4 socket types of the outer sockets.
+// outerType is the socket type of an outer socket.
 func outerType(ch jmsg.Channel) string {
 	if ch == jmsg.IOPub {
 		return "PUB"
@@ -109,7 +109,7 @@ func outerType(ch jmsg.Channel) string {
 }
 
 // bindOuter binds the five sockets Jupyter asked for, each through a
-// zmtp.Door that checks every peer (see docs/relay.md). Failure names the
+// zmtp.Door that checks every peer (see docs/local-peers.md). Failure names the
 // channel and endpoint.
 func bindOuter(ctx context.Context, ci *jmsg.ConnInfo, sh *zmtp.Shared, lg *log.Logger) ([5]zmq4.Socket, [5]*zmtp.Door, error) {
 	var socks [5]zmq4.Socket
