@@ -3,9 +3,11 @@ package zmtp
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -41,7 +43,6 @@ type conn struct {
 	sh   *Shared  // the door's; for dialed conns a private one with defaults
 	lim  *Limits
 
-	peer     Ready  // accepted conns: the peer's type and identity
 	identity string // the routing identity zmq4 is given (ROUTER doors)
 
 	mu       sync.Mutex
@@ -62,7 +63,6 @@ type conn struct {
 	probe    []byte // the context of a PING whose PONG is awaited
 	answered bool   // that PONG came
 	closed   bool
-	why      string // why we closed it, if we did
 	err      error
 	stalledN int // messages dropped in the current stall, for the log
 
@@ -534,7 +534,10 @@ func (c *conn) closeLocked(why string) {
 	if c.closed {
 		return
 	}
-	c.closed, c.why = true, why
+	c.closed = true
+	if c.door != nil && why != "" && c.sh.log.Enabled(context.Background(), slog.LevelDebug) {
+		c.sh.log.Debug("zmtp: connection closed", "socket", c.door.name, "peer", c.RemoteAddr().String(), "why", why)
+	}
 	c.dequeued(c.queued)
 	c.queue, c.head, c.pongs, c.subs = nil, nil, nil, nil
 	c.cond.Broadcast()
