@@ -101,9 +101,10 @@ func HeaderLen(first byte) int {
 }
 
 // ParseFrameHeader decodes the header at the start of b, which must hold
-// HeaderLen(b[0]) bytes. Reserved flag bits, a command with MORE, and a long
-// size that would fit in one byte's header are not accepted... except the
-// last, which libzmq itself never sends but accepts; so do we.
+// HeaderLen(b[0]) bytes. Reserved flag bits and a command with MORE are
+// refused; a long header for a size that would fit a short one is
+// accepted, as libzmq accepts it. The size is not limited here: that is
+// the reader's job, with its limits.
 func ParseFrameHeader(b []byte) (FrameHeader, error) {
 	if len(b) == 0 {
 		return FrameHeader{}, protoErr("empty frame header")
