@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/tfgpu/tfgpu-kernel/cgroup"
@@ -17,6 +18,13 @@ const (
 	CgroupV1      = "v1"
 	CgroupNone    = "none"
 )
+
+// cgroupName is the name of this supervisor's cgroups for kernel id (the
+// tree's, tfgpu-NAME, and a v1 memory cgroup's): the kernel id and the
+// supervisor's pid, so that the next supervisor of the same kernel, which
+// jupyter_client starts at once on restart_kernel(now=True), never shares a
+// cgroup with the dead one's watcher (watch.go) or leftovers.
+func cgroupName(id string) string { return id + "-" + strconv.Itoa(os.Getpid()) }
 
 // setupTimeout bounds clearing a leftover cgroup of the same kernel.
 const setupTimeout = 3 * time.Second
@@ -32,16 +40,16 @@ func newTree(mode, id string, r *cgroup.Reaper, opts ...cgroup.V2Option) (cgroup
 	case CgroupNone:
 		return procTree(r), "asked for with --cgroup none", nil
 	case CgroupV2:
-		return v2Tree(id, opts...)
+		return v2Tree(cgroupName(id), opts...)
 	case CgroupSystemd:
 		return scopeMode(id, r)
 	case CgroupV1:
-		return v1Tree(id, r)
+		return v1Tree(cgroupName(id), r)
 	case CgroupAuto:
 	default:
 		return nil, "", fmt.Errorf("--cgroup %q: want auto, v2, systemd, v1 or none", mode)
 	}
-	tree, why, err2 := v2Tree(id, opts...)
+	tree, why, err2 := v2Tree(cgroupName(id), opts...)
 	if err2 == nil {
 		return tree, why, nil
 	}
@@ -54,7 +62,7 @@ func newTree(mode, id string, r *cgroup.Reaper, opts ...cgroup.V2Option) (cgroup
 // lastResort is the v1 freezer or else the proc tree, with why the modes
 // before them were not taken.
 func lastResort(id string, r *cgroup.Reaper, before string) (cgroup.Tree, string, error) {
-	tree, why, err1 := v1Tree(id, r)
+	tree, why, err1 := v1Tree(cgroupName(id), r)
 	if err1 == nil {
 		return tree, fmt.Sprintf("%s; %s", why, before), nil
 	}
@@ -129,7 +137,7 @@ func (s *supervisor) limitMemory(limit int64) {
 	l, err := cgroup.DetectLayout()
 	if err == nil {
 		var how string
-		if s.mem, how, err = cgroup.NewMemoryLimit(l, s.id, limit); err == nil {
+		if s.mem, how, err = cgroup.NewMemoryLimit(l, cgroupName(s.id), limit); err == nil {
 			s.log.Info("memory limit", "limit", cgroup.FormatSize(s.mem.Limit()), "how", how)
 			return
 		}

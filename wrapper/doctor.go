@@ -60,7 +60,8 @@ func Diagnose(stateDir string) []Finding {
 
 	states, err := ReadStates(stateDir)
 	if err != nil {
-		add(Finding{Topic: "kernels", Text: err.Error(), Problem: true})
+		fix := "remove it and let the next kernel make it, or choose another with TFGPU_STATE_DIR"
+		add(Finding{Topic: "kernels", Text: err.Error(), Problem: true, Fix: fix})
 	}
 	live, known := 0, map[string]bool{}
 	for _, st := range states {
@@ -70,7 +71,7 @@ func Diagnose(stateDir string) []Finding {
 			continue
 		}
 		add(Finding{Topic: "stale kernel", Problem: true, Fix: "tfgpu-kernel stop " + st.KernelID,
-			Text: fmt.Sprintf("%s (supervisor %d is gone; %s)", st.KernelID, st.SupervisorPID, orDash(st.Cgroup))})
+			Text: fmt.Sprintf("%s (supervisor %d is gone; %s)", st.KernelID, st.SupervisorPID, orDash(printable(st.Cgroup)))})
 	}
 	add(Finding{Topic: "kernels", Text: fmt.Sprintf("%d supervised kernel(s) running, state in %s", live, stateDir)})
 	for _, dir := range kernelCgroups(l) {
@@ -120,14 +121,19 @@ func DiagnoseGPU(nvmlLibrary string) []Finding {
 // stateDir (a shutdown that ran into Jupyter's SIGTERM while the driver
 // still held memory): still held is a problem; released is tidied away.
 func DiagnoseHandoffs(stateDir, nvmlLibrary string) []Finding {
-	paths, _ := filepath.Glob(filepath.Join(stateDir, "*.gpu"))
-	if len(paths) == 0 {
+	d, err := openStateDir(stateDir, false, true)
+	if err != nil {
+		return nil // DiagnoseCgroups reports an unusable state directory
+	}
+	defer d.Close()
+	names, _ := d.names(".gpu")
+	if len(names) == 0 {
 		return nil
 	}
 	n, err := gpu.Open(nvmlLibrary, "")
 	if err != nil {
 		return []Finding{{Topic: "GPU check", Problem: true,
-			Text: fmt.Sprintf("%d unfinished check(s) in %s cannot be done: %v", len(paths), stateDir, err)}}
+			Text: fmt.Sprintf("%d unfinished check(s) in %s cannot be done: %v", len(names), stateDir, err)}}
 	}
 	defer n.Close()
 	hs, err := n.Holders()
@@ -135,16 +141,16 @@ func DiagnoseHandoffs(stateDir, nvmlLibrary string) []Finding {
 		return []Finding{{Topic: "GPU check", Problem: true, Text: err.Error()}}
 	}
 	var out []Finding
-	for _, path := range paths {
-		b, err := os.ReadFile(path)
+	for _, name := range names {
+		b, err := d.read(name)
 		var old gpu.Old
 		if err != nil || json.Unmarshal(b, &old) != nil {
 			continue
 		}
-		id := strings.TrimSuffix(filepath.Base(path), ".gpu")
+		id := strings.TrimSuffix(name, ".gpu")
 		held := old.Ours(hs)
 		if len(held) == 0 {
-			os.Remove(path) // released since: nothing left to check
+			_ = d.remove(name) // released since: nothing left to check
 			continue
 		}
 		out = append(out, Finding{Topic: "GPU check", Problem: true,

@@ -40,6 +40,9 @@ import (
 //	                      then it is ignored, as ipykernel does).
 //	hb                  → echoed.
 func TestMain(m *testing.M) {
+	if IsWatcher() { // the watcher of a supervisor run by this binary (watch.go)
+		os.Exit(Watch(os.Stdin, os.Stderr))
+	}
 	if path := os.Getenv("TFGPU_TEST_SUPERVISOR"); path != "" {
 		// The supervisor as a process of its own (startExternal).
 		os.Unsetenv("TFGPU_TEST_SUPERVISOR")

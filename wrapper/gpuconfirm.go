@@ -141,7 +141,7 @@ func (s *supervisor) confirmWithin(ctx context.Context, event string, old *gpu.O
 // and exits at once (jupyter_client is waiting for it), leaving what it
 // knew of the tree in <state dir>/<kernel id>.gpu; the next supervisor of
 // that kernel confirms the release before it spawns the new kernel.
-func handoffPath(dir, id string) string { return filepath.Join(dir, id+".gpu") }
+func handoffName(id string) string { return id + ".gpu" }
 
 func (s *supervisor) handOff(old *gpu.Old) {
 	if old == nil {
@@ -149,10 +149,7 @@ func (s *supervisor) handOff(old *gpu.Old) {
 	}
 	b, err := json.Marshal(old)
 	if err == nil {
-		err = os.MkdirAll(s.cfg.StateDir, 0o700)
-	}
-	if err == nil {
-		err = os.WriteFile(handoffPath(s.cfg.StateDir, s.id), b, 0o600)
+		err = s.dir.write(handoffName(s.id), b)
 	}
 	if err != nil {
 		s.log.Warn("cannot hand the GPU check to the next kernel; checking here", "err", err)
@@ -166,15 +163,14 @@ func (s *supervisor) handOff(old *gpu.Old) {
 // if its supervisor handed it over, and returns the warning for the
 // user's next cell.
 func (s *supervisor) takeHandoff() string {
-	path := handoffPath(s.cfg.StateDir, s.id)
-	b, err := os.ReadFile(path)
+	b, err := s.dir.read(handoffName(s.id))
 	if err != nil {
 		return ""
 	}
-	os.Remove(path)
+	_ = s.dir.remove(handoffName(s.id))
 	var old gpu.Old
 	if err := json.Unmarshal(b, &old); err != nil {
-		s.log.Warn("unreadable GPU handoff", "file", path, "err", err)
+		s.log.Warn("unreadable GPU handoff", "file", filepath.Join(s.dir.path, handoffName(s.id)), "err", err)
 		return ""
 	}
 	return s.confirm("restart", &old)

@@ -145,7 +145,7 @@ func startExternalAs(t *testing.T, path string, sys *syscall.SysProcAttr) (*harn
 func newHarness(t *testing.T, path string) *harness {
 	t.Setenv("TFGPU_FAKE_KERNEL", "1")
 	if os.Getenv("TFGPU_STATE_DIR") == "" { // one per test, shared by its supervisors
-		t.Setenv("TFGPU_STATE_DIR", t.TempDir())
+		t.Setenv("TFGPU_STATE_DIR", privateDir(t))
 	}
 	var ci *jmsg.ConnInfo
 	var err error
@@ -517,4 +517,15 @@ func copyForUser(t *testing.T, exe string, uid int, h *harness) string {
 	}
 	t.Setenv("TFGPU_STATE_DIR", state)
 	return dst
+}
+
+// privateDir is a t.TempDir of mode 0700, as state directories must be
+// (testing makes them 0755).
+func privateDir(t testing.TB) string {
+	t.Helper()
+	d := t.TempDir()
+	if err := os.Chmod(d, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	return d
 }

@@ -68,8 +68,8 @@ func PS(stateDirs []string, nvmlLibrary string) (rows []KernelStatus, gpuNote st
 		}
 	}
 	for _, st := range states {
-		row := KernelStatus{KernelID: st.KernelID, Session: st.Session, SupervisorPID: st.SupervisorPID,
-			KernelPID: st.KernelPID, State: st.Phase, Containment: st.Containment, Cgroup: st.Cgroup,
+		row := KernelStatus{KernelID: st.KernelID, Session: printable(st.Session), SupervisorPID: st.SupervisorPID,
+			KernelPID: st.KernelPID, State: printable(st.Phase), Containment: printable(st.Containment), Cgroup: printable(st.Cgroup),
 			Started: st.Started, GPU: []GPUUse{}}
 		switch {
 		case !st.SupervisorAlive():
@@ -111,8 +111,12 @@ func PS(stateDirs []string, nvmlLibrary string) (rows []KernelStatus, gpuNote st
 // (the subreaper) sees it.
 func TreePids(st State) []int {
 	if st.Cgroup != "" {
-		b, err := os.ReadFile(filepath.Join(st.Cgroup, "cgroup.procs"))
-		pids := []int{} // a cgroup that is gone is empty
+		pids := []int{} // a cgroup that is gone (or refused) is empty
+		cg, err := st.checkedCgroup()
+		if err != nil || cg == "" || !st.thisBoot() {
+			return pids
+		}
+		b, err := readNoFollow(filepath.Join(cg, "cgroup.procs"))
 		if err == nil {
 			for _, f := range strings.Fields(string(b)) {
 				if p, err := strconv.Atoi(f); err == nil {
@@ -123,7 +127,12 @@ func TreePids(st State) []int {
 		}
 		return pids
 	}
-	if start, err := cgroup.StartTime(st.KernelPID); err != nil || start != st.KernelStart {
+	if !st.SupervisorAlive() && validMarker(st.Marker) {
+		// The supervisor (the subreaper) is gone; its tree is what carries
+		// its marker.
+		return markedPids(st.Marker, st.Owner)
+	}
+	if !st.owns(st.KernelPID, st.KernelStart) {
 		return []int{} // the kernel is gone; a reused pid is someone else's
 	}
 	t := cgroup.NewProcTree(st.SupervisorPID)
@@ -150,18 +159,46 @@ func rss(pid int) int64 {
 	return pages * int64(os.Getpagesize())
 }
 
-// StateDirs is where ps looks: dir, and for root also every user's
-// $XDG_RUNTIME_DIR/tfgpu-kernel (/run/user/UID), so root sees all users'
-// kernels.
+// StateDirs is where ps and stop look: dir, and for root also every
+// user's default state directory: $XDG_RUNTIME_DIR/tfgpu-kernel
+// (/run/user/UID) and ~/.local/state/tfgpu-kernel/HOSTNAME of every home
+// in /etc/passwd, so root sees and stops all users' kernels by id.
 func StateDirs(dir string, allUsers bool) []string {
 	dirs := []string{dir}
-	if allUsers {
-		m, _ := filepath.Glob("/run/user/*/tfgpu-kernel")
-		for _, d := range m {
-			if d != dir {
-				dirs = append(dirs, d)
-			}
+	if !allUsers {
+		return dirs
+	}
+	m, _ := filepath.Glob("/run/user/*/tfgpu-kernel")
+	host, err := os.Hostname()
+	if err != nil || !validName(host) {
+		host = "localhost"
+	}
+	for _, home := range passwdHomes() {
+		m = append(m, filepath.Join(home, ".local", "state", "tfgpu-kernel", host))
+	}
+	for _, d := range m {
+		if d == dir || slices.Contains(dirs, d) {
+			continue
+		}
+		if fi, err := os.Lstat(d); err == nil && fi.IsDir() {
+			dirs = append(dirs, d)
 		}
 	}
 	return dirs
+}
+
+// passwdHomes lists the home directories in /etc/passwd.
+func passwdHomes() []string {
+	b, err := os.ReadFile("/etc/passwd")
+	if err != nil {
+		return nil
+	}
+	var homes []string
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Split(line, ":")
+		if len(f) >= 7 && filepath.IsAbs(f[5]) && f[5] != "/" && !slices.Contains(homes, f[5]) {
+			homes = append(homes, f[5])
+		}
+	}
+	return homes
 }

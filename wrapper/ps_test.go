@@ -10,14 +10,12 @@ import (
 // a kernel whose supervisor is gone is dirty, with no processes once its
 // kernel is gone.
 func TestPSReadsEveryStateDir(t *testing.T) {
-	a, b := t.TempDir(), t.TempDir()
+	a, b := privateDir(t), privateDir(t)
 	gone := deadPid(t)
 	for i, dir := range []string{a, b} {
 		st := State{KernelID: []string{"k-a", "k-b"}[i], SupervisorPID: gone, KernelPID: gone, Containment: "proc",
 			Started: time.Now().Add(time.Duration(i) * time.Second), Phase: PhaseRunning}
-		if err := writeState(dir, st); err != nil {
-			t.Fatal(err)
-		}
+		writeStateIn(t, dir, st)
 	}
 	rows, note, err := PS([]string{a, b}, "")
 	if err != nil || len(rows) != 2 || rows[0].KernelID != "k-a" || rows[1].KernelID != "k-b" {
@@ -44,4 +42,17 @@ func deadPid(t *testing.T) int {
 		t.Fatal(err)
 	}
 	return p.Pid
+}
+
+// writeStateIn writes a record into the state directory dir.
+func writeStateIn(t *testing.T, dir string, st State) {
+	t.Helper()
+	d, err := openStateDir(dir, true, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if err := writeState(d, st); err != nil {
+		t.Fatal(err)
+	}
 }

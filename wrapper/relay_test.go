@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -112,8 +113,8 @@ func TestShutdownKillsEscapedTreeAndReplies(t *testing.T) {
 				t.Fatal("no shutdown_reply broadcast on iopub")
 			}
 			if parent != "" {
-				if _, err := os.Stat(filepath.Join(parent, "tfgpu-test-1234")); !os.IsNotExist(err) {
-					t.Fatalf("cgroup left behind (stat: %v)", err)
+				if left, _ := filepath.Glob(filepath.Join(parent, "tfgpu-test-1234*")); len(left) > 0 {
+					t.Fatalf("cgroup left behind: %v", left)
 				}
 			}
 			t.Logf("shutdown_request → supervisor exit: %v", took)
@@ -345,19 +346,22 @@ func TestSIGTERMStopsTheTree(t *testing.T) {
 	}
 }
 
-// A supervisor that is SIGKILLed leaves its kernel's escaped processes in
-// the kernel's cgroup; the next supervisor of the same kernel id kills them
-// before its kernel starts.
+// A supervisor that is SIGKILLed, with its watcher (both killed: an OOM
+// kill of the whole session, a kill -9 of both), leaves its kernel's
+// escaped processes in the kernel's cgroup; the next supervisor of the
+// same kernel id kills them before its kernel starts.
 func TestLeftoversOfAKilledSupervisorAreKilledAtNextStart(t *testing.T) {
 	requireCgroupV2(t)
 	old, cmd := startExternal(t, "")
 	pid := old.spawnEscapee()
+	w := watcherOf(t, cmd.Process.Pid)
+	syscall.Kill(w, syscall.SIGKILL)
 	cmd.Process.Kill()
 	cmd.Wait()
 	old.closeClients()
 	time.Sleep(200 * time.Millisecond) // the old kernel dies of its parent-death signal
 	if !pidAlive(pid) {
-		t.Fatalf("escapee %d died with its supervisor; nothing left to test", pid)
+		t.Fatalf("escapee %d died with its supervisor and watcher; nothing left to test", pid)
 	}
 	h := startHarnessWith(t, func(c *Config) {}) // new connection file, same kernel id
 	if pidAlive(pid) {
@@ -369,6 +373,83 @@ func TestLeftoversOfAKilledSupervisorAreKilledAtNextStart(t *testing.T) {
 	}
 	if strings.Index(log, "left by a previous supervisor") > strings.Index(log, "kernel started") {
 		t.Fatalf("leftovers killed after the new kernel started:\n%s", log)
+	}
+}
+
+// watcherOf finds the watcher of supervisor sup: its child with
+// TFGPU_WATCHER=1 in its environment.
+func watcherOf(t *testing.T, sup int) int {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		ents, _ := os.ReadDir("/proc")
+		for _, e := range ents {
+			pid, err := strconv.Atoi(e.Name())
+			if err != nil {
+				continue
+			}
+			b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+			if err != nil {
+				continue
+			}
+			f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+2:]))
+			env, _ := os.ReadFile("/proc/" + e.Name() + "/environ")
+			if len(f) > 1 && f[1] == strconv.Itoa(sup) && bytes.Contains(env, []byte(watcherEnv+"=1\x00")) {
+				return pid
+			}
+		}
+	}
+	t.Fatalf("supervisor %d has no watcher", sup)
+	return 0
+}
+
+// A SIGKILLed supervisor's watcher finishes its kernel at once, without
+// waiting for another start: the escaped process is dead, the cgroup and
+// the state file gone, in every containment mode.
+func TestWatcherFinishesWhenTheSupervisorIsKilled(t *testing.T) {
+	for _, mode := range []string{CgroupV2, CgroupV1, CgroupNone} {
+		t.Run(mode, func(t *testing.T) {
+			switch mode {
+			case CgroupV2:
+				requireCgroupV2(t)
+			case CgroupV1:
+				requireFreezer(t)
+			}
+			t.Setenv("TFGPU_CGROUP", mode)
+			h, cmd := startExternal(t, "")
+			pid := h.spawnEscapee()
+			w := watcherOf(t, cmd.Process.Pid)
+			states, err := ReadStates(os.Getenv("TFGPU_STATE_DIR"))
+			if err != nil || len(states) != 1 {
+				t.Fatalf("states %+v, %v", states, err)
+			}
+			st := states[0]
+			killed := time.Now()
+			cmd.Process.Kill()
+			cmd.Wait()
+			h.closeClients()
+			for time.Since(killed) < 2*time.Second && (pidAlive(pid) || pidAlive(w)) {
+				time.Sleep(10 * time.Millisecond)
+			}
+			if pidAlive(pid) {
+				syscall.Kill(pid, syscall.SIGKILL)
+				t.Fatalf("escapee %d alive 2 s after its supervisor was SIGKILLed; log:\n%s", pid, h.stderr)
+			}
+			if pidAlive(w) {
+				t.Fatalf("watcher %d still running 2 s after it finished", w)
+			}
+			t.Logf("tree dead and watcher gone %v after the SIGKILL", time.Since(killed).Round(time.Millisecond))
+			if st.Cgroup != "" {
+				if _, err := os.Stat(st.Cgroup); !os.IsNotExist(err) {
+					t.Fatalf("cgroup %s left: %v", st.Cgroup, err)
+				}
+			}
+			if left, _ := filepath.Glob(filepath.Join(os.Getenv("TFGPU_STATE_DIR"), "*.json")); len(left) > 0 {
+				t.Fatalf("state file left: %v", left)
+			}
+			if !strings.Contains(h.stderr.String(), "finished its kernel") {
+				t.Fatalf("the watcher did not say what it did:\n%s", h.stderr)
+			}
+		})
 	}
 }
 

@@ -75,7 +75,8 @@ func (s *supervisor) spawn(r *cgroup.Reaper, argv []string) (<-chan cgroup.ExitS
 		s.log.Error("cannot prepare the kernel's containment", "err", err)
 		return nil, ExitFailed
 	}
-	env := append(withoutEnv(os.Environ(), "JPY_PARENT_PID"), "JPY_PARENT_PID="+strconv.Itoa(os.Getpid()))
+	env := append(withoutEnv(withoutEnv(os.Environ(), "JPY_PARENT_PID"), treeMarkerEnv),
+		"JPY_PARENT_PID="+strconv.Itoa(os.Getpid()), treeMarkerEnv+"="+s.marker)
 	devnull, err := os.Open(os.DevNull)
 	if err != nil {
 		return nil, ExitFailed

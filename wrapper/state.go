@@ -32,7 +32,16 @@ type State struct {
 	InnerDir        string    `json:"inner_dir,omitempty"` // the 0700 directory of the inner connection file and sockets
 	Session         string    `json:"session,omitempty"`   // JPY_SESSION_NAME: the notebook
 	Started         time.Time `json:"started"`
-	Phase           string    `json:"phase"` // PhaseStarting, PhaseRunning or PhaseStopping
+	Phase           string    `json:"phase"`                   // PhaseStarting, PhaseRunning or PhaseStopping
+	BootID          string    `json:"boot_id,omitempty"`       // a record of another boot names nothing alive
+	MemoryCgroup    string    `json:"memory_cgroup,omitempty"` // a v1 memory cgroup of its own, when the limit made one
+	Marker          string    `json:"tree_marker,omitempty"`   // TFGPU_TREE in the tree's environment (proc mode finds it by that)
+
+	// Owner is the uid that owns the record (its state directory's owner):
+	// what the record names is acted on only when that uid owns it too.
+	Owner int `json:"-"`
+	// Dir is the state directory it was read from.
+	Dir string `json:"-"`
 }
 
 // Phases of a kernel, as its supervisor records them (ps shows them as
@@ -43,9 +52,13 @@ const (
 	PhaseStopping = "stopping" // shutdown, restart or death: the tree is being killed
 )
 
-// StateDir is where state files live: $TFGPU_STATE_DIR, else
-// /run/tfgpu-kernel for root, else $XDG_RUNTIME_DIR/tfgpu-kernel, else
-// tfgpu-kernel-UID in the temporary directory.
+// StateDir is where state files live: $TFGPU_STATE_DIR; else
+// /run/tfgpu-kernel for root; else $XDG_RUNTIME_DIR/tfgpu-kernel when
+// XDG_RUNTIME_DIR is the user's own private directory (systemd-logind
+// makes /run/user/UID); else tfgpu-kernel/HOSTNAME in the user's state
+// directory ($XDG_STATE_HOME, ~/.local/state), where only the user can
+// create it (a shared /tmp path can be made first by anyone), per host
+// because homes are shared over NFS. "" when there is no home either.
 func StateDir() string {
 	if d := os.Getenv("TFGPU_STATE_DIR"); d != "" {
 		return d
@@ -53,78 +66,84 @@ func StateDir() string {
 	if os.Geteuid() == 0 {
 		return "/run/tfgpu-kernel"
 	}
-	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" {
+	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" && ownPrivateDir(d) {
 		return filepath.Join(d, "tfgpu-kernel")
 	}
-	return filepath.Join(os.TempDir(), fmt.Sprintf("tfgpu-kernel-%d", os.Geteuid()))
+	base := os.Getenv("XDG_STATE_HOME")
+	if !filepath.IsAbs(base) {
+		home, err := os.UserHomeDir()
+		if err != nil || !filepath.IsAbs(home) {
+			return ""
+		}
+		base = filepath.Join(home, ".local", "state")
+	}
+	host, err := os.Hostname()
+	if err != nil || !validName(host) {
+		host = "localhost"
+	}
+	return filepath.Join(base, "tfgpu-kernel", host)
 }
 
-func statePath(dir, id string) string { return filepath.Join(dir, id+".json") }
+// ownPrivateDir reports whether dir is a directory (not a link) of the
+// effective user's with no permission for others.
+func ownPrivateDir(dir string) bool {
+	var s unix.Stat_t
+	return filepath.IsAbs(dir) && unix.Lstat(dir, &s) == nil && s.Mode&unix.S_IFMT == unix.S_IFDIR &&
+		int(s.Uid) == os.Geteuid() && s.Mode&0o077 == 0
+}
 
-// writeState writes st atomically, 0600 in a 0700 directory.
-func writeState(dir string, st State) error {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("write state: %w", err)
-	}
+func stateName(id string) string { return id + ".json" }
+
+// writeState writes st atomically into d.
+func writeState(d *stateDir, st State) error {
 	b, err := json.MarshalIndent(st, "", "  ")
 	if err != nil {
 		return fmt.Errorf("write state: %w", err)
 	}
-	tmp, err := os.CreateTemp(dir, ".state-*")
-	if err != nil {
-		return fmt.Errorf("write state: %w", err)
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(append(b, '\n')); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write state: %w", err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("write state: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), statePath(dir, st.KernelID)); err != nil {
-		return fmt.Errorf("write state: %w", err)
-	}
-	return nil
+	return d.write(stateName(st.KernelID), append(b, '\n'))
 }
 
-// ReadStates returns every state file in dir; files that cannot be read or
-// parsed are skipped (a supervisor may be writing one).
+// ReadStates returns the records in dir that check out: files owned by the
+// directory's owner, named after the kernel id they hold, with an id of
+// the shape supervisors write. Other files are skipped (a supervisor may
+// be writing one; someone may have planted one). For root, dir may be any
+// user's; the records' Owner says whose.
 func ReadStates(dir string) ([]State, error) {
-	entries, err := os.ReadDir(dir)
+	d, err := openStateDir(dir, false, true)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
 	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	return d.states()
+}
+
+func (d *stateDir) states() ([]State, error) {
+	names, err := d.names(".json")
+	if err != nil {
 		return nil, fmt.Errorf("read states: %w", err)
 	}
 	var out []State
-	for _, e := range entries {
-		name := e.Name()
-		if !strings.HasSuffix(name, ".json") || strings.HasPrefix(name, ".") {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join(dir, name))
+	for _, name := range names {
+		b, err := d.read(name)
 		if err != nil {
 			continue
 		}
 		var st State
-		if json.Unmarshal(b, &st) == nil && st.KernelID != "" {
-			out = append(out, st)
+		if json.Unmarshal(b, &st) != nil || !validKernelID(st.KernelID) || stateName(st.KernelID) != name {
+			continue
 		}
+		st.Owner, st.Dir = d.uid, d.path
+		out = append(out, st)
 	}
 	return out, nil
 }
 
 // SupervisorAlive reports whether the supervisor that wrote st still runs
-// (its pid exists with the same start time).
-func (st State) SupervisorAlive() bool {
-	if st.SupervisorPID <= 1 {
-		return false
-	}
-	start, err := cgroup.StartTime(st.SupervisorPID)
-	return err == nil && start == st.SupervisorStart
-}
+// (its pid exists with the same start time and owner, since this boot).
+func (st State) SupervisorAlive() bool { return st.owns(st.SupervisorPID, st.SupervisorStart) }
 
 // SupervisorStopped reports whether the supervisor is stopped (SIGSTOP,
 // a debugger): alive but unable to act.
@@ -138,52 +157,96 @@ func (st State) SupervisorStopped() bool {
 }
 
 // removeState removes the state file of id if it still names this process.
-func removeState(dir, id string) {
-	b, err := os.ReadFile(statePath(dir, id))
+func removeState(d *stateDir, id string) {
+	b, err := d.read(stateName(id))
 	if err != nil {
 		return
 	}
 	var st State
 	if json.Unmarshal(b, &st) == nil && st.SupervisorPID == os.Getpid() {
-		_ = os.Remove(statePath(dir, id))
+		_ = d.remove(stateName(id))
 	}
 }
 
 // Finish kills the tree of the kernel st describes, waits until it is
-// empty and removes its cgroup and state file: what `tfgpu-kernel stop`
-// does, and what a supervisor does at start for kernels whose supervisor
-// died. It returns how many processes were killed.
+// empty and removes its cgroups, inner directory and state file: what
+// `tfgpu-kernel stop` does, and what a supervisor does at start for
+// kernels whose supervisor died. Every field is checked first (see
+// record.go); a field that does not check out is not acted on, and the
+// error (wrapping ErrRefused) says which. It returns how many processes
+// were killed.
 func Finish(dir string, st State, timeout time.Duration) (int, error) {
+	d, err := openStateDir(dir, false, true)
+	if err != nil {
+		return 0, err
+	}
+	defer d.Close()
+	return d.finish(st, timeout)
+}
+
+func (d *stateDir) finish(st State, timeout time.Duration) (int, error) {
+	if !validKernelID(st.KernelID) {
+		return 0, refused("kernel id %q", printable(st.KernelID))
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	killed := 0
-	var err error
-	switch {
-	case st.Cgroup != "" && (st.Containment == cgroup.ModeV2 || st.Containment == CgroupSystemd):
-		killed, err = cgroup.DestroyV2(ctx, st.Cgroup)
-	case st.Cgroup != "" && st.Containment == cgroup.ModeV1:
-		killed, err = destroyV1(ctx, st.Cgroup)
-	case st.KernelPID > 1:
-		// proc mode: without a cgroup only the kernel's process group can
-		// be found once its supervisor (the subreaper) is gone, and only
-		// while the kernel, its leader, lives: a pid reused since could
-		// lead another group.
-		if start, e := cgroup.StartTime(st.KernelPID); e != nil || start != st.KernelStart {
-			break
+	var errs []error
+	if st.thisBoot() {
+		cg, err := st.checkedCgroup()
+		errs = append(errs, err)
+		switch {
+		case err != nil:
+		case cg != "" && (st.Containment == cgroup.ModeV2 || st.Containment == CgroupSystemd):
+			killed, err = cgroup.DestroyV2(ctx, cg)
+			errs = append(errs, err)
+		case cg != "" && st.Containment == cgroup.ModeV1:
+			killed, err = destroyV1(ctx, cg)
+			errs = append(errs, err)
+		case cg == "" && st.Cgroup == "" && st.owns(st.KernelPID, st.KernelStart):
+			// proc mode: without a cgroup only the kernel's process group
+			// can be found once its supervisor (the subreaper) is gone, and
+			// only while the kernel, its leader, lives: a pid reused since
+			// could lead another group.
+			if e := unix.Kill(-st.KernelPID, unix.SIGKILL); e == nil {
+				killed = 1
+			} else if !errors.Is(e, unix.ESRCH) {
+				errs = append(errs, fmt.Errorf("kill process group %d: %w", st.KernelPID, e))
+			}
 		}
-		if e := unix.Kill(-st.KernelPID, unix.SIGKILL); e == nil {
-			killed = 1
-		} else if !errors.Is(e, unix.ESRCH) {
-			err = fmt.Errorf("kill process group %d: %w", st.KernelPID, e)
+		if st.Cgroup == "" && validMarker(st.Marker) && !st.SupervisorAlive() {
+			// Also what left the group (setsid) and was reparented away
+			// when the supervisor, their subreaper, died.
+			n, err := killMarked(ctx, st.Marker, st.Owner)
+			killed = max(killed, n)
+			errs = append(errs, err)
+		}
+		if st.MemoryCgroup != "" {
+			mem := st
+			mem.Cgroup = st.MemoryCgroup
+			if mc, err := mem.checkedCgroup(); err != nil {
+				errs = append(errs, err)
+			} else if mc != "" {
+				_ = os.Remove(mc) // empty once the tree is dead
+			}
 		}
 	}
-	if err == nil {
-		// The dead supervisor's inner directory (its sockets): only a
-		// directory of the name writeInner gives is removed.
-		if st.InnerDir != "" && strings.HasPrefix(filepath.Base(st.InnerDir), "tfgpu-") {
-			_ = os.RemoveAll(st.InnerDir)
+	// The dead supervisor's inner directory (its sockets).
+	if in, err := st.checkedInnerDir(); err != nil {
+		errs = append(errs, err)
+	} else if in != "" {
+		_ = os.RemoveAll(in)
+	}
+	err := errors.Join(errs...)
+	if err == nil || errors.Is(err, ErrRefused) {
+		// A record that is a lie is not kept either; one that the next
+		// supervisor of this kernel has written since is left alone.
+		if b, rerr := d.read(stateName(st.KernelID)); rerr == nil {
+			var now State
+			if json.Unmarshal(b, &now) == nil && now.SupervisorPID == st.SupervisorPID && now.SupervisorStart == st.SupervisorStart {
+				_ = d.remove(stateName(st.KernelID))
+			}
 		}
-		_ = os.Remove(statePath(dir, st.KernelID))
 	}
 	return killed, err
 }
@@ -212,9 +275,9 @@ func destroyV1(ctx context.Context, dir string) (int, error) {
 // before this one starts: their processes may hold memory, GPU contexts
 // included (DESIGN §3 Start 3).
 func (s *supervisor) reapDead() {
-	states, err := ReadStates(s.cfg.StateDir)
+	states, err := s.dir.states()
 	if err != nil {
-		s.log.Warn("cannot read kernel states", "dir", s.cfg.StateDir, "err", err)
+		s.log.Warn("cannot read kernel states", "dir", s.dir.path, "err", err)
 	}
 	for _, st := range states {
 		if st.SupervisorAlive() {
@@ -224,8 +287,12 @@ func (s *supervisor) reapDead() {
 		if hs, ok := s.holders(); ok {
 			old = gpu.Watch(hs, TreePids(st), nil)
 		}
-		n, err := Finish(s.cfg.StateDir, st, s.cfg.KillTimeout)
+		n, err := s.dir.finish(st, s.cfg.KillTimeout)
 		attrs := []any{"dead_kernel", st.KernelID, "dead_supervisor", st.SupervisorPID, "processes", n}
+		if errors.Is(err, ErrRefused) {
+			s.log.Warn("refused to act on a kernel record", append(attrs, "file", filepath.Join(s.dir.path, stateName(st.KernelID)), "why", err)...)
+			continue
+		}
 		if err != nil {
 			s.log.Error("cannot finish a kernel whose supervisor died", append(attrs, "err", err)...)
 			continue
@@ -247,22 +314,56 @@ func (s *supervisor) setPhase(phase string) {
 		return
 	}
 	s.st.Phase = phase
-	if err := writeState(s.cfg.StateDir, s.st); err != nil {
+	if err := writeState(s.dir, s.st); err != nil {
 		s.log.Debug("cannot record the kernel's phase", "phase", phase, "err", err)
 	}
 }
 
-// record writes the state file once the kernel runs.
-func (s *supervisor) record() {
-	start, _ := cgroup.StartTime(os.Getpid())
-	kstart, _ := cgroup.StartTime(s.kpid)
-	st := State{KernelID: s.id, SupervisorPID: os.Getpid(), SupervisorStart: start, KernelPID: s.kpid, KernelStart: kstart,
+// describe is what the supervisor records about its kernel now. It fails
+// only when the supervisor cannot read its own start time: a record with
+// a wrong one would make the next supervisor take this one for dead.
+func (s *supervisor) describe() (State, error) {
+	start, err := cgroup.StartTime(os.Getpid())
+	if err != nil {
+		return State{}, fmt.Errorf("read the supervisor's start time: %w", err)
+	}
+	st := State{KernelID: s.id, SupervisorPID: os.Getpid(), SupervisorStart: start,
 		Containment: s.tree.Mode(), ConnectionFile: s.cfg.ConnFile, InnerDir: s.innerDir,
-		Session: os.Getenv("JPY_SESSION_NAME"), Started: time.Now().UTC(), Phase: PhaseStarting}
+		Session: os.Getenv("JPY_SESSION_NAME"), Started: time.Now().UTC(), Phase: PhaseStarting,
+		BootID: bootID, Owner: os.Geteuid(), Marker: s.marker, MemoryCgroup: s.memoryCgroup()}
+	if s.kpid > 0 {
+		if kstart, err := cgroup.StartTime(s.kpid); err == nil { // else dead already: nothing to name
+			st.KernelPID, st.KernelStart = s.kpid, kstart
+		}
+	}
 	if d, ok := s.tree.(interface{ Dir() string }); ok {
 		st.Cgroup = d.Dir()
 	}
-	if err := writeState(s.cfg.StateDir, st); err != nil {
+	return st, nil
+}
+
+// memoryCgroup is the memory limit's cgroup when it is one of its own (v1),
+// not the tree's.
+func (s *supervisor) memoryCgroup() string {
+	if s.mem == nil {
+		return ""
+	}
+	if d, ok := s.tree.(interface{ Dir() string }); ok && d.Dir() == s.mem.Where() {
+		return ""
+	}
+	return s.mem.Where()
+}
+
+// record writes the state file once the kernel runs, and tells the
+// watcher.
+func (s *supervisor) record() {
+	st, err := s.describe()
+	if err != nil {
+		s.log.Warn("cannot record the kernel's state; 'tfgpu-kernel stop' will not find it", "err", err)
+		return
+	}
+	s.watch.send(watchMsg{Record: &st})
+	if err := writeState(s.dir, st); err != nil {
 		s.log.Warn("cannot record the kernel's state; 'tfgpu-kernel stop' will not find it", "err", err)
 		return
 	}

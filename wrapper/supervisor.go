@@ -78,6 +78,9 @@ type supervisor struct {
 	id      string
 	relay   *Relay
 	doors   [5]*zmtp.Door // the outer sockets' listeners
+	dir     *stateDir     // the state directory, open for the supervisor's life
+	watch   *watcher      // the watcher's pipe (watch.go); nil when it could not start
+	marker  string        // TFGPU_TREE of the kernel's tree (watch.go)
 	reserve *fdReserve    // released for the tree kill
 	tree    cgroup.Tree
 	kpid    int
@@ -130,6 +133,28 @@ func Run(ctx context.Context, cfg Config) int {
 	}
 	s := &supervisor{cfg: cfg, id: jmsg.KernelID(cfg.ConnFile), events: make(chan relayEvent, 16)}
 	s.log = cfg.Log.With("kernel", shortID(s.id))
+	if !validKernelID(s.id) {
+		// jupyter_server names files kernel-<uuid>.json; any other name is
+		// hashed, so only a hand-made kernel-<odd>.json gets here.
+		fmt.Fprintf(cfg.Stderr, "tfgpu-kernel: connection file %s: kernel id %q has characters other than letters, digits, '-', '_' and '.'\n",
+			cfg.ConnFile, printable(s.id))
+		return ExitUsage
+	}
+	// The state directory first: one that is not the user's own is refused
+	// before anything is read from it or started (docs/security.md).
+	if cfg.StateDir == "" {
+		cfg.StateDir = StateDir()
+	}
+	if cfg.StateDir == "" {
+		fmt.Fprintf(cfg.Stderr, "tfgpu-kernel: no state directory: no XDG_RUNTIME_DIR and no home directory; set --state-dir (TFGPU_STATE_DIR)\n")
+		return ExitUsage
+	}
+	s.cfg.StateDir = cfg.StateDir
+	if s.dir, err = openStateDir(cfg.StateDir, true, false); err != nil {
+		fmt.Fprintf(cfg.Stderr, "tfgpu-kernel: %v\n", err)
+		return ExitUsage
+	}
+	defer s.dir.Close()
 
 	// Signals first, so a SIGINT that arrives while starting is forwarded,
 	// not fatal (Go's default for SIGINT is to exit).
@@ -172,10 +197,6 @@ func Run(ctx context.Context, cfg Config) int {
 	if cfg.Cgroup == "" {
 		cfg.Cgroup = CgroupAuto
 	}
-	if cfg.StateDir == "" {
-		cfg.StateDir = StateDir()
-	}
-	s.cfg.StateDir = cfg.StateDir
 	// DESIGN §6: NVML before anything is killed or spawned, so that the
 	// release of what dead supervisors left can be confirmed too.
 	s.openGPU()
@@ -206,6 +227,15 @@ func Run(ctx context.Context, cfg Config) int {
 		s.limitMemory(cfg.MemoryLimit)
 	}
 
+	// The watcher, from here on: should this supervisor be SIGKILLed, it
+	// finishes the kernel (watch.go). It knows the cgroups already.
+	s.marker = newMarker(s.id)
+	s.startWatcher(reaper)
+	defer s.watch.done()
+	if st, err := s.describe(); err == nil {
+		s.watch.send(watchMsg{Record: &st})
+	}
+
 	// DESIGN §6: the previous tree's GPU memory is back (or the user will
 	// be told) before the new kernel starts.
 	warning := s.takeHandoff()
@@ -213,13 +243,14 @@ func Run(ctx context.Context, cfg Config) int {
 		warning = s.pendingWarning
 	}
 	s.takeBaseline()
+	s.watch.send(watchMsg{Baseline: s.baseline})
 
 	exited, code := s.spawn(reaper, substituteConn(cfg.Argv, cfg.ConnFile, dir+"/"+innerConnName))
 	if exited == nil {
 		return code
 	}
 	s.record()
-	defer removeState(cfg.StateDir, s.id)
+	defer removeState(s.dir, s.id)
 	s.relay = newRelay(ctx, outer, doors, inner, signer, s.events, s.log)
 	defer s.relay.closeInner()
 	if warning != "" {

@@ -16,7 +16,7 @@ func TestDoctorAndStopOfAStaleKernel(t *testing.T) {
 		t.Skip("the cgroup findings differ for other users")
 	}
 	bin := buildInstallTestBinary(t)
-	stateDir := t.TempDir()
+	stateDir := privateDir(t)
 	env := append(os.Environ(), "TFGPU_STATE_DIR="+stateDir)
 
 	r := runInstallBin(t, env, bin, "doctor")
@@ -63,7 +63,7 @@ func TestDoctorKernelspecs(t *testing.T) {
 	}
 	bin := buildInstallTestBinary(t)
 	home, data, prefix := t.TempDir(), t.TempDir(), t.TempDir()
-	env := append(os.Environ(), "HOME="+home, "JUPYTER_DATA_DIR="+data, "JUPYTER_PATH=", "TFGPU_STATE_DIR="+t.TempDir())
+	env := append(os.Environ(), "HOME="+home, "JUPYTER_DATA_DIR="+data, "JUPYTER_PATH=", "TFGPU_STATE_DIR="+privateDir(t))
 
 	r := runInstallBin(t, env, bin, "doctor")
 	if r.code != 1 || !strings.Contains(r.stdout, "!! kernelspecs:  no tfgpu kernelspec in Jupyter's paths") ||

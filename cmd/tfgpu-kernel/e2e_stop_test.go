@@ -24,7 +24,7 @@ import (
 func TestE2EStopHungSupervisor(t *testing.T) {
 	s := e2eSetup(t)
 	path := writeTCPConn(t, t.TempDir(), "e2e-stop", "5f1c7a0e-stop")
-	stateDir, tag, xdg := t.TempDir(), e2eTag(t), e2eXDG(t)
+	stateDir, tag, xdg := privateDir(t), e2eTag(t), e2eXDG(t)
 	env := append(append([]string{}, s.env...), "E2E_TAG="+tag, "XDG_RUNTIME_DIR="+xdg, "TFGPU_STATE_DIR="+stateDir)
 
 	sup := exec.Command(s.bin, "run", "-f", path, "--", e2ePython, "-m", "ipykernel_launcher", "-f", path)

@@ -36,7 +36,7 @@ func TestBinaryStartsWithoutNVML(t *testing.T) {
 			}
 		}
 	}
-	env := append(os.Environ(), "LD_LIBRARY_PATH="+t.TempDir(), "TFGPU_STATE_DIR="+t.TempDir())
+	env := append(os.Environ(), "LD_LIBRARY_PATH="+t.TempDir(), "TFGPU_STATE_DIR="+privateDir(t))
 	r := runInstallBin(t, env, bin, "ps")
 	if r.code != 0 || !strings.Contains(r.stdout, "no supervised kernels") ||
 		!strings.Contains(r.stdout, "GPU memory not shown: no NVIDIA driver: cannot load libnvidia-ml.so.1") {
@@ -53,7 +53,7 @@ func TestBinaryStartsWithoutNVML(t *testing.T) {
 func TestDoctorNVML(t *testing.T) {
 	bin := buildInstallTestBinary(t)
 	f := gputest.New(t, 2, gputest.Full)
-	env := append(append(os.Environ(), "TFGPU_STATE_DIR="+t.TempDir()), f.Env()...)
+	env := append(append(os.Environ(), "TFGPU_STATE_DIR="+privateDir(t)), f.Env()...)
 	r := runInstallBin(t, env, bin, "doctor")
 	for _, want := range []string{"ok NVML:         driver 999.99-fake, 2 GPU(s)",
 		"ok GPU0:         Fake NVIDIA H200, 141.0GiB, GPU-fa4e0000-0000-0000-0000-000000000000, persistence mode on",
@@ -75,7 +75,7 @@ func TestPs(t *testing.T) {
 	bin := buildInstallTestBinary(t)
 	f := gputest.New(t, 2, gputest.Full)
 	holder := f.Hold(t, 1, 768, "--setsid") // a process group of its own, as a kernel has
-	stateDir := t.TempDir()
+	stateDir := privateDir(t)
 	kernelStart, err := cgroup.StartTime(holder.Process.Pid)
 	if err != nil {
 		t.Fatal(err)
@@ -130,7 +130,7 @@ func TestStopConfirmsGPU(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		stateDir := t.TempDir()
+		stateDir := privateDir(t)
 		st, _ := json.Marshal(wrapper.State{KernelID: "dead-gpu", SupervisorPID: 1 << 30, KernelPID: holder.Process.Pid,
 			KernelStart: start, Containment: "proc"})
 		if err := os.WriteFile(filepath.Join(stateDir, "dead-gpu.json"), st, 0o600); err != nil {
@@ -156,7 +156,7 @@ func BenchmarkPs(b *testing.B) {
 		b.Fatalf("go build: %v\n%s", err, out)
 	}
 	f := gputest.New(b, 2, gputest.Full)
-	stateDir := b.TempDir()
+	stateDir := privateDir(b)
 	for i := range 20 {
 		h := f.Hold(b, i%2, 256, "--setsid")
 		start, err := cgroup.StartTime(h.Process.Pid)
@@ -192,7 +192,7 @@ func TestDoctorUnfinishedGPUCheck(t *testing.T) {
 	h := f.Hold(t, 0, 300)
 	h.Process.Kill()
 	h.Wait()
-	stateDir := t.TempDir()
+	stateDir := privateDir(t)
 	for id, pid := range map[string]int{"held": h.Process.Pid, "released": 1 << 30} {
 		b, _ := json.Marshal(gpu.Old{PIDs: []int{pid}, By: gpu.ByPID})
 		if err := os.WriteFile(filepath.Join(stateDir, id+".gpu"), b, 0o600); err != nil {

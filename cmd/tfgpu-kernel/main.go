@@ -10,6 +10,8 @@ package main
 import (
 	"fmt"
 	"os"
+
+	"github.com/tfgpu/tfgpu-kernel/wrapper"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -40,6 +42,9 @@ func usage() {
 }
 
 func main() {
+	if wrapper.IsWatcher() { // started by `run` itself (see wrapper/watch.go), never by a user
+		os.Exit(wrapper.Watch(os.Stdin, os.Stderr))
+	}
 	if len(os.Args) < 2 {
 		usage()
 		os.Exit(2)

@@ -19,7 +19,7 @@ import (
 //	tfgpu-kernel stop ID|--all
 func cmdStop(args []string) int {
 	fs := flag.NewFlagSet("stop", flag.ContinueOnError)
-	all := fs.Bool("all", false, "stop every supervised kernel")
+	every := fs.Bool("all", false, "stop every supervised kernel")
 	timeout := fs.Duration("timeout", 15*time.Second, "how long a kernel's supervisor may take to stop it (it also confirms the GPU release)")
 	stateDir := fs.String("state-dir", wrapper.StateDir(), "where supervisors record their kernels")
 	confirm := fs.Duration("confirm-timeout", wrapper.DefaultConfirmTimeout, "how long to wait for NVML to list none of the tree's GPU contexts")
@@ -27,27 +27,40 @@ func cmdStop(args []string) int {
 	if code, done := parseFlags(fs, args, "tfgpu-kernel stop 5b2c1e7a   # a kernel id, or a unique prefix of one"); done {
 		return code
 	}
-	if *all == (fs.NArg() == 1) || fs.NArg() > 1 {
+	if *every == (fs.NArg() == 1) || fs.NArg() > 1 {
 		return usageError("stop", "give one kernel id, or --all")
 	}
-	states, err := wrapper.ReadStates(*stateDir)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "tfgpu-kernel stop: %v\n", err)
-		return 1
+	// Root stops any user's kernel by id, as ps lists them all; a record
+	// in a user's directory is then acted on only where that user owns
+	// what it names (see wrapper.Finish).
+	explicit := false
+	fs.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "state-dir" })
+	all := os.Geteuid() == 0 && !explicit && os.Getenv("TFGPU_STATE_DIR") == ""
+	var states []wrapper.State
+	for _, dir := range wrapper.StateDirs(*stateDir, all) {
+		sts, err := wrapper.ReadStates(dir)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "tfgpu-kernel stop: %v\n", err)
+			if dir == *stateDir {
+				return 1
+			}
+			continue
+		}
+		states = append(states, sts...)
 	}
 	var chosen []wrapper.State
 	for _, st := range states {
-		if *all || strings.HasPrefix(st.KernelID, fs.Arg(0)) {
+		if *every || strings.HasPrefix(st.KernelID, fs.Arg(0)) {
 			chosen = append(chosen, st)
 		}
 	}
 	switch {
-	case len(chosen) == 0 && *all:
+	case len(chosen) == 0 && *every:
 		fmt.Println("no supervised kernels")
 		return 0
 	case len(chosen) == 0:
 		return usageError("stop", fmt.Sprintf("no kernel %q in %s", fs.Arg(0), *stateDir))
-	case len(chosen) > 1 && !*all:
+	case len(chosen) > 1 && !*every:
 		return usageError("stop", fmt.Sprintf("%q names %d kernels; give more of the id", fs.Arg(0), len(chosen)))
 	}
 	n, gerr := gpu.Open(*nvmlLib, "")
@@ -58,7 +71,7 @@ func cmdStop(args []string) int {
 	}
 	code := 0
 	for _, st := range chosen {
-		if err := stopOne(*stateDir, st, *timeout, n, *confirm); err != nil {
+		if err := stopOne(st.Dir, st, *timeout, n, *confirm); err != nil {
 			fmt.Fprintf(os.Stderr, "tfgpu-kernel stop: kernel %s: %v\n", st.KernelID, err)
 			code = 1
 		}
@@ -96,7 +109,7 @@ func stopOne(dir string, st wrapper.State, timeout time.Duration, n *gpu.NVML, c
 	}
 	label := st.KernelID
 	if st.Session != "" {
-		label += " (" + st.Session + ")"
+		label += " (" + wrapper.Printable(st.Session) + ")"
 	}
 	fmt.Printf("stopped kernel %s: %s; %d processes killed; %v\n", label, how, killed, time.Since(start).Round(time.Millisecond))
 	if old == nil {

@@ -21,12 +21,15 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"golang.org/x/sys/unix"
 )
 
 // Soname is the library Open loads when no path is given.
@@ -78,6 +81,9 @@ var symbols = []string{
 func Open(path, visible string) (*NVML, error) {
 	var opts []nvml.LibraryOption
 	if path != "" {
+		if err := trustedLibrary(path); err != nil {
+			return nil, err
+		}
 		opts = append(opts, nvml.WithLibraryPath(path))
 	}
 	lib := nvml.New(opts...)
@@ -226,4 +232,31 @@ func errorString(lib nvml.Interface, ret nvml.Return) string {
 		return fmt.Sprintf("NVML error %d", int(ret))
 	}
 	return lib.ErrorString(ret)
+}
+
+// trustedLibrary refuses, for a process running as root, an NVML library
+// file that someone other than root could have written or could replace:
+// loading it runs its code as root. The file (links resolved) and its
+// directory must belong to root and not be writable by group or others.
+// Other users load what they like: it runs as them. The dynamic loader's
+// own search (no path) is left to the loader's rules.
+func trustedLibrary(path string) error {
+	if os.Geteuid() != 0 {
+		return nil
+	}
+	real, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		return fmt.Errorf("NVML library %s: %w", path, err)
+	}
+	for _, p := range []string{real, filepath.Dir(real)} {
+		var st unix.Stat_t
+		if err := unix.Stat(p, &st); err != nil {
+			return fmt.Errorf("NVML library %s: %w", path, err)
+		}
+		if st.Uid != 0 || st.Mode&0o022 != 0 {
+			return fmt.Errorf("NVML library %s: refusing to load it as root: %s belongs to uid %d with mode %#o (it must be root's and writable only by root)",
+				path, p, st.Uid, st.Mode&0o777)
+		}
+	}
+	return nil
 }

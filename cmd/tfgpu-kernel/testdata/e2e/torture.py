@@ -210,14 +210,18 @@ def kernel_id(km):
     return m.group(1)
 
 
+def kernel_cgroup_name(kid, base):
+    """Whether base is the name of a cgroup of kernel kid: tfgpu-<kid>-<pid>
+    (one per supervisor of the kernel)."""
+    prefix = "tfgpu-" + kid + "-"
+    return base.startswith(prefix) and base[len(prefix):].isdigit()
+
+
 def cgroup_dirs(kid):
-    """Every directory named tfgpu-<kid> in the cgroup hierarchies (the
-    direct children of each root, and anything up to 4 levels down)."""
-    name = "tfgpu-" + kid
+    """Every cgroup directory of kernel kid (see kernel_cgroup_name) in the
+    cgroup hierarchies, up to 4 levels down."""
     found = []
     for root in CG_ROOTS:
-        if os.path.exists(os.path.join(root, name)):
-            found.append(os.path.join(root, name))
         if not os.path.isdir(root):
             continue
         base = root.count(os.sep)
@@ -226,7 +230,7 @@ def cgroup_dirs(kid):
                 dirnames[:] = []
             for d in dirnames:
                 p = os.path.join(dirpath, d)
-                if d == name and p not in found:
+                if kernel_cgroup_name(kid, d) and p not in found:
                     found.append(p)
     return found
 
@@ -295,14 +299,14 @@ def stop_and_check(km, kc, how, gen, kid):
     # The tree is where the mode says it is.
     cg = {n: cgroups_of(p) for n, p in pids.items()}
     key = {"v2": "v2", "v1": "freezer"}.get(WANT_MODE)
-    name = "tfgpu-" + kid
-    inside = sorted(n for n, c in cg.items() if key and os.path.basename(c.get(key, "")) == name)
+    name = "tfgpu-" + kid + "-<pid>"
+    inside = sorted(n for n, c in cg.items() if key and kernel_cgroup_name(kid, os.path.basename(c.get(key, ""))))
     h.note(**{how + "_kernel_cgroups": cg["kernel"], how + "_in_kernel_cgroup": len(inside),
               how + "_cgroup_dirs_while_running": cgroup_dirs(kid)})
     if key:
         h.check(len(inside) == len(cg), "%s: mode %s but only %s of %s are in %s: %s" % (how, WANT_MODE, inside, sorted(cg), name, cg))
     else:
-        stray = sorted(n for n, c in cg.items() if name in json.dumps(c))
+        stray = sorted(n for n, c in cg.items() if "tfgpu-" + kid in json.dumps(c))
         h.check(not stray, "%s: mode proc but %s are in a %s cgroup" % (how, stray, name))
 
     t0 = time.monotonic()
@@ -387,8 +391,8 @@ def scenario():
         h.assert_answers(kc, "new kernel after restart")
         h.note(new_kernel_pid=newpid)
         check_modes(km, 2)
-        # The restarted kernel (same kernel id, same cgroup name) is
-        # tortured again and shut down.
+        # The restarted kernel (same kernel id, a cgroup of its new
+        # supervisor's) is tortured again and shut down.
         stop_and_check(km, kc, "shutdown", 1, kid)
     else:
         stop_and_check(km, kc, "shutdown", 0, kid)

@@ -1,0 +1,181 @@
+package wrapper
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/tfgpu/tfgpu-kernel/cgroup"
+)
+
+// A record read back from a state directory is a claim, not an order:
+// anyone who could write the directory could have written it (a user who
+// made it first, an older version's bug). Before `stop`, `ps`, `doctor` or
+// the next supervisor act on a field, it is checked against what a
+// supervisor of that kernel, run by the directory's owner, would have
+// written and made (docs/security.md).
+
+// ErrRefused is wrapped by the errors of a record field that does not
+// check out; nothing was done with it.
+var ErrRefused = errors.New("refused")
+
+func refused(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrRefused}, args...)...)
+}
+
+// kernelIDShape is what jmsg.KernelID gives: the uuid of kernel-<uuid>.json
+// or 12 hex digits; any id made only of these characters is accepted.
+var kernelIDShape = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
+
+func validKernelID(id string) bool {
+	return kernelIDShape.MatchString(id) && !strings.Contains(id, "..")
+}
+
+// bootID is this boot's id: a record of another boot names nothing alive.
+var bootID = func() string {
+	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}()
+
+// thisBoot reports whether the record was written since the last boot
+// (records without a boot id, of older versions, are taken to be).
+func (st State) thisBoot() bool { return st.BootID == "" || st.BootID == bootID }
+
+// owns reports whether pid is the process the record names: alive (a
+// zombie is not: a SIGKILLed supervisor is one until its parent reaps it,
+// and its watcher must not wait for that), the start time recorded, and
+// owned by the record's owner.
+func (st State) owns(pid int, start uint64) bool {
+	if pid <= 1 || !st.thisBoot() {
+		return false
+	}
+	s, err := cgroup.StartTime(pid)
+	if err != nil || s != start {
+		return false
+	}
+	if state, ok := procState(pid); !ok || state == 'Z' || state == 'X' {
+		return false
+	}
+	return procOwner(pid) == st.Owner
+}
+
+// procOwner is pid's owner (the owner of /proc/PID: its effective uid),
+// or -1.
+func procOwner(pid int) int {
+	var s unix.Stat_t
+	if err := unix.Stat("/proc/"+strconv.Itoa(pid), &s); err != nil {
+		return -1
+	}
+	return int(s.Uid)
+}
+
+// Cgroup file systems (statfs(2) f_type).
+const (
+	cgroup2Magic = 0x63677270
+	cgroup1Magic = 0x27e0eb
+)
+
+// checkedCgroup returns the record's cgroup when it is one a supervisor of
+// this kernel makes: an absolute path without links on a cgroup file
+// system, named tfgpu-ID (older versions), tfgpu-ID-PID (v2, v1) or
+// tfgpu-ID-PID.scope (systemd) with the supervisor's pid, and owned by the
+// record's owner.
+func (st State) checkedCgroup() (string, error) {
+	dir := st.Cgroup
+	if dir == "" {
+		return "", nil
+	}
+	if !filepath.IsAbs(dir) || filepath.Clean(dir) != dir {
+		return "", refused("cgroup %q is not a clean absolute path", printable(dir))
+	}
+	pid := strconv.Itoa(st.SupervisorPID)
+	switch filepath.Base(dir) {
+	case "tfgpu-" + st.KernelID, "tfgpu-" + st.KernelID + "-" + pid, "tfgpu-" + unitEscape(st.KernelID) + "-" + pid + ".scope":
+	default:
+		return "", refused("cgroup %s is not named as a supervisor of kernel %s names its cgroups", printable(dir), st.KernelID)
+	}
+	var fs unix.Statfs_t
+	if err := unix.Statfs(dir, &fs); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return "", nil // gone: nothing to do
+		}
+		return "", refused("cgroup %s: %v", dir, err)
+	}
+	if fs.Type != cgroup2Magic && fs.Type != cgroup1Magic {
+		return "", refused("cgroup %s is not on a cgroup file system", dir)
+	}
+	if real, err := filepath.EvalSymlinks(dir); err != nil || real != dir {
+		return "", refused("cgroup %s goes through a symbolic link", dir)
+	}
+	var s unix.Stat_t
+	if err := unix.Lstat(dir, &s); err != nil || s.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return "", refused("cgroup %s is not a directory", dir)
+	}
+	if int(s.Uid) != st.Owner {
+		return "", refused("cgroup %s belongs to uid %d, not to the record's owner %d", dir, s.Uid, st.Owner)
+	}
+	return dir, nil
+}
+
+// checkedInnerDir returns the record's inner directory when it is one a
+// supervisor makes (writeInner): tfgpu-SHORTID-DIGITS directly in a
+// runtime or temporary directory, a real directory of mode 0700 owned by
+// the record's owner.
+func (st State) checkedInnerDir() (string, error) {
+	dir := st.InnerDir
+	if dir == "" {
+		return "", nil
+	}
+	if !filepath.IsAbs(dir) || filepath.Clean(dir) != dir {
+		return "", refused("inner directory %q is not a clean absolute path", printable(dir))
+	}
+	base, parent := filepath.Base(dir), filepath.Dir(dir)
+	digits, ok := strings.CutPrefix(base, "tfgpu-"+shortID(st.KernelID)+"-")
+	if _, err := strconv.ParseUint(digits, 10, 64); !ok || err != nil {
+		return "", refused("inner directory %s is not named as a supervisor names it", printable(dir))
+	}
+	if parent != filepath.Clean(os.TempDir()) && parent != "/tmp" && parent != "/run/user/"+strconv.Itoa(st.Owner) &&
+		parent != filepath.Clean(os.Getenv("XDG_RUNTIME_DIR")) {
+		return "", refused("inner directory %s is not in a runtime or temporary directory", dir)
+	}
+	var s unix.Stat_t
+	if err := unix.Lstat(dir, &s); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return "", nil
+		}
+		return "", refused("inner directory %s: %v", dir, err)
+	}
+	switch {
+	case s.Mode&unix.S_IFMT != unix.S_IFDIR:
+		return "", refused("inner directory %s is not a directory", dir)
+	case int(s.Uid) != st.Owner:
+		return "", refused("inner directory %s belongs to uid %d, not to the record's owner %d", dir, s.Uid, st.Owner)
+	case s.Mode&0o077 != 0:
+		return "", refused("inner directory %s has mode %#o, not 0700", dir, s.Mode&0o777)
+	}
+	return dir, nil
+}
+
+// printable keeps what a user wrote in a record from reaching a terminal
+// as control sequences.
+func printable(s string) string { return Printable(s) }
+
+// Printable replaces control characters, which a record could carry to a
+// terminal as escape sequences, with "?".
+func Printable(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) {
+			return '?'
+		}
+		return r
+	}, s)
+}

@@ -1,0 +1,202 @@
+package wrapper
+
+import (
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// A stateDir is an open state directory. Everything in it is read and
+// written relative to the handle, never through a symbolic link, and only
+// files owned by the directory's owner are read: another local user who
+// made the directory first, or planted a file or link in it, gets nothing
+// done (docs/security.md).
+type stateDir struct {
+	path string
+	f    *os.File
+	uid  int // the directory's owner; every file read must be his too
+}
+
+// maxStateFile bounds what is read of one file: records are a few hundred
+// bytes, GPU handoffs a few KiB.
+const maxStateFile = 1 << 20
+
+// ErrUnsafeStateDir is wrapped by the errors of a state directory that is
+// not its user's own (owner or mode), or is a link.
+var ErrUnsafeStateDir = errors.New("unsafe state directory")
+
+// openStateDir opens dir, creating it (mode 0700, parents too) when create
+// is set and it does not exist. It must be a directory, not a link, with
+// no permission for group or others, owned by the effective user, or, for
+// root with anyOwner, by anyone (root reading users' records then acts only
+// on what that user owns).
+func openStateDir(dir string, create, anyOwner bool) (*stateDir, error) {
+	if !filepath.IsAbs(dir) {
+		return nil, fmt.Errorf("state directory %q: not an absolute path", dir)
+	}
+	dir = filepath.Clean(dir)
+	if create {
+		if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
+			return nil, fmt.Errorf("state directory %s: %w", dir, err)
+		}
+		if err := unix.Mkdir(dir, 0o700); err != nil && !errors.Is(err, unix.EEXIST) {
+			return nil, fmt.Errorf("state directory %s: %w", dir, err)
+		}
+	}
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) {
+			return nil, fmt.Errorf("state directory %s is a link or not a directory: refusing it: %w", dir, ErrUnsafeStateDir)
+		}
+		return nil, fmt.Errorf("state directory %s: %w", dir, err)
+	}
+	f := os.NewFile(uintptr(fd), dir)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("state directory %s: %w", dir, err)
+	}
+	euid := os.Geteuid()
+	switch {
+	case int(st.Uid) != euid && !(anyOwner && euid == 0):
+		f.Close()
+		return nil, fmt.Errorf("state directory %s belongs to uid %d, not to you (uid %d): refusing it; remove it, or choose another with --state-dir: %w",
+			dir, st.Uid, euid, ErrUnsafeStateDir)
+	case st.Mode&0o077 != 0:
+		f.Close()
+		return nil, fmt.Errorf("state directory %s has mode %#o; it must be 0700 (chmod 700 %s): %w",
+			dir, st.Mode&0o777, dir, ErrUnsafeStateDir)
+	}
+	return &stateDir{path: dir, f: f, uid: int(st.Uid)}, nil
+}
+
+func (d *stateDir) Close() error { return d.f.Close() }
+
+func (d *stateDir) fd() int { return int(d.f.Fd()) }
+
+// validName is the shape of every file name the supervisor writes: no
+// separators, no leading dot (temporary files), nothing a terminal would
+// interpret.
+func validName(name string) bool {
+	if name == "" || len(name) > 200 || name[0] == '.' {
+		return false
+	}
+	for _, c := range name {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return false
+		}
+	}
+	return !strings.Contains(name, "..")
+}
+
+// read returns the content of name: a regular file, not a link, owned by
+// the directory's owner, of at most maxStateFile bytes.
+func (d *stateDir) read(name string) ([]byte, error) {
+	if !validName(name) {
+		return nil, fmt.Errorf("%s: not a name the supervisor writes", name)
+	}
+	fd, err := unix.Openat(d.fd(), name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: filepath.Join(d.path, name), Err: err}
+	}
+	f := os.NewFile(uintptr(fd), filepath.Join(d.path, name))
+	defer f.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, err
+	}
+	switch {
+	case st.Mode&unix.S_IFMT != unix.S_IFREG:
+		return nil, fmt.Errorf("%s: not a regular file", f.Name())
+	case int(st.Uid) != d.uid:
+		return nil, fmt.Errorf("%s: owned by uid %d, not by the directory's owner %d", f.Name(), st.Uid, d.uid)
+	}
+	return io.ReadAll(io.LimitReader(f, maxStateFile))
+}
+
+// write replaces name with data atomically: a new temporary file (0600,
+// never an existing one), then rename over name, which replaces a link
+// rather than follows it.
+func (d *stateDir) write(name string, data []byte) error {
+	if !validName(name) {
+		return fmt.Errorf("%s: not a name the supervisor writes", name)
+	}
+	var tmp string
+	var fd int
+	var err error
+	for range 100 {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		tmp = fmt.Sprintf(".%s-%x", name, b)
+		fd, err = unix.Openat(d.fd(), tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+		if !errors.Is(err, unix.EEXIST) {
+			break
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("write %s: %w", filepath.Join(d.path, name), err)
+	}
+	f := os.NewFile(uintptr(fd), tmp)
+	_, err = f.Write(data)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = unix.Renameat(d.fd(), tmp, d.fd(), name)
+	}
+	if err != nil {
+		_ = unix.Unlinkat(d.fd(), tmp, 0)
+		return fmt.Errorf("write %s: %w", filepath.Join(d.path, name), err)
+	}
+	return nil
+}
+
+// remove unlinks name (a link itself, never what it points to).
+func (d *stateDir) remove(name string) error {
+	if !validName(name) {
+		return fmt.Errorf("%s: not a name the supervisor writes", name)
+	}
+	if err := unix.Unlinkat(d.fd(), name, 0); err != nil && !errors.Is(err, unix.ENOENT) {
+		return &os.PathError{Op: "remove", Path: filepath.Join(d.path, name), Err: err}
+	}
+	return nil
+}
+
+// names lists the directory's entries with the given suffix.
+func (d *stateDir) names(suffix string) ([]string, error) {
+	dup, err := unix.Openat(d.fd(), ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	f := os.NewFile(uintptr(dup), d.path)
+	defer f.Close()
+	all, err := f.Readdirnames(-1)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, n := range all {
+		if strings.HasSuffix(n, suffix) && validName(n) {
+			out = append(out, n)
+		}
+	}
+	return out, nil
+}
+
+// readNoFollow reads a small file (a cgroup's cgroup.procs) without
+// following a link in its last component.
+func readNoFollow(path string) ([]byte, error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	f := os.NewFile(uintptr(fd), path)
+	defer f.Close()
+	return io.ReadAll(io.LimitReader(f, maxStateFile))
+}
