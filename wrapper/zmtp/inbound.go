@@ -99,6 +99,7 @@ func (in *inbound) Read(p []byte) (int, error) {
 func (in *inbound) fail(err error) {
 	if in.err == nil {
 		in.err = &errRead{err}
+		in.pending, in.body, in.pass = nil, nil, 0 // nothing more reaches zmq4
 		in.endMessage()
 	}
 }
@@ -158,7 +159,8 @@ func (in *inbound) next() error {
 	if in.pub {
 		return in.fromSubscriber(h)
 	}
-	in.pending = in.hdr[:h.Len]
+	// The header goes to zmq4 only once the frame is known to be
+	// deliverable: zmq4 allocates the size it declares as it reads it.
 	if h.Size > stageAbove {
 		if in.body, err = in.readStaged(h.Size); err != nil {
 			return err
@@ -169,6 +171,7 @@ func (in *inbound) next() error {
 		}
 		in.pass = h.Size
 	}
+	in.pending = in.hdr[:h.Len]
 	if !in.more {
 		in.endMessage() // handed on: zmq4 and the kernel hold it now
 	}
