@@ -58,7 +58,11 @@ func Diagnose(stateDir string) []Finding {
 		}
 	}
 
-	states, err := ReadStates(stateDir)
+	states, refusals, err := ReadStates(stateDir)
+	for _, r := range refusals {
+		add(Finding{Topic: "kernel record", Text: r.Error(), Problem: true,
+			Fix: "nothing was done with it; remove the file once you know where it came from"})
+	}
 	if err != nil {
 		fix := "remove it and let the next kernel make it, or choose another with TFGPU_STATE_DIR"
 		add(Finding{Topic: "kernels", Text: err.Error(), Problem: true, Fix: fix})

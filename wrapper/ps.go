@@ -45,13 +45,18 @@ type GPUUse struct {
 // PS lists the kernels recorded in the state directories with their
 // processes, memory and GPU memory. gpuNote says why GPU memory is not
 // shown, when it is not.
-func PS(stateDirs []string, nvmlLibrary string) (rows []KernelStatus, gpuNote string, err error) {
+func PS(stateDirs []string, nvmlLibrary string) (rows []KernelStatus, gpuNote string, refused []error, err error) {
 	var states []State
-	for _, dir := range stateDirs {
-		sts, err := ReadStates(dir)
+	for i, dir := range stateDirs {
+		sts, ref, err := ReadStates(dir)
 		if err != nil {
-			return nil, "", err
+			if i == 0 {
+				return nil, "", nil, err
+			}
+			refused = append(refused, err) // another user's unusable directory
+			continue
 		}
+		refused = append(refused, ref...)
 		states = append(states, sts...)
 	}
 	var holders []gpu.Holder
@@ -103,7 +108,7 @@ func PS(stateDirs []string, nvmlLibrary string) (rows []KernelStatus, gpuNote st
 		rows = append(rows, row)
 	}
 	slices.SortFunc(rows, func(a, b KernelStatus) int { return a.Started.Compare(b.Started) })
-	return rows, gpuNote, nil
+	return rows, gpuNote, refused, nil
 }
 
 // TreePids are the live processes of a recorded kernel's tree: its

@@ -17,7 +17,7 @@ func TestPSReadsEveryStateDir(t *testing.T) {
 			Started: time.Now().Add(time.Duration(i) * time.Second), Phase: PhaseRunning}
 		writeStateIn(t, dir, st)
 	}
-	rows, note, err := PS([]string{a, b}, "")
+	rows, note, _, err := PS([]string{a, b}, "")
 	if err != nil || len(rows) != 2 || rows[0].KernelID != "k-a" || rows[1].KernelID != "k-b" {
 		t.Fatalf("PS = %+v, %q, %v", rows, note, err)
 	}

@@ -172,6 +172,7 @@ func printable(s string) string { return Printable(s) }
 // Printable replaces control characters, which a record could carry to a
 // terminal as escape sequences, with "?".
 func Printable(s string) string {
+	s = strings.ReplaceAll(s, "\n", "; ") // errors.Join's separator
 	return strings.Map(func(r rune) rune {
 		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) {
 			return '?'

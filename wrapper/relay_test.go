@@ -418,7 +418,7 @@ func TestWatcherFinishesWhenTheSupervisorIsKilled(t *testing.T) {
 			h, cmd := startExternal(t, "")
 			pid := h.spawnEscapee()
 			w := watcherOf(t, cmd.Process.Pid)
-			states, err := ReadStates(os.Getenv("TFGPU_STATE_DIR"))
+			states, _, err := ReadStates(os.Getenv("TFGPU_STATE_DIR"))
 			if err != nil || len(states) != 1 {
 				t.Fatalf("states %+v, %v", states, err)
 			}

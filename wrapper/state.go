@@ -105,40 +105,58 @@ func writeState(d *stateDir, st State) error {
 
 // ReadStates returns the records in dir that check out: files owned by the
 // directory's owner, named after the kernel id they hold, with an id of
-// the shape supervisors write. Other files are skipped (a supervisor may
-// be writing one; someone may have planted one). For root, dir may be any
-// user's; the records' Owner says whose.
-func ReadStates(dir string) ([]State, error) {
+// the shape supervisors write. Each file that does not is left alone and
+// said in refused (each wrapping ErrRefused); a supervisor may also be
+// writing one. For root, dir may be any user's; the records' Owner says
+// whose.
+func ReadStates(dir string) (states []State, refused []error, err error) {
 	d, err := openStateDir(dir, false, true)
 	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
+		return nil, nil, nil
 	}
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer d.Close()
 	return d.states()
 }
 
-func (d *stateDir) states() ([]State, error) {
+func (d *stateDir) states() ([]State, []error, error) {
 	names, err := d.names(".json")
 	if err != nil {
-		return nil, fmt.Errorf("read states: %w", err)
+		return nil, nil, fmt.Errorf("read states: %w", err)
 	}
 	var out []State
+	var refusals []error
 	for _, name := range names {
+		path := filepath.Join(d.path, name)
 		b, err := d.read(name)
 		if err != nil {
+			if !errors.Is(err, os.ErrNotExist) {
+				refusals = append(refusals, refusedFile(path, err))
+			}
 			continue
 		}
 		var st State
-		if json.Unmarshal(b, &st) != nil || !validKernelID(st.KernelID) || stateName(st.KernelID) != name {
+		switch {
+		case json.Unmarshal(b, &st) != nil:
+			continue // being written, or not a record
+		case !validKernelID(st.KernelID):
+			refusals = append(refusals, refused("%s: kernel id %q is not of the shape supervisors write", path, printable(st.KernelID)))
+			continue
+		case stateName(st.KernelID) != name:
+			refusals = append(refusals, refused("%s: holds kernel %s, not the kernel its name says", path, st.KernelID))
 			continue
 		}
 		st.Owner, st.Dir = d.uid, d.path
 		out = append(out, st)
 	}
-	return out, nil
+	return out, refusals, nil
+}
+
+// refusedFile wraps the error of a state file read() did not accept.
+func refusedFile(path string, err error) error {
+	return fmt.Errorf("%w: %s: %v", ErrRefused, path, err)
 }
 
 // SupervisorAlive reports whether the supervisor that wrote st still runs
@@ -275,9 +293,12 @@ func destroyV1(ctx context.Context, dir string) (int, error) {
 // before this one starts: their processes may hold memory, GPU contexts
 // included (DESIGN §3 Start 3).
 func (s *supervisor) reapDead() {
-	states, err := s.dir.states()
+	states, refusals, err := s.dir.states()
 	if err != nil {
 		s.log.Warn("cannot read kernel states", "dir", s.dir.path, "err", err)
+	}
+	for _, r := range refusals {
+		s.log.Warn("refused a kernel record", "why", r)
 	}
 	for _, st := range states {
 		if st.SupervisorAlive() {

@@ -26,7 +26,7 @@ func TestFinishAKernelWhoseSupervisorIsStopped(t *testing.T) {
 			t.Setenv("TFGPU_CGROUP", mode)
 			h, cmd := startExternal(t, "")
 			pid := h.spawnEscapee()
-			states, err := ReadStates(os.Getenv("TFGPU_STATE_DIR"))
+			states, _, err := ReadStates(os.Getenv("TFGPU_STATE_DIR"))
 			if err != nil || len(states) != 1 {
 				t.Fatalf("states %+v, %v; want the one kernel", states, err)
 			}

@@ -102,6 +102,9 @@ func (d *stateDir) read(name string) ([]byte, error) {
 		return nil, fmt.Errorf("%s: not a name the supervisor writes", name)
 	}
 	fd, err := unix.Openat(d.fd(), name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if errors.Is(err, unix.ELOOP) {
+		return nil, errors.New("a symbolic link")
+	}
 	if err != nil {
 		return nil, &os.PathError{Op: "open", Path: filepath.Join(d.path, name), Err: err}
 	}
@@ -113,9 +116,9 @@ func (d *stateDir) read(name string) ([]byte, error) {
 	}
 	switch {
 	case st.Mode&unix.S_IFMT != unix.S_IFREG:
-		return nil, fmt.Errorf("%s: not a regular file", f.Name())
+		return nil, errors.New("not a regular file")
 	case int(st.Uid) != d.uid:
-		return nil, fmt.Errorf("%s: owned by uid %d, not by the directory's owner %d", f.Name(), st.Uid, d.uid)
+		return nil, fmt.Errorf("owned by uid %d, not by the directory's owner %d", st.Uid, d.uid)
 	}
 	return io.ReadAll(io.LimitReader(f, maxStateFile))
 }

@@ -32,10 +32,13 @@ func cmdPs(args []string) int {
 	explicit := false
 	fs.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "state-dir" })
 	dirs := wrapper.StateDirs(*stateDir, os.Geteuid() == 0 && !explicit && os.Getenv("TFGPU_STATE_DIR") == "")
-	rows, note, err := wrapper.PS(dirs, *nvmlLib)
+	rows, note, refused, err := wrapper.PS(dirs, *nvmlLib)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "tfgpu-kernel ps: %v\n", err)
 		return 1
+	}
+	for _, r := range refused { // what users wrote is shown, never obeyed
+		fmt.Fprintf(os.Stderr, "tfgpu-kernel ps: %s\n", wrapper.Printable(r.Error()))
 	}
 	if *asJSON {
 		if rows == nil {

@@ -38,7 +38,10 @@ func cmdStop(args []string) int {
 	all := os.Geteuid() == 0 && !explicit && os.Getenv("TFGPU_STATE_DIR") == ""
 	var states []wrapper.State
 	for _, dir := range wrapper.StateDirs(*stateDir, all) {
-		sts, err := wrapper.ReadStates(dir)
+		sts, refused, err := wrapper.ReadStates(dir)
+		for _, r := range refused {
+			fmt.Fprintf(os.Stderr, "tfgpu-kernel stop: %s\n", wrapper.Printable(r.Error()))
+		}
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "tfgpu-kernel stop: %v\n", err)
 			if dir == *stateDir {
@@ -72,7 +75,7 @@ func cmdStop(args []string) int {
 	code := 0
 	for _, st := range chosen {
 		if err := stopOne(st.Dir, st, *timeout, n, *confirm); err != nil {
-			fmt.Fprintf(os.Stderr, "tfgpu-kernel stop: kernel %s: %v\n", st.KernelID, err)
+			fmt.Fprintf(os.Stderr, "tfgpu-kernel stop: kernel %s: %s\n", st.KernelID, wrapper.Printable(err.Error()))
 			code = 1
 		}
 	}
