@@ -68,6 +68,14 @@ func (st State) owns(pid int, start uint64) bool {
 	return procOwner(pid) == st.Owner
 }
 
+// started reports whether a live process pid has the start time recorded
+// (whoever owns it).
+func (st State) started(pid int, start uint64) bool {
+	s, err := cgroup.StartTime(pid)
+	state, ok := procState(pid)
+	return err == nil && s == start && ok && state != 'Z' && state != 'X' && st.thisBoot()
+}
+
 // procOwner is pid's owner (the owner of /proc/PID: its effective uid),
 // or -1.
 func procOwner(pid int) int {

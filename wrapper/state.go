@@ -221,6 +221,10 @@ func (d *stateDir) finish(st State, timeout time.Duration) (int, error) {
 		case cg != "" && st.Containment == cgroup.ModeV1:
 			killed, err = destroyV1(ctx, cg)
 			errs = append(errs, err)
+		case cg == "" && st.Cgroup == "" && st.KernelPID > 1 && !st.owns(st.KernelPID, st.KernelStart) &&
+			st.started(st.KernelPID, st.KernelStart):
+			errs = append(errs, refused("kernel pid %d belongs to uid %d, not to the record's owner %d",
+				st.KernelPID, procOwner(st.KernelPID), st.Owner))
 		case cg == "" && st.Cgroup == "" && st.owns(st.KernelPID, st.KernelStart):
 			// proc mode: without a cgroup only the kernel's process group
 			// can be found once its supervisor (the subreaper) is gone, and

@@ -51,6 +51,11 @@ func openStateDir(dir string, create, anyOwner bool) (*stateDir, error) {
 	}
 	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
+		var st unix.Stat_t
+		if errors.Is(err, unix.EACCES) && unix.Lstat(dir, &st) == nil && int(st.Uid) != os.Geteuid() {
+			return nil, fmt.Errorf("state directory %s belongs to uid %d, not to you (uid %d): refusing it; choose your own with --state-dir: %w",
+				dir, st.Uid, os.Geteuid(), ErrUnsafeStateDir)
+		}
 		if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) {
 			return nil, fmt.Errorf("state directory %s is a link or not a directory: refusing it: %w", dir, ErrUnsafeStateDir)
 		}

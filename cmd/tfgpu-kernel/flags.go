@@ -37,7 +37,9 @@ func parseFlags(fs *flag.FlagSet, args []string, example string) (code int, done
 		if set[f.Name] || bad != nil {
 			return
 		}
-		if v, ok := os.LookupEnv(envName(f.Name)); ok {
+		// An empty variable is an unset one (TFGPU_STATE_DIR= in a shell
+		// or a kernelspec clears it; it does not ask for "").
+		if v := os.Getenv(envName(f.Name)); v != "" {
 			if err := fs.Set(f.Name, v); err != nil {
 				bad = fmt.Errorf("%s=%q: %v", envName(f.Name), v, err)
 			}

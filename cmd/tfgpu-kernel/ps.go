@@ -73,9 +73,12 @@ func printPs(out io.Writer, rows []wrapper.KernelStatus, note string, now time.T
 			if len(mem) == 0 {
 				mem = []string{"-"}
 			}
+			uptime := "-" // a record without a start (planted, or of an old version)
+			if !r.Started.IsZero() && !r.Started.After(now) {
+				uptime = now.Sub(r.Started).Round(time.Second).String()
+			}
 			fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\n", shortKernelID(r.KernelID), session, r.SupervisorPID,
-				r.KernelPID, len(r.PIDs), gpu.FormatBytes(r.RSSBytes), r.State, now.Sub(r.Started).Round(time.Second),
-				strings.Join(mem, ", "))
+				r.KernelPID, len(r.PIDs), gpu.FormatBytes(r.RSSBytes), r.State, uptime, strings.Join(mem, ", "))
 		}
 		w.Flush()
 	}

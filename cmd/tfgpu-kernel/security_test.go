@@ -1,0 +1,494 @@
+//go:build linux
+
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tfgpu/tfgpu-kernel/cgroup"
+	"github.com/tfgpu/tfgpu-kernel/wrapper"
+	"github.com/tfgpu/tfgpu-kernel/wrapper/gpu/gputest"
+)
+
+// Issue 10: two users of one machine (alice runs kernels, bob is another
+// local user) and root, made for real with useradd. Each attack is its own
+// test: the victim's processes are alive and files intact afterwards, and
+// a line says what was refused.
+
+// localUser is a user made for one test and removed after it.
+type localUser struct {
+	name       string
+	uid, gid   int
+	home       string
+	credential *syscall.Credential
+}
+
+func newLocalUser(t *testing.T, role string) localUser {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("CI=true: needs root (useradd)")
+		}
+		t.Skip("needs root (useradd)")
+	}
+	var b [3]byte
+	_, _ = rand.Read(b[:])
+	name := "tfgpu" + role + hex.EncodeToString(b[:])
+	home := filepath.Join(sharedDir(t), name)
+	if out, err := exec.Command("useradd", "-M", "-U", "-d", home, "-s", "/usr/sbin/nologin", name).CombinedOutput(); err != nil {
+		t.Fatalf("useradd %s: %v\n%s", name, err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("userdel", name).Run() })
+	out, err := exec.Command("id", "-u", name).Output()
+	uid, _ := strconv.Atoi(strings.TrimSpace(string(out)))
+	if err != nil || uid == 0 {
+		t.Fatalf("id -u %s: %v", name, err)
+	}
+	out, _ = exec.Command("id", "-g", name).Output()
+	gid, _ := strconv.Atoi(strings.TrimSpace(string(out)))
+	if err := os.Mkdir(home, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(home, uid, gid); err != nil {
+		t.Fatal(err)
+	}
+	return localUser{name: name, uid: uid, gid: gid, home: home,
+		credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), NoSetGroups: true}}
+}
+
+// sharedDir is a directory every user may enter (t.TempDir's are root's
+// alone), removed after the test.
+func sharedDir(t *testing.T) string {
+	t.Helper()
+	d, err := os.MkdirTemp("", "tfgpu-users-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(d, 0o755)
+	t.Cleanup(func() { os.RemoveAll(d) })
+	return d
+}
+
+// sharedBinary is the built command where every user can run it.
+func sharedBinary(t *testing.T) string {
+	t.Helper()
+	src := buildInstallTestBinary(t)
+	b, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst := filepath.Join(sharedDir(t), "tfgpu-kernel")
+	if err := os.WriteFile(dst, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dst
+}
+
+// own writes content to path as u's file (mode) and returns path.
+func (u localUser) own(t *testing.T, path string, content []byte, mode os.FileMode) string {
+	t.Helper()
+	if err := os.WriteFile(path, content, mode); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(path, mode)
+	if err := os.Lchown(path, u.uid, u.gid); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// mkdir makes dir (mode) as u's.
+func (u localUser) mkdir(t *testing.T, dir string, mode os.FileMode) string {
+	t.Helper()
+	if err := os.MkdirAll(dir, mode); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(dir, mode)
+	if err := os.Chown(dir, u.uid, u.gid); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// sleeper starts a process that is the victim of an attack: a process
+// group of its own, run as cred (nil: root); killed at cleanup.
+func sleeper(t *testing.T, cred *syscall.Credential) (int, uint64) {
+	t.Helper()
+	cmd := exec.Command("/bin/sleep", "600")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: cred}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	start, err := cgroup.StartTime(cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cmd.Process.Pid, start
+}
+
+func alive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	i := bytes.LastIndexByte(b, ')')
+	return i > 0 && i+2 < len(b) && b[i+2] != 'Z' && b[i+2] != 'X'
+}
+
+func record(t *testing.T, st wrapper.State) []byte {
+	t.Helper()
+	b, err := json.Marshal(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// runAs runs the command as cred with env; it returns the exit code and
+// the combined output.
+func runAs(t *testing.T, cred *syscall.Credential, env []string, timeout time.Duration, bin string, args ...string) (int, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = env
+	cmd.Dir = "/"
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 5 * time.Second
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	if ee, ok := err.(*exec.ExitError); ok {
+		return ee.ExitCode(), out.String()
+	}
+	if err != nil {
+		t.Fatalf("%s %q: %v\n%s", bin, args, err, out.String())
+	}
+	return 0, out.String()
+}
+
+// userEnv is a clean environment for u: HOME, no runtime dir, no state
+// directory of the test runner's.
+func userEnv(u localUser, extra ...string) []string {
+	env := []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + u.home, "USER=" + u.name, "LANG=C.UTF-8"}
+	return append(env, extra...)
+}
+
+// connFileFor writes a connection file u owns, in u's home.
+func connFileFor(t *testing.T, u localUser) string {
+	t.Helper()
+	path := writeTCPConn(t, u.home, "5b2c1e7a-aaaa-4bbb-8ccc-000000000001", "security-test-key")
+	os.Lchown(path, u.uid, u.gid)
+	return path
+}
+
+// The state directory: never a path someone else could make first, and
+// one that is not the user's own is refused with one line (exit 2) before
+// anything runs.
+func TestSecurityStateDirectory(t *testing.T) {
+	bin := sharedBinary(t)
+	alice, bob := newLocalUser(t, "alice"), newLocalUser(t, "bob")
+	// bob makes what used to be alice's default (no XDG_RUNTIME_DIR) and a
+	// runtime directory for her, world-writable, first.
+	oldDefault := bob.mkdir(t, filepath.Join(os.TempDir(), fmt.Sprintf("tfgpu-kernel-%d", alice.uid)), 0o777)
+	t.Cleanup(func() { os.RemoveAll(oldDefault) })
+	bobsRuntime := bob.mkdir(t, filepath.Join(sharedDir(t), "run"), 0o777)
+
+	// doctor says where alice's state lives: in her home, not in bob's dirs.
+	code, out := runAs(t, alice.credential, userEnv(alice, "XDG_RUNTIME_DIR="+bobsRuntime), 60*time.Second, bin, "doctor")
+	want := filepath.Join(alice.home, ".local", "state", "tfgpu-kernel")
+	if !strings.Contains(out, "state in "+want+"/") {
+		t.Fatalf("doctor (exit %d) does not put alice's state under %s:\n%s", code, want, out)
+	}
+	if ents, _ := os.ReadDir(oldDefault); len(ents) > 0 {
+		t.Fatalf("something was written into bob's directory: %v", ents)
+	}
+
+	conn := connFileFor(t, alice)
+	shared := alice.mkdir(t, filepath.Join(sharedDir(t), "alices-state"), 0o700)
+	for _, tc := range []struct {
+		name, dir, want string
+		as         localUser
+	}{
+		{"bob's directory, world-writable", oldDefault, "belongs to uid " + strconv.Itoa(bob.uid), alice},
+		{"alice's own, but open to all", alice.mkdir(t, filepath.Join(alice.home, "open"), 0o777), "it must be 0700", alice},
+		{"a link bob made to alice's own", func() string {
+			l := filepath.Join(bobsRuntime, "link")
+			os.Symlink(shared, l)
+			os.Lchown(l, bob.uid, bob.gid)
+			return l
+		}(), "is a link", alice},
+		{"one directory in a shared kernelspec's env", shared, "belongs to uid " + strconv.Itoa(alice.uid), bob},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := conn
+			if tc.as.uid == bob.uid {
+				c = connFileFor(t, bob)
+			}
+			start := time.Now()
+			code, out := runAs(t, tc.as.credential, userEnv(tc.as, "TFGPU_STATE_DIR="+tc.dir), 30*time.Second,
+				bin, "run", "-f", c, "--", "/bin/sleep", "600")
+			out = strings.TrimSpace(out)
+			t.Logf("exit %d in %v: %s", code, time.Since(start).Round(time.Millisecond), out)
+			if code != 2 || strings.Contains(out, "\n") || !strings.Contains(out, tc.want) || !strings.Contains(out, tc.dir) {
+				t.Fatalf("want exit 2 and one line naming %s and %q; got exit %d:\n%s", tc.dir, tc.want, code, out)
+			}
+		})
+	}
+}
+
+// Records in alice's own state directory that she did not write (bob's
+// files, from when the directory was not yet locked down) or that name
+// what her supervisors never make are not acted on; her supervisor logs a
+// line for each and starts her kernel.
+func TestSecurityPlantedRecords(t *testing.T) {
+	bin := sharedBinary(t)
+	alice, bob := newLocalUser(t, "alice"), newLocalUser(t, "bob")
+	state := alice.mkdir(t, filepath.Join(alice.home, "state"), 0o700)
+	victimPid, victimStart := sleeper(t, alice.credential) // alice's unrelated process
+	notes := alice.own(t, filepath.Join(alice.home, "notes.txt"), []byte("alice's notes\n"), 0o600)
+	precious := alice.mkdir(t, filepath.Join(alice.home, "precious"), 0o700)
+	alice.own(t, filepath.Join(precious, "thesis.tex"), []byte("\\documentclass{article}\n"), 0o600)
+	victimJSON := alice.own(t, filepath.Join(filepath.Dir(state), "victim.json"), []byte("{}\n"), 0o600)
+	bobs := bob.mkdir(t, filepath.Join(sharedDir(t), "bob"), 0o755)
+
+	// 1. bob's file naming alice's process, with its true start time
+	bob.own(t, filepath.Join(state, "k-unrelated.json"), record(t, wrapper.State{KernelID: "k-unrelated",
+		SupervisorPID: 1 << 30, KernelPID: victimPid, KernelStart: victimStart, Containment: "proc"}), 0o644)
+	// 2. a kernel id that climbs out of the directory
+	alice.own(t, filepath.Join(state, "x.json"), record(t, wrapper.State{KernelID: "../victim", SupervisorPID: 1 << 30}), 0o600)
+	// 3. an inner directory that is alice's precious work
+	alice.own(t, filepath.Join(state, "k-inner.json"), record(t, wrapper.State{KernelID: "k-inner", SupervisorPID: 1 << 30,
+		Containment: "proc", InnerDir: precious}), 0o600)
+	// 4. a "cgroup" of bob's whose cgroup.kill is a link to alice's file
+	fake := bob.mkdir(t, filepath.Join(bobs, "tfgpu-k-link-1073741824"), 0o755)
+	os.Symlink(notes, filepath.Join(fake, "cgroup.kill"))
+	os.WriteFile(filepath.Join(fake, "cgroup.events"), []byte("populated 1\n"), 0o644)
+	alice.own(t, filepath.Join(state, "k-link.json"), record(t, wrapper.State{KernelID: "k-link", SupervisorPID: 1 << 30,
+		Containment: "v2", Cgroup: fake}), 0o600)
+	// 5. dozens of "populated" cgroups that never empty
+	for i := range 30 {
+		id := fmt.Sprintf("k-stuck-%d", i)
+		dir := bob.mkdir(t, filepath.Join(bobs, "tfgpu-"+id+"-1073741824"), 0o755)
+		os.WriteFile(filepath.Join(dir, "cgroup.events"), []byte("populated 1\n"), 0o644)
+		alice.own(t, filepath.Join(state, id+".json"), record(t, wrapper.State{KernelID: id, SupervisorPID: 1 << 30,
+			Containment: "v2", Cgroup: dir}), 0o600)
+	}
+
+	conn := connFileFor(t, alice)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "run", "--cgroup", "none", "-f", conn, "--", "/bin/sleep", "600")
+	cmd.Env = userEnv(alice, "TFGPU_STATE_DIR="+state)
+	cmd.Dir = "/"
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: alice.credential, Setpgid: true}
+	var log lockedBuffer
+	cmd.Stdout, cmd.Stderr = &log, &log
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	var werr error
+wait:
+	for !strings.Contains(log.String(), "kernel started") {
+		select {
+		case werr = <-exited:
+			break wait
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	started := time.Since(start)
+	if werr == nil {
+		cmd.Process.Signal(syscall.SIGTERM)
+		werr = <-exited
+	}
+	out := log.String()
+	t.Logf("supervisor: %v", werr)
+	t.Logf("kernel started after %v; supervisor log:\n%s", started.Round(time.Millisecond), out)
+	if !strings.Contains(out, "kernel started") {
+		t.Fatal("alice's kernel never started")
+	}
+	if !alive(victimPid) {
+		t.Error("alice's unrelated process was killed")
+	}
+	if b, _ := os.ReadFile(notes); string(b) != "alice's notes\n" {
+		t.Errorf("alice's notes were written: %q", b)
+	}
+	if _, err := os.Stat(filepath.Join(precious, "thesis.tex")); err != nil {
+		t.Errorf("alice's precious directory was removed: %v", err)
+	}
+	if _, err := os.Stat(victimJSON); err != nil {
+		t.Errorf("alice's file outside the state directory was removed: %v", err)
+	}
+	for _, want := range []string{
+		"k-unrelated.json: owned by uid " + strconv.Itoa(bob.uid),
+		`x.json: kernel id \"../victim\"`, // as slog quotes it
+		"inner directory " + precious + " is not named as",
+		"cgroup " + fake + " is not on a cgroup file system",
+		"k-stuck-29-1073741824 is not on a cgroup file system",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no line saying %q was refused", want)
+		}
+	}
+	if n := strings.Count(out, "refused"); n < 34 {
+		t.Errorf("%d refusals logged, want one per planted record (34)", n)
+	}
+	if strings.Contains(out, "cannot finish") {
+		t.Errorf("the supervisor tried to finish a planted kernel")
+	}
+}
+
+// Root acting on a user's records (stop, ps across users) acts only on
+// processes, cgroups and paths that user owns; it prints, never obeys,
+// what the user wrote.
+func TestSecurityRootActsOnlyOnTheUsersOwn(t *testing.T) {
+	bin := sharedBinary(t)
+	bob := newLocalUser(t, "bob")
+	parent := cgroupV2Parent(t)
+	bobsState := bob.mkdir(t, filepath.Join(bob.home, "state"), 0o700)
+	bobs := bob.mkdir(t, filepath.Join(sharedDir(t), "bob"), 0o755)
+	rootPid, rootStart := sleeper(t, nil)
+	rootFile := filepath.Join(t.TempDir(), "shadow")
+	os.WriteFile(rootFile, []byte("root:secret-hash:19000\n"), 0o600)
+	rootDir := filepath.Join(os.TempDir(), "tfgpu-k-inner-424242")
+	os.Mkdir(rootDir, 0o700)
+	os.WriteFile(filepath.Join(rootDir, "keep"), []byte("x"), 0o600)
+	t.Cleanup(func() { os.RemoveAll(rootDir) })
+	rootCg := filepath.Join(parent, "tfgpu-k-cg-1073741824")
+	if err := os.Mkdir(rootCg, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cgPid, _ := sleeper(t, nil)
+	os.WriteFile(filepath.Join(rootCg, "cgroup.procs"), []byte(strconv.Itoa(cgPid)), 0o644)
+	t.Cleanup(func() {
+		syscall.Kill(cgPid, syscall.SIGKILL)
+		for i := 0; i < 100 && os.Remove(rootCg) != nil; i++ {
+			time.Sleep(10 * time.Millisecond)
+		}
+	})
+	linkCg := bob.mkdir(t, filepath.Join(bobs, "tfgpu-k-link-1073741824"), 0o755)
+	os.Symlink(rootFile, filepath.Join(linkCg, "cgroup.kill"))
+	os.Symlink(rootFile, filepath.Join(linkCg, "cgroup.procs"))
+	for _, st := range []wrapper.State{
+		{KernelID: "k-proc", SupervisorPID: 1 << 30, KernelPID: rootPid, KernelStart: rootStart, Containment: "proc"},
+		{KernelID: "k-cg", SupervisorPID: 1 << 30, Containment: "v2", Cgroup: rootCg},
+		{KernelID: "k-inner", SupervisorPID: 1 << 30, Containment: "proc", InnerDir: rootDir},
+		{KernelID: "k-link", SupervisorPID: 1 << 30, Containment: "v2", Cgroup: linkCg,
+			Session: "nb.ipynb\x1b]0;owned\x07\x1b[2J"},
+	} {
+		bob.own(t, filepath.Join(bobsState, st.KernelID+".json"), record(t, st), 0o600)
+	}
+	env := append(os.Environ(), "TFGPU_STATE_DIR=")
+	code, ps := runAs(t, nil, env, 60*time.Second, bin, "ps", "--state-dir", bobsState)
+	if strings.ContainsRune(ps, 0x1b) || strings.ContainsRune(ps, 0x07) || strings.Contains(ps, "secret-hash") {
+		t.Fatalf("root's ps printed what bob wrote or read through his link (exit %d):\n%q", code, ps)
+	}
+	code, out := runAs(t, nil, env, 60*time.Second, bin, "stop", "--state-dir", bobsState, "--all")
+	t.Logf("ps:\n%s\nstop --all (exit %d):\n%s", ps, code, out)
+	if !alive(rootPid) || !alive(cgPid) {
+		t.Fatal("root's processes were killed through bob's records")
+	}
+	if b, _ := os.ReadFile(rootFile); string(b) != "root:secret-hash:19000\n" {
+		t.Fatalf("root's file was written: %q", b)
+	}
+	if _, err := os.Stat(filepath.Join(rootDir, "keep")); err != nil {
+		t.Fatalf("root's directory was removed: %v", err)
+	}
+	if _, err := os.Stat(rootCg); err != nil {
+		t.Fatalf("root's cgroup was removed: %v", err)
+	}
+	for _, want := range []string{
+		"kernel pid " + strconv.Itoa(rootPid) + " belongs to uid 0, not to the record's owner " + strconv.Itoa(bob.uid),
+		"cgroup " + rootCg + " belongs to uid 0",
+		"inner directory " + rootDir + " belongs to uid 0",
+		"cgroup " + linkCg + " is not on a cgroup file system",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("stop does not say it refused: %q", want)
+		}
+	}
+	if code == 0 {
+		t.Error("stop exited 0 after refusing every kernel")
+	}
+
+	// Root finds a user's kernel by id, as ps lists it, in the user's
+	// runtime directory, and stops what the user owns.
+	run := filepath.Join("/run/user", strconv.Itoa(bob.uid))
+	bob.mkdir(t, run, 0o700)
+	t.Cleanup(func() { os.RemoveAll(run) })
+	runState := bob.mkdir(t, filepath.Join(run, "tfgpu-kernel"), 0o700)
+	bobPid, bobStart := sleeper(t, bob.credential)
+	bob.own(t, filepath.Join(runState, "k-bobs.json"), record(t, wrapper.State{KernelID: "k-bobs", SupervisorPID: 1 << 30,
+		KernelPID: bobPid, KernelStart: bobStart, Containment: "proc"}), 0o600)
+	code, out = runAs(t, nil, env, 60*time.Second, bin, "stop", "k-bobs")
+	for i := 0; i < 100 && alive(bobPid); i++ {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if code != 0 || alive(bobPid) || !strings.Contains(out, "stopped kernel k-bobs") {
+		t.Fatalf("root's stop k-bobs: exit %d, bob's kernel alive %v:\n%s", code, alive(bobPid), out)
+	}
+}
+
+// A supervisor running as root loads an NVML library only from a file of
+// root's that no one else can write.
+func TestSecurityRootLoadsOnlyRootsNVML(t *testing.T) {
+	bin := sharedBinary(t)
+	bob := newLocalUser(t, "bob")
+	f := gputest.New(t, 1, gputest.Full)
+	lib, err := os.ReadFile(f.Library())
+	if err != nil {
+		t.Fatal(err)
+	}
+	bobs := bob.mkdir(t, filepath.Join(sharedDir(t), "lib"), 0o755)
+	bobsLib := bob.own(t, filepath.Join(bobs, "libnvidia-ml.so.1"), lib, 0o755)
+	roots := filepath.Join(sharedDir(t), "rootlib")
+	os.Mkdir(roots, 0o755)
+	rootsLib := filepath.Join(roots, "libnvidia-ml.so.1")
+	os.WriteFile(rootsLib, lib, 0o755)
+	env := append(append(os.Environ(), "TFGPU_STATE_DIR="+privateDir(t)), f.Env()...)
+	_, out := runAs(t, nil, env, 60*time.Second, bin, "doctor", "--nvml-library", bobsLib)
+	if !strings.Contains(out, "refusing to load it as root") || !strings.Contains(out, "belongs to uid "+strconv.Itoa(bob.uid)) {
+		t.Fatalf("doctor as root loaded bob's library:\n%s", out)
+	}
+	_, out = runAs(t, nil, env, 60*time.Second, bin, "doctor", "--nvml-library", rootsLib)
+	if !strings.Contains(out, "driver 999.99-fake") {
+		t.Fatalf("doctor as root did not load root's library:\n%s", out)
+	}
+	os.Chmod(rootsLib, 0o777)
+	_, out = runAs(t, nil, env, 60*time.Second, bin, "doctor", "--nvml-library", rootsLib)
+	if !strings.Contains(out, "refusing to load it as root") {
+		t.Fatalf("doctor as root loaded a world-writable library:\n%s", out)
+	}
+}
+
+// cgroupV2Parent is this process's own cgroup2 directory, where root may
+// make a cgroup.
+func cgroupV2Parent(t *testing.T) string {
+	t.Helper()
+	l, err := cgroup.DetectLayout()
+	if err != nil || l.V2Self == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("CI=true: needs cgroup v2: %v", err)
+		}
+		t.Skipf("needs cgroup v2: %v", err)
+	}
+	return l.V2Self
+}
