@@ -223,7 +223,7 @@ func TestSecurityStateDirectory(t *testing.T) {
 	shared := alice.mkdir(t, filepath.Join(sharedDir(t), "alices-state"), 0o700)
 	for _, tc := range []struct {
 		name, dir, want string
-		as         localUser
+		as              localUser
 	}{
 		{"bob's directory, world-writable", oldDefault, "belongs to uid " + strconv.Itoa(bob.uid), alice},
 		{"alice's own, but open to all", alice.mkdir(t, filepath.Join(alice.home, "open"), 0o777), "it must be 0700", alice},
