@@ -262,8 +262,9 @@ func (s *e2eSuite) checkAfter(t *testing.T, r *e2eRun, pids []int, ended time.Ti
 func (s *e2eSuite) checkLeftovers(t *testing.T, xdg string) {
 	t.Helper()
 	var left []string
+	state := filepath.Join(xdg, "tfgpu-kernel") // an unprivileged user's state directory stays; its records may not
 	_ = filepath.WalkDir(xdg, func(p string, d os.DirEntry, err error) error {
-		if err == nil && p != xdg {
+		if err == nil && p != xdg && p != state {
 			left = append(left, p)
 		}
 		return nil
@@ -637,4 +638,141 @@ func TestE2EGPU(t *testing.T) {
 func TestE2EDebugger(t *testing.T) {
 	s := e2eSetup(t, "debugpy")
 	s.scenario(t, 90*time.Second, "debug.py")
+}
+
+// Issue 10: the SIGKILL hole. shutdown_kernel(now=True) and
+// restart_kernel(now=True) of a kernel with two setsid'd, SIGTERM-ignoring
+// workers holding the fake GPU (testdata/e2e/sigkill.py), as root in every
+// containment mode and as an unprivileged user (proc mode, and v2 in a
+// delegated subtree as systemd's Delegate=yes gives one): within 2 s the
+// old tree is dead, its cgroup gone and NVML lists none of its contexts,
+// without another kernel starting; after a restart the new kernel stays up.
+func TestE2ESIGKILL(t *testing.T) {
+	s := e2eSetup(t)
+	if !s.wrapped {
+		t.Skip("the watcher is the supervisor's")
+	}
+	for _, who := range []string{"root", "user"} {
+		modes := []string{CgroupModeV2, CgroupModeV1, CgroupModeNone}
+		if who == "user" {
+			modes = []string{CgroupModeNone, CgroupModeV2}
+		}
+		for _, mode := range modes {
+			for _, how := range []string{"shutdown", "restart"} {
+				t.Run(who+"/"+mode+"/"+how, func(t *testing.T) {
+					e2eSIGKILL(t, s, who == "user", mode, how)
+				})
+			}
+		}
+	}
+}
+
+// The --cgroup modes the SIGKILL test runs.
+const (
+	CgroupModeV2   = "v2"
+	CgroupModeV1   = "v1"
+	CgroupModeNone = "none"
+)
+
+func e2eSIGKILL(t *testing.T, s *e2eSuite, asUser bool, mode, how string) {
+	f := gputest.New(t, 2, gputest.Full)
+	gs := *s
+	gs.env = append(append(append([]string{}, s.env...), f.Env("FAKE_NVML_RELEASE_MS=200")...),
+		"TFGPU_CGROUP="+mode, "TFGPU_STATE_DIR=")
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	r := gs.command(ctx, t, "sigkill.py", how)
+	if asUser {
+		u := newLocalUser(t, "sk")
+		// Everything the user's scenario touches: a copy of the binary and
+		// its kernelspec, scratch and runtime directories of the user's,
+		// and the fake GPU's files.
+		shared := sharedDir(t)
+		bin := filepath.Join(shared, "tfgpu-kernel")
+		b, err := os.ReadFile(s.bin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		os.WriteFile(bin, b, 0o755)
+		prefix := filepath.Join(shared, "prefix")
+		if err := e2eInstallSpec(bin, prefix); err != nil {
+			t.Fatal(err)
+		}
+		tmp := u.mkdir(t, filepath.Join(u.home, "tmp"), 0o700)
+		xdg := u.mkdir(t, filepath.Join(u.home, "run"), 0o700)
+		for _, d := range []string{"data", "config", "runtime"} {
+			u.mkdir(t, filepath.Join(u.home, "jupyter", d), 0o700)
+		}
+		openUp(t, f.Root)
+		r.xdg = xdg
+		r.cmd.Env = append(r.cmd.Env, "HOME="+u.home, "USER="+u.name, "E2E_TMP="+tmp,
+			"IPYTHONDIR="+filepath.Join(tmp, "ipython"), "XDG_RUNTIME_DIR="+xdg,
+			"JUPYTER_PATH="+filepath.Join(prefix, "share", "jupyter"),
+			"JUPYTER_DATA_DIR="+filepath.Join(u.home, "jupyter", "data"),
+			"JUPYTER_CONFIG_DIR="+filepath.Join(u.home, "jupyter", "config"),
+			"JUPYTER_RUNTIME_DIR="+filepath.Join(u.home, "jupyter", "runtime"))
+		r.cmd.SysProcAttr.Credential = u.credential
+		if mode == CgroupModeV2 {
+			deleg := delegateCgroup(t, u)
+			fd, err := syscall.Open(deleg, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer syscall.Close(fd)
+			r.cmd.SysProcAttr.UseCgroupFD, r.cmd.SysProcAttr.CgroupFD = true, fd
+		}
+	}
+	if err := r.cmd.Start(); err != nil {
+		t.Fatalf("start sigkill.py: %v", err)
+	}
+	err := r.cmd.Wait()
+	ended := time.Now()
+	res, perr := e2eParse(r.stdout.String())
+	s.checkAfter(t, r, res.Pids, ended)
+	facts, _ := json.MarshalIndent(res.Facts, "", "  ")
+	t.Logf("sigkill.py %s facts: %s", how, facts)
+	if perr != nil || !res.OK {
+		t.Fatalf("sigkill.py %s: %v %s (exit %v)\nstderr:\n%s", how, perr, res.Error, err, e2eTail(r.stderr.String(), 6000))
+	}
+}
+
+// openUp lets every user through dir's ancestors and read and write in it
+// (the fake GPU's devices, context files and log).
+func openUp(t *testing.T, dir string) {
+	t.Helper()
+	for d := dir; d != "/" && d != os.TempDir(); d = filepath.Dir(d) {
+		os.Chmod(d, 0o755)
+	}
+	filepath.WalkDir(dir, func(p string, e os.DirEntry, err error) error {
+		if err == nil {
+			if e.IsDir() {
+				os.Chmod(p, 0o777)
+			} else {
+				os.Chmod(p, 0o666)
+			}
+		}
+		return nil
+	})
+}
+
+// delegateCgroup makes a cgroup under this process's own and hands it to
+// u as systemd's Delegate=yes does (cgroup-v2.rst, "Delegation
+// Containment"); it is removed after the test.
+func delegateCgroup(t *testing.T, u localUser) string {
+	t.Helper()
+	deleg := filepath.Join(cgroupV2Parent(t), "tfgpu-deleg-"+u.name)
+	if err := os.Mkdir(deleg, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for i := 0; i < 100 && os.Remove(deleg) != nil; i++ {
+			time.Sleep(20 * time.Millisecond)
+		}
+	})
+	for _, p := range []string{deleg, deleg + "/cgroup.procs", deleg + "/cgroup.threads", deleg + "/cgroup.subtree_control"} {
+		if err := os.Chown(p, u.uid, u.gid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return deleg
 }
