@@ -253,50 +253,106 @@ func TestSecurityStateDirectory(t *testing.T) {
 }
 
 // Records in alice's own state directory that she did not write (bob's
-// files, from when the directory was not yet locked down) or that name
-// what her supervisors never make are not acted on; her supervisor logs a
-// line for each and starts her kernel.
+// files, from before the directory was locked down) or that name what her
+// supervisors never make are not acted on: one attack per subtest, each
+// planted before alice's supervisor starts (it finishes the records of
+// dead supervisors first); her supervisor logs a line for each and starts
+// her kernel.
 func TestSecurityPlantedRecords(t *testing.T) {
 	bin := sharedBinary(t)
 	alice, bob := newLocalUser(t, "alice"), newLocalUser(t, "bob")
-	state := alice.mkdir(t, filepath.Join(alice.home, "state"), 0o700)
-	victimPid, victimStart := sleeper(t, alice.credential) // alice's unrelated process
-	notes := alice.own(t, filepath.Join(alice.home, "notes.txt"), []byte("alice's notes\n"), 0o600)
-	precious := alice.mkdir(t, filepath.Join(alice.home, "precious"), 0o700)
-	alice.own(t, filepath.Join(precious, "thesis.tex"), []byte("\\documentclass{article}\n"), 0o600)
-	victimJSON := alice.own(t, filepath.Join(filepath.Dir(state), "victim.json"), []byte("{}\n"), 0o600)
-	bobs := bob.mkdir(t, filepath.Join(sharedDir(t), "bob"), 0o755)
-
-	// 1. bob's file naming alice's process, with its true start time
-	bob.own(t, filepath.Join(state, "k-unrelated.json"), record(t, wrapper.State{KernelID: "k-unrelated",
-		SupervisorPID: 1 << 30, KernelPID: victimPid, KernelStart: victimStart, Containment: "proc"}), 0o644)
-	// 2. a kernel id that climbs out of the directory
-	alice.own(t, filepath.Join(state, "x.json"), record(t, wrapper.State{KernelID: "../victim", SupervisorPID: 1 << 30}), 0o600)
-	// 3. an inner directory that is alice's precious work
-	alice.own(t, filepath.Join(state, "k-inner.json"), record(t, wrapper.State{KernelID: "k-inner", SupervisorPID: 1 << 30,
-		Containment: "proc", InnerDir: precious}), 0o600)
-	// 4. a "cgroup" of bob's whose cgroup.kill is a link to alice's file
-	fake := bob.mkdir(t, filepath.Join(bobs, "tfgpu-k-link-1073741824"), 0o755)
-	os.Symlink(notes, filepath.Join(fake, "cgroup.kill"))
-	os.WriteFile(filepath.Join(fake, "cgroup.events"), []byte("populated 1\n"), 0o644)
-	alice.own(t, filepath.Join(state, "k-link.json"), record(t, wrapper.State{KernelID: "k-link", SupervisorPID: 1 << 30,
-		Containment: "v2", Cgroup: fake}), 0o600)
-	// 5. dozens of "populated" cgroups that never empty
-	for i := range 30 {
-		id := fmt.Sprintf("k-stuck-%d", i)
-		dir := bob.mkdir(t, filepath.Join(bobs, "tfgpu-"+id+"-1073741824"), 0o755)
-		os.WriteFile(filepath.Join(dir, "cgroup.events"), []byte("populated 1\n"), 0o644)
-		alice.own(t, filepath.Join(state, id+".json"), record(t, wrapper.State{KernelID: id, SupervisorPID: 1 << 30,
-			Containment: "v2", Cgroup: dir}), 0o600)
+	dead := 1 << 30 // a supervisor pid that does not exist
+	for _, tc := range []struct {
+		name string
+		// plant writes the attack into state and returns the line that
+		// must say it was refused, and a check that the victim is intact.
+		plant func(t *testing.T, state, bobs string) (refusal string, intact func() error)
+	}{
+		{"bob's record naming alice's process", func(t *testing.T, state, _ string) (string, func() error) {
+			pid, start := sleeper(t, alice.credential)
+			bob.own(t, filepath.Join(state, "k-unrelated.json"), record(t, wrapper.State{KernelID: "k-unrelated",
+				SupervisorPID: dead, KernelPID: pid, KernelStart: start, Containment: "proc"}), 0o644)
+			return "k-unrelated.json: owned by uid " + strconv.Itoa(bob.uid), func() error { return aliveErr(pid) }
+		}},
+		{"a kernel id that climbs out", func(t *testing.T, state, _ string) (string, func() error) {
+			victim := alice.own(t, filepath.Join(filepath.Dir(state), "victim.json"), []byte("{}\n"), 0o600)
+			alice.own(t, filepath.Join(state, "x.json"), record(t, wrapper.State{KernelID: "../victim", SupervisorPID: dead}), 0o600)
+			return `x.json: kernel id \"../victim\"`, func() error { _, err := os.Stat(victim); return err }
+		}},
+		{"an inner directory that is alice's work", func(t *testing.T, state, _ string) (string, func() error) {
+			precious := alice.mkdir(t, filepath.Join(alice.home, "precious"), 0o700)
+			thesis := alice.own(t, filepath.Join(precious, "thesis.tex"), []byte("\\documentclass{article}\n"), 0o600)
+			alice.own(t, filepath.Join(state, "k-inner.json"), record(t, wrapper.State{KernelID: "k-inner", SupervisorPID: dead,
+				Containment: "proc", InnerDir: precious}), 0o600)
+			return "inner directory " + precious + " is not named as", func() error { _, err := os.Stat(thesis); return err }
+		}},
+		{"a cgroup.kill that links to alice's file", func(t *testing.T, state, bobs string) (string, func() error) {
+			notes := alice.own(t, filepath.Join(alice.home, "notes.txt"), []byte("alice's notes\n"), 0o600)
+			fake := bob.mkdir(t, filepath.Join(bobs, "tfgpu-k-link-"+strconv.Itoa(dead)), 0o755)
+			os.Symlink(notes, filepath.Join(fake, "cgroup.kill"))
+			os.WriteFile(filepath.Join(fake, "cgroup.events"), []byte("populated 1\n"), 0o644)
+			alice.own(t, filepath.Join(state, "k-link.json"), record(t, wrapper.State{KernelID: "k-link", SupervisorPID: dead,
+				Containment: "v2", Cgroup: fake}), 0o600)
+			return "cgroup " + fake + " is not on a cgroup file system", func() error {
+				if b, _ := os.ReadFile(notes); string(b) != "alice's notes\n" {
+					return fmt.Errorf("alice's notes were written: %q", b)
+				}
+				return nil
+			}
+		}},
+		{"thirty populated cgroups that never empty", func(t *testing.T, state, bobs string) (string, func() error) {
+			for i := range 30 {
+				id := fmt.Sprintf("k-stuck-%d", i)
+				dir := bob.mkdir(t, filepath.Join(bobs, "tfgpu-"+id+"-"+strconv.Itoa(dead)), 0o755)
+				os.WriteFile(filepath.Join(dir, "cgroup.events"), []byte("populated 1\n"), 0o644)
+				alice.own(t, filepath.Join(state, id+".json"), record(t, wrapper.State{KernelID: id, SupervisorPID: dead,
+					Containment: "v2", Cgroup: dir}), 0o600)
+			}
+			return "k-stuck-29-" + strconv.Itoa(dead) + " is not on a cgroup file system", func() error { return nil }
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			state := alice.mkdir(t, filepath.Join(alice.home, "state-"+strings.ReplaceAll(tc.name, " ", "-")), 0o700)
+			bobs := bob.mkdir(t, filepath.Join(sharedDir(t), "bob"), 0o755)
+			refusal, intact := tc.plant(t, state, bobs)
+			out, started := runSupervisorAs(t, bin, alice, state)
+			t.Logf("alice's kernel started after %v", started.Round(time.Millisecond))
+			if !strings.Contains(out, "kernel started") {
+				t.Fatalf("alice's kernel never started:\n%s", out)
+			}
+			if err := intact(); err != nil {
+				t.Errorf("the victim was hurt: %v", err)
+			}
+			if !strings.Contains(out, refusal) {
+				t.Errorf("no line saying %q was refused:\n%s", refusal, out)
+			}
+			if strings.Contains(out, "cannot finish") {
+				t.Errorf("the supervisor tried to finish a planted kernel:\n%s", out)
+			}
+		})
 	}
+}
 
-	conn := connFileFor(t, alice)
+func aliveErr(pid int) error {
+	if !alive(pid) {
+		return fmt.Errorf("process %d was killed", pid)
+	}
+	return nil
+}
+
+// runSupervisorAs runs `tfgpu-kernel run` as u with state as its state
+// directory and /bin/sleep as the kernel, until the kernel started (or the
+// supervisor exited), then stops it with SIGTERM; it returns the log and
+// how long the start took.
+func runSupervisorAs(t *testing.T, bin string, u localUser, state string) (string, time.Duration) {
+	t.Helper()
+	conn := connFileFor(t, u)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, "run", "--cgroup", "none", "-f", conn, "--", "/bin/sleep", "600")
-	cmd.Env = userEnv(alice, "TFGPU_STATE_DIR="+state)
+	cmd.Env = userEnv(u, "TFGPU_STATE_DIR="+state)
 	cmd.Dir = "/"
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: alice.credential, Setpgid: true}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: u.credential, Setpgid: true}
 	var log lockedBuffer
 	cmd.Stdout, cmd.Stderr = &log, &log
 	start := time.Now()
@@ -306,54 +362,25 @@ func TestSecurityPlantedRecords(t *testing.T) {
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 	var werr error
+	gone := false
 wait:
 	for !strings.Contains(log.String(), "kernel started") {
 		select {
 		case werr = <-exited:
+			gone = true
 			break wait
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-	started := time.Since(start)
-	if werr == nil {
+	took := time.Since(start)
+	if !gone {
 		cmd.Process.Signal(syscall.SIGTERM)
 		werr = <-exited
 	}
-	out := log.String()
-	t.Logf("supervisor: %v", werr)
-	t.Logf("kernel started after %v; supervisor log:\n%s", started.Round(time.Millisecond), out)
-	if !strings.Contains(out, "kernel started") {
-		t.Fatal("alice's kernel never started")
+	if werr != nil {
+		t.Logf("supervisor: %v", werr)
 	}
-	if !alive(victimPid) {
-		t.Error("alice's unrelated process was killed")
-	}
-	if b, _ := os.ReadFile(notes); string(b) != "alice's notes\n" {
-		t.Errorf("alice's notes were written: %q", b)
-	}
-	if _, err := os.Stat(filepath.Join(precious, "thesis.tex")); err != nil {
-		t.Errorf("alice's precious directory was removed: %v", err)
-	}
-	if _, err := os.Stat(victimJSON); err != nil {
-		t.Errorf("alice's file outside the state directory was removed: %v", err)
-	}
-	for _, want := range []string{
-		"k-unrelated.json: owned by uid " + strconv.Itoa(bob.uid),
-		`x.json: kernel id \"../victim\"`, // as slog quotes it
-		"inner directory " + precious + " is not named as",
-		"cgroup " + fake + " is not on a cgroup file system",
-		"k-stuck-29-1073741824 is not on a cgroup file system",
-	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("no line saying %q was refused", want)
-		}
-	}
-	if n := strings.Count(out, "refused"); n < 34 {
-		t.Errorf("%d refusals logged, want one per planted record (34)", n)
-	}
-	if strings.Contains(out, "cannot finish") {
-		t.Errorf("the supervisor tried to finish a planted kernel")
-	}
+	return log.String(), took
 }
 
 // Root acting on a user's records (stop, ps across users) acts only on
