@@ -408,21 +408,8 @@ func watcherOf(t *testing.T, sup int) int {
 func TestWatcherFinishesWhenTheSupervisorIsKilled(t *testing.T) {
 	for _, mode := range []string{CgroupV2, CgroupV1, CgroupNone} {
 		t.Run(mode, func(t *testing.T) {
-			switch mode {
-			case CgroupV2:
-				requireCgroupV2(t)
-			case CgroupV1:
-				requireFreezer(t)
-			}
-			t.Setenv("TFGPU_CGROUP", mode)
-			h, cmd := startExternal(t, "")
-			pid := h.spawnEscapee()
+			h, cmd, pid, st := startExternalIn(t, mode)
 			w := watcherOf(t, cmd.Process.Pid)
-			states, _, err := ReadStates(os.Getenv("TFGPU_STATE_DIR"))
-			if err != nil || len(states) != 1 {
-				t.Fatalf("states %+v, %v", states, err)
-			}
-			st := states[0]
 			killed := time.Now()
 			cmd.Process.Kill()
 			cmd.Wait()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -17,20 +18,7 @@ import (
 func TestFinishAKernelWhoseSupervisorIsStopped(t *testing.T) {
 	for _, mode := range []string{CgroupV2, CgroupV1, CgroupNone} {
 		t.Run(mode, func(t *testing.T) {
-			switch mode {
-			case CgroupV2:
-				requireCgroupV2(t)
-			case CgroupV1:
-				requireFreezer(t)
-			}
-			t.Setenv("TFGPU_CGROUP", mode)
-			h, cmd := startExternal(t, "")
-			pid := h.spawnEscapee()
-			states, _, err := ReadStates(os.Getenv("TFGPU_STATE_DIR"))
-			if err != nil || len(states) != 1 {
-				t.Fatalf("states %+v, %v; want the one kernel", states, err)
-			}
-			st := states[0]
+			_, cmd, pid, st := startExternalIn(t, mode)
 			if want := map[string]string{CgroupV2: "v2", CgroupV1: "v1", CgroupNone: "proc"}[mode]; st.Containment != want {
 				t.Fatalf("containment %q, want %q", st.Containment, want)
 			}
@@ -127,4 +115,25 @@ func TestStartStopCyclesLeaveNothing(t *testing.T) {
 		t.Errorf("state files left: %v", left)
 	}
 	t.Logf("%d cycles in %v", n, time.Since(start).Round(time.Millisecond))
+}
+
+// startExternalIn starts an external supervisor in containment mode, has
+// its kernel spawn a setsid'd escapee, and returns them with the kernel's
+// record.
+func startExternalIn(t *testing.T, mode string) (*harness, *exec.Cmd, int, State) {
+	t.Helper()
+	switch mode {
+	case CgroupV2:
+		requireCgroupV2(t)
+	case CgroupV1:
+		requireFreezer(t)
+	}
+	t.Setenv("TFGPU_CGROUP", mode)
+	h, cmd := startExternal(t, "")
+	pid := h.spawnEscapee()
+	states, _, err := ReadStates(os.Getenv("TFGPU_STATE_DIR"))
+	if err != nil || len(states) != 1 {
+		t.Fatalf("states %+v, %v; want the one kernel", states, err)
+	}
+	return h, cmd, pid, states[0]
 }
