@@ -377,3 +377,33 @@ func procCgroup(t *testing.T, pid int) string {
 	t.Fatalf("pid %d has no cgroup2 line in %q", pid, b)
 	return ""
 }
+
+// A supervisor in the systemd scope mode that is SIGKILLed: its watcher
+// kills the scope's tree and removes the scope's cgroup at once, as in the
+// other modes (the user is nobody, as above).
+func TestSystemdScopeWatcherFinishesAKilledSupervisor(t *testing.T) {
+	m := startFakeUserManager(t, nobody)
+	h, cmd := m.startInSession(t)
+	reqs := m.asked()
+	if len(reqs) != 1 {
+		t.Fatalf("scopes asked for: %+v", reqs)
+	}
+	scope := filepath.Join(m.apps, reqs[0].Unit)
+	pid := h.spawnEscapee()
+	w := watcherOf(t, cmd.Process.Pid)
+	killed := time.Now()
+	cmd.Process.Kill()
+	cmd.Wait()
+	h.closeClients()
+	for time.Since(killed) < 2*time.Second && (pidAlive(pid) || pidAlive(w)) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if pidAlive(pid) {
+		syscall.Kill(pid, syscall.SIGKILL)
+		t.Fatalf("escapee %d alive 2 s after its supervisor was SIGKILLed; log:\n%s", pid, h.stderr)
+	}
+	if _, err := os.Stat(scope); !os.IsNotExist(err) {
+		t.Fatalf("scope cgroup %s left behind: %v", scope, err)
+	}
+	t.Logf("tree dead and scope removed %v after the SIGKILL", time.Since(killed).Round(time.Millisecond))
+}

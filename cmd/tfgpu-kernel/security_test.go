@@ -18,9 +18,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-zeromq/zmq4"
+
 	"github.com/tfgpu/tfgpu-kernel/cgroup"
 	"github.com/tfgpu/tfgpu-kernel/wrapper"
 	"github.com/tfgpu/tfgpu-kernel/wrapper/gpu/gputest"
+	"github.com/tfgpu/tfgpu-kernel/wrapper/jmsg"
 )
 
 // Issue 10: two users of one machine (alice runs kernels, bob is another
@@ -518,4 +521,72 @@ func cgroupV2Parent(t *testing.T) string {
 		t.Skipf("needs cgroup v2: %v", err)
 	}
 	return l.V2Self
+}
+
+// A GPU handoff file that is a link to alice's ~/.bashrc (planted by bob
+// before her directory was locked down): on a restart her supervisor
+// writes its handoff in place of the link, never through it.
+func TestSecurityHandoffLink(t *testing.T) {
+	bin := sharedBinary(t)
+	alice, bob := newLocalUser(t, "alice"), newLocalUser(t, "bob")
+	f := gputest.New(t, 1, gputest.Full)
+	openUp(t, f.Root)
+	openUp(t, f.LibDir)
+	state := alice.mkdir(t, filepath.Join(alice.home, "state"), 0o700)
+	bashrc := alice.own(t, filepath.Join(alice.home, ".bashrc"), []byte("export PS1='alice$ '\n"), 0o600)
+	conn := connFileFor(t, alice)
+	id := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(conn), "kernel-"), ".json")
+	link := filepath.Join(state, id+".gpu")
+	os.Symlink(bashrc, link)
+	os.Lchown(link, bob.uid, bob.gid)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "run", "--cgroup", "none", "-f", conn, "--", "/bin/sleep", "600")
+	cmd.Env = append(userEnv(alice, "TFGPU_STATE_DIR="+state), f.Env()...)
+	cmd.Dir = "/"
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: alice.credential, Setpgid: true}
+	var log lockedBuffer
+	cmd.Stdout, cmd.Stderr = &log, &log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	for !strings.Contains(log.String(), "kernel started") {
+		select {
+		case err := <-exited:
+			t.Fatalf("supervisor exited: %v\n%s", err, log.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	// Jupyter's restart: a signed shutdown_request with restart=true.
+	ci, err := jmsg.Load(conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	signer, _ := jmsg.NewSigner(ci.SignatureScheme, ci.Key)
+	frames, _ := jmsg.NewMessage(signer, nil, "shutdown_request", nil, "s", map[string]any{"restart": true})
+	ctl := zmq4.NewDealer(ctx)
+	defer ctl.Close()
+	if err := ctl.Dial(ci.Endpoint(jmsg.Control)); err != nil {
+		t.Fatal(err)
+	}
+	if err := ctl.SendMulti(zmq4.NewMsgFrom(frames...)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-exited:
+	case <-ctx.Done():
+		t.Fatalf("the supervisor did not stop on the restart:\n%s", log.String())
+	}
+	out := log.String()
+	if b, _ := os.ReadFile(bashrc); string(b) != "export PS1='alice$ '\n" {
+		t.Fatalf("alice's .bashrc was written: %q\nlog:\n%s", b, out)
+	}
+	fi, err := os.Lstat(link)
+	if err != nil || !fi.Mode().IsRegular() {
+		t.Fatalf("%s is %v (%v), want the handoff as a file of its own; log:\n%s", link, fi.Mode(), err, out)
+	}
+	t.Logf("handoff written as a file of its own; log:\n%s", out)
 }
