@@ -177,6 +177,12 @@ func Watch(in io.Reader, stderr io.Writer) int {
 func finishForDeadSupervisor(lg *slog.Logger, cfg watchConfig, st State, baseline []gpu.Holder) {
 	start := time.Now()
 	st.Owner = os.Geteuid()
+	// The pipe ends when the dying supervisor's files are closed, a moment
+	// before the kernel marks it a zombie; finish (rightly) spares the tree
+	// of a supervisor that still looks alive, so wait for that moment.
+	for st.SupervisorAlive() && time.Since(start) < time.Second {
+		time.Sleep(time.Millisecond)
+	}
 	n, gerr := gpu.Open(cfg.NVMLLibrary, cfg.Visible)
 	var old *gpu.Old
 	if gerr == nil {
