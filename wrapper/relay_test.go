@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -409,22 +410,8 @@ func TestWatcherFinishesWhenTheSupervisorIsKilled(t *testing.T) {
 	for _, mode := range []string{CgroupV2, CgroupV1, CgroupNone} {
 		t.Run(mode, func(t *testing.T) {
 			h, cmd, pid, st := startExternalIn(t, mode)
-			w := watcherOf(t, cmd.Process.Pid)
-			killed := time.Now()
-			cmd.Process.Kill()
-			cmd.Wait()
-			h.closeClients()
-			for time.Since(killed) < 2*time.Second && (pidAlive(pid) || pidAlive(w)) {
-				time.Sleep(10 * time.Millisecond)
-			}
-			if pidAlive(pid) {
-				syscall.Kill(pid, syscall.SIGKILL)
-				t.Fatalf("escapee %d alive 2 s after its supervisor was SIGKILLed; log:\n%s", pid, h.stderr)
-			}
-			if pidAlive(w) {
-				t.Fatalf("watcher %d still running 2 s after it finished", w)
-			}
-			t.Logf("tree dead and watcher gone %v after the SIGKILL", time.Since(killed).Round(time.Millisecond))
+			took := h.killSupervisor(cmd, pid)
+			t.Logf("tree dead and watcher gone %v after the SIGKILL", took.Round(time.Millisecond))
 			if st.Cgroup != "" {
 				if _, err := os.Stat(st.Cgroup); !os.IsNotExist(err) {
 					t.Fatalf("cgroup %s left: %v", st.Cgroup, err)
@@ -562,4 +549,28 @@ func TestMessageOverTheLimitCostsOnlyTheConnection(t *testing.T) {
 	if typ, _ := h.reply(h.shell, 5*time.Second); typ != "kernel_info_reply" {
 		t.Fatalf("the other client no longer gets answers: %s", typ)
 	}
+}
+
+// killSupervisor SIGKILLs the external supervisor cmd and waits, 2 s at
+// most, for its watcher to kill escapee pid and leave; it fails the test
+// when either is still alive, and returns how long it took.
+func (h *harness) killSupervisor(cmd *exec.Cmd, pid int) time.Duration {
+	t := h.t
+	t.Helper()
+	w := watcherOf(t, cmd.Process.Pid)
+	killed := time.Now()
+	cmd.Process.Kill()
+	cmd.Wait()
+	h.closeClients()
+	for time.Since(killed) < 2*time.Second && (pidAlive(pid) || pidAlive(w)) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if pidAlive(pid) {
+		syscall.Kill(pid, syscall.SIGKILL)
+		t.Fatalf("escapee %d alive 2 s after its supervisor was SIGKILLed; log:\n%s", pid, h.stderr)
+	}
+	if pidAlive(w) {
+		t.Fatalf("watcher %d still running 2 s after it finished", w)
+	}
+	return time.Since(killed)
 }

@@ -390,20 +390,9 @@ func TestSystemdScopeWatcherFinishesAKilledSupervisor(t *testing.T) {
 	}
 	scope := filepath.Join(m.apps, reqs[0].Unit)
 	pid := h.spawnEscapee()
-	w := watcherOf(t, cmd.Process.Pid)
-	killed := time.Now()
-	cmd.Process.Kill()
-	cmd.Wait()
-	h.closeClients()
-	for time.Since(killed) < 2*time.Second && (pidAlive(pid) || pidAlive(w)) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if pidAlive(pid) {
-		syscall.Kill(pid, syscall.SIGKILL)
-		t.Fatalf("escapee %d alive 2 s after its supervisor was SIGKILLed; log:\n%s", pid, h.stderr)
-	}
+	took := h.killSupervisor(cmd, pid)
 	if _, err := os.Stat(scope); !os.IsNotExist(err) {
 		t.Fatalf("scope cgroup %s left behind: %v", scope, err)
 	}
-	t.Logf("tree dead and scope removed %v after the SIGKILL", time.Since(killed).Round(time.Millisecond))
+	t.Logf("tree dead and scope removed %v after the SIGKILL", took.Round(time.Millisecond))
 }
