@@ -75,7 +75,7 @@ func Diagnose(stateDir string) []Finding {
 			continue
 		}
 		add(Finding{Topic: "stale kernel", Problem: true, Fix: "tfgpu-kernel stop " + st.KernelID,
-			Text: fmt.Sprintf("%s (supervisor %d is gone; %s)", st.KernelID, st.SupervisorPID, orDash(printable(st.Cgroup)))})
+			Text: fmt.Sprintf("%s (supervisor %d is gone; %s)", st.KernelID, st.SupervisorPID, orDash(Printable(st.Cgroup)))})
 	}
 	add(Finding{Topic: "kernels", Text: fmt.Sprintf("%d supervised kernel(s) running, state in %s", live, stateDir)})
 	for _, dir := range kernelCgroups(l) {

@@ -73,8 +73,8 @@ func PS(stateDirs []string, nvmlLibrary string) (rows []KernelStatus, gpuNote st
 		}
 	}
 	for _, st := range states {
-		row := KernelStatus{KernelID: st.KernelID, Session: printable(st.Session), SupervisorPID: st.SupervisorPID,
-			KernelPID: st.KernelPID, State: printable(st.Phase), Containment: printable(st.Containment), Cgroup: printable(st.Cgroup),
+		row := KernelStatus{KernelID: st.KernelID, Session: Printable(st.Session), SupervisorPID: st.SupervisorPID,
+			KernelPID: st.KernelPID, State: Printable(st.Phase), Containment: Printable(st.Containment), Cgroup: Printable(st.Cgroup),
 			Started: st.Started, GPU: []GPUUse{}}
 		switch {
 		case !st.SupervisorAlive():

@@ -50,30 +50,23 @@ var bootID = func() string {
 // (records without a boot id, of older versions, are taken to be).
 func (st State) thisBoot() bool { return st.BootID == "" || st.BootID == bootID }
 
-// owns reports whether pid is the process the record names: alive (a
-// zombie is not: a SIGKILLed supervisor is one until its parent reaps it,
-// and its watcher must not wait for that), the start time recorded, and
-// owned by the record's owner.
+// owns reports whether pid is the process the record names: started (see
+// there) and owned by the record's owner.
 func (st State) owns(pid int, start uint64) bool {
+	return st.started(pid, start) && procOwner(pid) == st.Owner
+}
+
+// started reports whether pid is alive with the start time recorded, since
+// this boot, whoever owns it. A zombie is not alive: a SIGKILLed
+// supervisor is one until its parent reaps it, and its watcher must not
+// wait for that.
+func (st State) started(pid int, start uint64) bool {
 	if pid <= 1 || !st.thisBoot() {
 		return false
 	}
 	s, err := cgroup.StartTime(pid)
-	if err != nil || s != start {
-		return false
-	}
-	if state, ok := procState(pid); !ok || state == 'Z' || state == 'X' {
-		return false
-	}
-	return procOwner(pid) == st.Owner
-}
-
-// started reports whether a live process pid has the start time recorded
-// (whoever owns it).
-func (st State) started(pid int, start uint64) bool {
-	s, err := cgroup.StartTime(pid)
 	state, ok := procState(pid)
-	return err == nil && s == start && ok && state != 'Z' && state != 'X' && st.thisBoot()
+	return err == nil && s == start && ok && state != 'Z' && state != 'X'
 }
 
 // procOwner is pid's owner (the owner of /proc/PID: its effective uid),
@@ -103,13 +96,13 @@ func (st State) checkedCgroup() (string, error) {
 		return "", nil
 	}
 	if !filepath.IsAbs(dir) || filepath.Clean(dir) != dir {
-		return "", refused("cgroup %q is not a clean absolute path", printable(dir))
+		return "", refused("cgroup %q is not a clean absolute path", Printable(dir))
 	}
 	pid := strconv.Itoa(st.SupervisorPID)
 	switch filepath.Base(dir) {
 	case "tfgpu-" + st.KernelID, "tfgpu-" + st.KernelID + "-" + pid, "tfgpu-" + unitEscape(st.KernelID) + "-" + pid + ".scope":
 	default:
-		return "", refused("cgroup %s is not named as a supervisor of kernel %s names its cgroups", printable(dir), st.KernelID)
+		return "", refused("cgroup %s is not named as a supervisor of kernel %s names its cgroups", Printable(dir), st.KernelID)
 	}
 	var fs unix.Statfs_t
 	if err := unix.Statfs(dir, &fs); err != nil {
@@ -144,12 +137,12 @@ func (st State) checkedInnerDir() (string, error) {
 		return "", nil
 	}
 	if !filepath.IsAbs(dir) || filepath.Clean(dir) != dir {
-		return "", refused("inner directory %q is not a clean absolute path", printable(dir))
+		return "", refused("inner directory %q is not a clean absolute path", Printable(dir))
 	}
 	base, parent := filepath.Base(dir), filepath.Dir(dir)
 	digits, ok := strings.CutPrefix(base, "tfgpu-"+shortID(st.KernelID)+"-")
 	if _, err := strconv.ParseUint(digits, 10, 64); !ok || err != nil {
-		return "", refused("inner directory %s is not named as a supervisor names it", printable(dir))
+		return "", refused("inner directory %s is not named as a supervisor names it", Printable(dir))
 	}
 	if parent != filepath.Clean(os.TempDir()) && parent != "/tmp" && parent != "/run/user/"+strconv.Itoa(st.Owner) &&
 		parent != filepath.Clean(os.Getenv("XDG_RUNTIME_DIR")) {
@@ -175,8 +168,6 @@ func (st State) checkedInnerDir() (string, error) {
 
 // printable keeps what a user wrote in a record from reaching a terminal
 // as control sequences.
-func printable(s string) string { return Printable(s) }
-
 // Printable replaces control characters, which a record could carry to a
 // terminal as escape sequences, with "?".
 func Printable(s string) string {

@@ -142,7 +142,7 @@ func (d *stateDir) states() ([]State, []error, error) {
 		case json.Unmarshal(b, &st) != nil:
 			continue // being written, or not a record
 		case !validKernelID(st.KernelID):
-			refusals = append(refusals, refused("%s: kernel id %q is not of the shape supervisors write", path, printable(st.KernelID)))
+			refusals = append(refusals, refused("%s: kernel id %q is not of the shape supervisors write", path, Printable(st.KernelID)))
 			continue
 		case stateName(st.KernelID) != name:
 			refusals = append(refusals, refused("%s: holds kernel %s, not the kernel its name says", path, st.KernelID))
@@ -166,12 +166,8 @@ func (st State) SupervisorAlive() bool { return st.owns(st.SupervisorPID, st.Sup
 // SupervisorStopped reports whether the supervisor is stopped (SIGSTOP,
 // a debugger): alive but unable to act.
 func (st State) SupervisorStopped() bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", st.SupervisorPID))
-	if err != nil {
-		return false
-	}
-	i := strings.LastIndexByte(string(b), ')')
-	return i > 0 && i+2 < len(b) && (b[i+2] == 'T' || b[i+2] == 't')
+	state, ok := procState(st.SupervisorPID)
+	return ok && (state == 'T' || state == 't')
 }
 
 // removeState removes the state file of id if it still names this process.
@@ -204,7 +200,7 @@ func Finish(dir string, st State, timeout time.Duration) (int, error) {
 
 func (d *stateDir) finish(st State, timeout time.Duration) (int, error) {
 	if !validKernelID(st.KernelID) {
-		return 0, refused("kernel id %q", printable(st.KernelID))
+		return 0, refused("kernel id %q", Printable(st.KernelID))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()

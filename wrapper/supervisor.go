@@ -137,7 +137,7 @@ func Run(ctx context.Context, cfg Config) int {
 		// jupyter_server names files kernel-<uuid>.json; any other name is
 		// hashed, so only a hand-made kernel-<odd>.json gets here.
 		fmt.Fprintf(cfg.Stderr, "tfgpu-kernel: connection file %s: kernel id %q has characters other than letters, digits, '-', '_' and '.'\n",
-			cfg.ConnFile, printable(s.id))
+			cfg.ConnFile, Printable(s.id))
 		return ExitUsage
 	}
 	// The state directory first: one that is not the user's own is refused
