@@ -19,7 +19,7 @@
 //   - The process is a child subreaper with one reaper (cgroup.Reaper): code
 //     here must not call exec.Cmd.Wait or os.Process.Wait.
 //
-// The outer sockets listen through wrapper/zmtp, under zmq4: every peer is
+// The outer sockets listen through internal/zmtp, under zmq4: every peer is
 // checked there, and a peer that breaks a rule (or stops reading) costs
 // only its own connection (docs/local-peers.md). The supervisor acts on a
 // signed request once: replayed signatures are ignored (replay.go).

@@ -9,7 +9,7 @@ import (
 	"strings"
 
 	"github.com/tfgpu/tfgpu-kernel/cgroup"
-	"github.com/tfgpu/tfgpu-kernel/wrapper/gpu"
+	"github.com/tfgpu/tfgpu-kernel/internal/gpu"
 )
 
 // Finding is one line of `tfgpu-kernel doctor`: what was checked, what was

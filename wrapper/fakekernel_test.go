@@ -18,7 +18,7 @@ import (
 	"github.com/go-zeromq/zmq4"
 
 	"github.com/tfgpu/tfgpu-kernel/cgroup"
-	"github.com/tfgpu/tfgpu-kernel/wrapper/jmsg"
+	"github.com/tfgpu/tfgpu-kernel/internal/jmsg"
 )
 
 // The test binary plays a small Jupyter kernel written in Go when

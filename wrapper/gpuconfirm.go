@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tfgpu/tfgpu-kernel/wrapper/gpu"
+	"github.com/tfgpu/tfgpu-kernel/internal/gpu"
 )
 
 // DefaultConfirmTimeout bounds the wait for NVML to stop listing a dead

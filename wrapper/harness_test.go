@@ -24,7 +24,7 @@ import (
 
 	"github.com/tfgpu/tfgpu-kernel/cgroup"
 
-	"github.com/tfgpu/tfgpu-kernel/wrapper/jmsg"
+	"github.com/tfgpu/tfgpu-kernel/internal/jmsg"
 )
 
 // harness runs Run in-process around the Go fake kernel (fakekernel_test.go)

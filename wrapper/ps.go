@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/tfgpu/tfgpu-kernel/cgroup"
-	"github.com/tfgpu/tfgpu-kernel/wrapper/gpu"
+	"github.com/tfgpu/tfgpu-kernel/internal/gpu"
 )
 
 // Kernel states, as `tfgpu-kernel ps` shows them, besides the phases the

@@ -17,8 +17,8 @@ import (
 
 	"github.com/go-zeromq/zmq4"
 
-	"github.com/tfgpu/tfgpu-kernel/wrapper/jmsg"
-	"github.com/tfgpu/tfgpu-kernel/wrapper/zmtp"
+	"github.com/tfgpu/tfgpu-kernel/internal/jmsg"
+	"github.com/tfgpu/tfgpu-kernel/internal/zmtp"
 )
 
 // Relay moves every frame between the sockets Jupyter's clients connect to

@@ -22,8 +22,8 @@ import (
 
 	"github.com/tfgpu/tfgpu-kernel/cgroup"
 
-	"github.com/tfgpu/tfgpu-kernel/wrapper/jmsg"
-	"github.com/tfgpu/tfgpu-kernel/wrapper/zmtp"
+	"github.com/tfgpu/tfgpu-kernel/internal/jmsg"
+	"github.com/tfgpu/tfgpu-kernel/internal/zmtp"
 )
 
 func TestRelayRoundTripIsByteExact(t *testing.T) {

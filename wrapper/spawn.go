@@ -14,7 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tfgpu/tfgpu-kernel/cgroup"
-	"github.com/tfgpu/tfgpu-kernel/wrapper/jmsg"
+	"github.com/tfgpu/tfgpu-kernel/internal/jmsg"
 )
 
 // innerConnName is the inner connection file's name inside its directory.

@@ -14,9 +14,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tfgpu/tfgpu-kernel/cgroup"
-	"github.com/tfgpu/tfgpu-kernel/wrapper/gpu"
-	"github.com/tfgpu/tfgpu-kernel/wrapper/jmsg"
-	"github.com/tfgpu/tfgpu-kernel/wrapper/zmtp"
+	"github.com/tfgpu/tfgpu-kernel/internal/gpu"
+	"github.com/tfgpu/tfgpu-kernel/internal/jmsg"
+	"github.com/tfgpu/tfgpu-kernel/internal/zmtp"
 )
 
 // Exit codes of Run, beyond the kernel's own (see Run).

@@ -19,7 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tfgpu/tfgpu-kernel/cgroup"
-	"github.com/tfgpu/tfgpu-kernel/wrapper/gpu"
+	"github.com/tfgpu/tfgpu-kernel/internal/gpu"
 )
 
 // The watcher closes the SIGKILL hole. jupyter_client's

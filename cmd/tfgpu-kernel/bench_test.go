@@ -25,7 +25,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tfgpu/tfgpu-kernel/wrapper/gpu/gputest"
+	"github.com/tfgpu/tfgpu-kernel/internal/gpu/gputest"
 )
 
 const benchPython = "/usr/bin/python3"

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tfgpu/tfgpu-kernel/wrapper/gpu/gputest"
+	"github.com/tfgpu/tfgpu-kernel/internal/gpu/gputest"
 )
 
 // Issue 5, "The scenario users meet": the real Jupyter server and nbconvert

@@ -13,8 +13,8 @@ import (
 
 	"github.com/tfgpu/tfgpu-kernel/cgroup"
 	"github.com/tfgpu/tfgpu-kernel/wrapper"
-	"github.com/tfgpu/tfgpu-kernel/wrapper/gpu"
-	"github.com/tfgpu/tfgpu-kernel/wrapper/gpu/gputest"
+	"github.com/tfgpu/tfgpu-kernel/internal/gpu"
+	"github.com/tfgpu/tfgpu-kernel/internal/gpu/gputest"
 )
 
 // The binary is built as install.sh builds it, with lazy binding: go-nvml

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/tfgpu/tfgpu-kernel/wrapper"
-	"github.com/tfgpu/tfgpu-kernel/wrapper/gpu"
+	"github.com/tfgpu/tfgpu-kernel/internal/gpu"
 )
 
 // cmdPs lists the supervised kernels with their processes, memory and GPU

@@ -35,8 +35,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tfgpu/tfgpu-kernel/wrapper/gpu"
-	"github.com/tfgpu/tfgpu-kernel/wrapper/gpu/gputest"
+	"github.com/tfgpu/tfgpu-kernel/internal/gpu"
+	"github.com/tfgpu/tfgpu-kernel/internal/gpu/gputest"
 )
 
 // gpuRig is where the check runs: a real GPU read with nvidia-smi, or the

@@ -10,7 +10,7 @@ import (
 	"strings"
 
 	"github.com/tfgpu/tfgpu-kernel/wrapper"
-	"github.com/tfgpu/tfgpu-kernel/wrapper/zmtp"
+	"github.com/tfgpu/tfgpu-kernel/internal/zmtp"
 )
 
 // cmdRun is what the kernelspec's argv runs:

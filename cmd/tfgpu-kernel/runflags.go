@@ -9,7 +9,7 @@ import (
 
 	"github.com/tfgpu/tfgpu-kernel/cgroup"
 	"github.com/tfgpu/tfgpu-kernel/wrapper"
-	"github.com/tfgpu/tfgpu-kernel/wrapper/zmtp"
+	"github.com/tfgpu/tfgpu-kernel/internal/zmtp"
 )
 
 // runFlags are the `run` flags a kernelspec may carry. `run` and `install`

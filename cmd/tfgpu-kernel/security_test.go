@@ -22,8 +22,8 @@ import (
 
 	"github.com/tfgpu/tfgpu-kernel/cgroup"
 	"github.com/tfgpu/tfgpu-kernel/wrapper"
-	"github.com/tfgpu/tfgpu-kernel/wrapper/gpu/gputest"
-	"github.com/tfgpu/tfgpu-kernel/wrapper/jmsg"
+	"github.com/tfgpu/tfgpu-kernel/internal/gpu/gputest"
+	"github.com/tfgpu/tfgpu-kernel/internal/jmsg"
 )
 
 // Issue 10: two users of one machine (alice runs kernels, bob is another

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/tfgpu/tfgpu-kernel/wrapper"
-	"github.com/tfgpu/tfgpu-kernel/wrapper/gpu"
+	"github.com/tfgpu/tfgpu-kernel/internal/gpu"
 )
 
 // cmdStop kills a supervised kernel's whole tree and waits until it is gone,

@@ -1,6 +1,6 @@
 """GPU confirmation (issue 4, "How it is shown"), through the real
 jupyter_client and the installed kernelspec, with the fake NVML the Go side
-built (wrapper/gpu/gputest): LD_LIBRARY_PATH selects the fake
+built (internal/gpu/gputest): LD_LIBRARY_PATH selects the fake
 libnvidia-ml.so.1, FAKE_NVML_* are its knobs, and holder.py (on
 PYTHONPATH) lets a cell hold a device the way CUDA does, by keeping
 FAKE_NVML_ROOT/nvidiaN open.

@@ -9,7 +9,7 @@ memory, the main process writes {"main": pid, "children": [pids]} to
 --ready (atomically) and everyone sleeps until killed.
 
 Needs only PyTorch with CUDA. With --fake it holds the fake NVML's
-device 0 through holder.py instead (wrapper/gpu/gputest), so that the
+device 0 through holder.py instead (internal/gpu/gputest), so that the
 check itself is tested on machines without a GPU.
 """
 

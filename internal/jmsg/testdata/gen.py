@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Regenerate the captured fixtures in this directory with the real Jupyter stack.
 
-Run from wrapper/jmsg:  /usr/bin/python3 testdata/gen.py
+Run from internal/jmsg:  /usr/bin/python3 testdata/gen.py
   - wire/*.json: frames from jupyter_client.session.Session.serialize (idents included),
     base64-encoded, with the key and scheme needed to verify them.
   - conn/jupyter-tcp.json, conn/jupyter-ipc.json: files written by

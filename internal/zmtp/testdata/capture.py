@@ -3,8 +3,8 @@
 
 Run from the repository root:
 
-    /usr/bin/python3 wrapper/zmtp/testdata/capture.py              # captures + hostile
-    /usr/bin/python3 wrapper/zmtp/testdata/capture.py --hostile-only
+    /usr/bin/python3 internal/zmtp/testdata/capture.py              # captures + hostile
+    /usr/bin/python3 internal/zmtp/testdata/capture.py --hostile-only
 
 A tiny recording ZMTP server (plain Python sockets, one listening socket per
 kind, 127.0.0.1) sends a 64-byte NULL greeting as server plus a READY command

@@ -17,7 +17,7 @@ import (
 // The seed corpus: what real clients (jupyter_client, pyzmq/libzmq) sent
 // on each channel, and hand-made hostile streams (testdata/capture, see
 // its README), plus the fuzzers' own finds under testdata/fuzz. `go test`
-// replays all of them; `go test -fuzz FuzzDoor ./wrapper/zmtp` explores.
+// replays all of them; `go test -fuzz FuzzDoor ./internal/zmtp` explores.
 
 func addCaptures(f *testing.F) {
 	files, err := filepath.Glob(filepath.Join("testdata", "capture", "*.bin"))

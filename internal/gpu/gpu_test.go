@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tfgpu/tfgpu-kernel/wrapper/gpu/gputest"
+	"github.com/tfgpu/tfgpu-kernel/internal/gpu/gputest"
 )
 
 // A test that loads an NVML library does it in a child process (the test
