@@ -64,7 +64,7 @@ type conn struct {
 	answered bool   // that PONG came
 	closed   bool
 	err      error
-	stalledN int // messages dropped in the current stall, for the log
+	stalledN int // messages dropped in the current stall, for the log (endStall)
 
 	pings atomic.Int64 // PINGs received
 
@@ -226,9 +226,25 @@ func (c *conn) dequeued(n int64) {
 	}
 	if n > 0 {
 		c.progress = time.Now()
-		c.stalledN = 0
+		c.endStall("it reads again")
 		c.cond.Broadcast()
 	}
+}
+
+// endStall says, once a stall is over, how many messages it cost the
+// peer: Shared.Dropped counts them for everyone, this line says whose.
+// Called with mu held.
+func (c *conn) endStall(then string) {
+	if c.stalledN == 0 {
+		return
+	}
+	socket := "inner"
+	if c.door != nil {
+		socket = c.door.name
+	}
+	c.sh.rl.warn("zmtp: a peer that stopped reading lost messages",
+		"socket", socket, "peer", c.RemoteAddr().String(), "dropped", c.stalledN, "then", then)
+	c.stalledN = 0
 }
 
 // stalled: bytes wait and the peer has taken none for StallAfter.
@@ -535,6 +551,7 @@ func (c *conn) closeLocked(why string) {
 		return
 	}
 	c.closed = true
+	c.endStall("disconnected")
 	if c.door != nil && why != "" && c.sh.log.Enabled(context.Background(), slog.LevelDebug) {
 		c.sh.log.Debug("zmtp: connection closed", "socket", c.door.name, "peer", c.RemoteAddr().String(), "why", why)
 	}

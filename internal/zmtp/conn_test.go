@@ -3,10 +3,15 @@ package zmtp
 import (
 	"bufio"
 	"bytes"
+	"fmt"
 	"io"
+	"log/slog"
 	"net"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
 
 func tcpPair(t testing.TB) (net.Conn, net.Conn) {
@@ -54,6 +59,8 @@ func readFrameHeader(r *bufio.Reader) (FrameHeader, error) {
 // and what the peer finally reads is whole messages only.
 func TestConnDropsWholeMessagesForAStalledPeer(t *testing.T) {
 	c, peer := writerConn(t, Limits{QueueLimit: 256 << 10, HardLimit: 1 << 20})
+	var log testutil.Buffer
+	c.sh = NewShared(c.sh.Limits(), slog.New(slog.NewTextHandler(&log, nil)))
 	pieces, _ := stream()
 	for _, p := range pieces[:3] { // greeting and READY
 		c.Write(p)
@@ -108,6 +115,17 @@ func TestConnDropsWholeMessagesForAStalledPeer(t *testing.T) {
 		t.Fatalf("peer read %d whole messages, %d dropped, want %d in all", msgs, dropped, n)
 	}
 	t.Logf("delivered %d, dropped %d", msgs, dropped)
+	// Once the peer reads again, the log says how many it lost.
+	want := fmt.Sprintf("dropped=%d", dropped)
+	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(log.String(), want); {
+		if time.Now().After(deadline) {
+			t.Fatalf("no log line with %s:\n%s", want, log.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !strings.Contains(log.String(), "lost messages") {
+		t.Fatalf("log: %s", log.String())
+	}
 }
 
 // A peer that is slow but keeps reading is not dropped from below the hard
