@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
 
 // requireFreezer returns the directories of the test process's own cgroups
@@ -25,11 +27,11 @@ func requireFreezer(t *testing.T) (freezer, pids string) {
 		t.Fatal(err)
 	}
 	if l.V1["freezer"] == "" {
-		skipOrFail(t, "needs the cgroup v1 freezer: layout %q, v1 controllers %v", l.Kind, l.V1)
+		testutil.RequireOrSkip(t, "needs the cgroup v1 freezer: layout %q, v1 controllers %v", l.Kind, l.V1)
 	}
 	freezer, err = V1SelfDir(l, "freezer")
 	if err != nil {
-		skipOrFail(t, "needs the cgroup v1 freezer: %v", err)
+		testutil.RequireOrSkip(t, "needs the cgroup v1 freezer: %v", err)
 	}
 	if l.V1["pids"] != "" {
 		if pids, err = V1SelfDir(l, "pids"); err != nil {
@@ -38,7 +40,7 @@ func requireFreezer(t *testing.T) (freezer, pids string) {
 	}
 	probe, err := NewV1Tree(context.Background(), freezer, "", fmt.Sprintf("probe-%d", os.Getpid()))
 	if err != nil {
-		skipOrFail(t, "needs a writable cgroup v1 freezer: %v", err)
+		testutil.RequireOrSkip(t, "needs a writable cgroup v1 freezer: %v", err)
 	}
 	if err := probe.Close(); err != nil {
 		t.Fatal(err)

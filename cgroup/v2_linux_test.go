@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
 
 // envCgfile: a helper started with it set appends "pid 0::PATH" (its own v2
@@ -48,7 +50,7 @@ func init() {
 func requireRoot(t *testing.T) {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		skipOrFail(t, "needs root (euid %d)", os.Geteuid())
+		testutil.RequireOrSkip(t, "needs root (euid %d)", os.Geteuid())
 	}
 }
 
@@ -62,29 +64,21 @@ func requireCgroupV2(t *testing.T) string {
 		t.Fatal(err)
 	}
 	if l.V2Self == "" {
-		skipOrFail(t, "needs cgroup v2: layout %q, v2 mount %q", l.Kind, l.V2Mount)
+		testutil.RequireOrSkip(t, "needs cgroup v2: layout %q, v2 mount %q", l.Kind, l.V2Mount)
 	}
 	// cgroup.kill is missing in the root cgroup by design, so probe a child.
 	probe, err := NewV2Tree(context.Background(), l.V2Self, fmt.Sprintf("probe-%d", os.Getpid()))
 	if err != nil {
-		skipOrFail(t, "needs a writable cgroup v2 tree: %v", err)
+		testutil.RequireOrSkip(t, "needs a writable cgroup v2 tree: %v", err)
 	}
 	_, kerr := os.Stat(filepath.Join(probe.Dir(), "cgroup.kill"))
 	if err := probe.Close(); err != nil {
 		t.Fatal(err)
 	}
 	if kerr != nil {
-		skipOrFail(t, "needs cgroup.kill (Linux 5.14): %v", kerr)
+		testutil.RequireOrSkip(t, "needs cgroup.kill (Linux 5.14): %v", kerr)
 	}
 	return l.V2Self
-}
-
-func skipOrFail(t *testing.T, format string, args ...any) {
-	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("CI=true: "+format, args...)
-	}
-	t.Skipf(format, args...)
 }
 
 var treeSeq atomic.Int64

@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
 
 func TestDirUser(t *testing.T) {
@@ -48,7 +50,7 @@ func TestDirUserMatchesJupyter(t *testing.T) {
 		}
 		out, err := pyOutput(py.Executable, "from jupyter_core.paths import jupyter_data_dir as d; print(d())")
 		if err != nil {
-			t.Skipf("jupyter_core not importable: %v", err)
+			testutil.RequireOrSkip(t, "jupyter_core not importable: %v", err)
 		}
 		got, err := UserDataDir()
 		if err != nil || got != out {
@@ -87,7 +89,7 @@ func TestDirSysPrefix(t *testing.T) {
 	isolate(t)
 	venv := filepath.Join(t.TempDir(), "venv")
 	if out, err := pyCombined(sys.Executable, "-m", "venv", "--system-site-packages", "--without-pip", venv); err != nil {
-		t.Skipf("cannot create a venv (python3-venv missing?): %v\n%s", err, out)
+		testutil.RequireOrSkip(t, "cannot create a venv (apt-get install python3-venv): %v\n%s", err, out)
 	}
 	vpy := filepath.Join(venv, "bin", "python3")
 	o := Options{Binary: "/b/tfgpu-kernel", Python: vpy, Dest: SysPrefix}

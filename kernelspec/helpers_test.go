@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+
+	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
 
 // systemPython returns /usr/bin/python3 if it imports ipykernel (Debian
@@ -14,10 +16,7 @@ func systemPython(t *testing.T) Python {
 	t.Helper()
 	py, err := ProbePython(context.Background(), FallbackPython)
 	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("need %s with ipykernel (apt-get install python3-ipykernel): %v", FallbackPython, err)
-		}
-		t.Skipf("need %s with ipykernel: %v", FallbackPython, err)
+		testutil.RequireOrSkip(t, "need %s with ipykernel (apt-get install python3-ipykernel): %v", FallbackPython, err)
 	}
 	return py
 }
