@@ -132,7 +132,7 @@ build=$(mktemp -d)
 trap 'rm -rf "$build"' EXIT
 say "building tfgpu-kernel $ver with $(go version | cut -d' ' -f3) and $cc"
 # -z lazy: go-nvml resolves NVML symbols at first use, so the binary must
-# start on hosts without libnvidia-ml (DESIGN §2).
+# start on hosts without libnvidia-ml (docs/design.md#gpu-confirmation).
 # nvml.h marks many functions deprecated; go-nvml's cgo would warn on each.
 CGO_ENABLED=1 CC="$cc" CGO_CFLAGS="${CGO_CFLAGS:--O2 -g} -Wno-deprecated-declarations" go build -trimpath \
 	-ldflags "-X main.version=$ver -extldflags=-Wl,-z,lazy" \

@@ -27,6 +27,7 @@ type unsupportedTree struct{}
 var _ Tree = unsupportedTree{}
 
 func (unsupportedTree) Mode() string { return ModeProc }
+func (unsupportedTree) Dir() string  { return "" }
 func (unsupportedTree) Configure(*syscall.SysProcAttr) error {
 	return fmt.Errorf("configure proc tree: %w", ErrUnsupported)
 }

@@ -1,12 +1,18 @@
 // Package cgroup contains one kernel's process tree: it tells which processes
-// belong to the tree, kills all of them, and waits until none is alive.
+// belong to the tree, kills all of them, and waits until none is alive
+// (docs/design.md#containment).
 //
 // # What it owns
 //
-// Tree tracking and killing, the child-subreaper setting, and the reaping of
-// children (Reaper). Nothing here is Jupyter-specific: the package does not
-// know what a kernel, a connection file or a GPU is. Policy (grace periods,
-// when to kill, what to tell the user) lives in the wrapper package.
+// Every containment mode (proc, v2, the v1 freezer, the systemd scope) and
+// the choice between them (Open, Fallback); memory limits; tree tracking
+// and killing, also of a tree another process made (DestroyV2, DestroyV1,
+// KillMarked); the child-subreaper setting and the reaping of children
+// (Reaper); and the project's one reader of /proc/PID/stat (ReadProc) and
+// of cgroup.procs (Procs). Nothing here is Jupyter-specific: the package
+// does not know what a kernel, a connection file or a GPU is. Policy (grace
+// periods, when to kill, what to tell the user) lives in the wrapper
+// package.
 //
 // # Tree
 //
@@ -33,8 +39,9 @@
 // subreaper after a double fork or setsid), or when it is in the leader's
 // process group. Kill repeats {scan; SIGSTOP all; SIGKILL all} until a scan
 // finds no live member; stopping first freezes a process that forks while it
-// is being killed. The cgroup v2 mode (below), and later v1, implement the
-// same Tree interface.
+// is being killed. The cgroup v2 mode (below), v1 and the systemd scope
+// implement the same Tree interface; a Launcher (the scope) also rewrites
+// the leader's command.
 //
 // Limits of the proc mode: a process that leaves the tree's process group
 // and whose ancestors all die before SetChildSubreaper was called is lost

@@ -48,6 +48,9 @@ func NewProcTree(supervisorPID int, opts ...ProcOption) Tree {
 
 func (t *procTree) Mode() string { return ModeProc }
 
+// Dir is "": the proc mode has no cgroup.
+func (t *procTree) Dir() string { return "" }
+
 // Configure puts the leader in a new process group of its own (pgid = its
 // pid), so that the group outlives the leader and names the tree.
 func (t *procTree) Configure(attr *syscall.SysProcAttr) error {

@@ -147,16 +147,64 @@ func (r *statReader) scan() (map[int]procStat, error) {
 	return procs, nil
 }
 
+// Proc is what /proc/PID/stat says of a process (proc(5)). This file is
+// the project's one reader of /proc/PID/stat.
+type Proc struct {
+	PID   int
+	State byte   // R S D T t Z X ...
+	Start uint64 // starttime, clock ticks after boot: tells a process from a later one with the same pid
+}
+
+// Alive reports whether the process can still run (not a zombie or dead).
+func (p Proc) Alive() bool { return procStat{state: p.State}.alive() }
+
+// Stopped reports whether the process is stopped (SIGSTOP, a debugger).
+func (p Proc) Stopped() bool { return p.State == 'T' || p.State == 't' }
+
+// ReadProc reads /proc/PID/stat. An error wrapping os.ErrNotExist means
+// there is no such process.
+func ReadProc(pid int) (Proc, error) {
+	if pid <= 0 {
+		return Proc{}, fmt.Errorf("pid %d: %w", pid, os.ErrNotExist)
+	}
+	r := statReader{root: "/proc"}
+	s, ok, err := r.read(pid)
+	switch {
+	case err != nil:
+		return Proc{}, err
+	case !ok:
+		return Proc{}, fmt.Errorf("pid %d: %w", pid, os.ErrNotExist)
+	}
+	return Proc{PID: s.pid, State: s.state, Start: s.start}, nil
+}
+
 // StartTime returns the start time of pid (clock ticks after boot, proc(5)
 // field 22), which tells a process from a later one that reuses its pid.
 func StartTime(pid int) (uint64, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, err
+	p, err := ReadProc(pid)
+	return p.Start, err
+}
+
+// ProcOwner is pid's owner (the owner of /proc/PID: its effective uid),
+// or -1 when there is no such process.
+func ProcOwner(pid int) int {
+	var s unix.Stat_t
+	if err := unix.Stat("/proc/"+strconv.Itoa(pid), &s); err != nil {
+		return -1
 	}
-	s, err := parseStat(b)
+	return int(s.Uid)
+}
+
+// ProcRSS is pid's resident memory in bytes (0 when it is gone).
+func ProcRSS(pid int) int64 {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/statm")
 	if err != nil {
-		return 0, err
+		return 0
 	}
-	return s.start, nil
+	f := bytes.Fields(b)
+	if len(f) < 2 {
+		return 0
+	}
+	pages, _ := strconv.ParseInt(string(f[1]), 10, 64)
+	return pages * int64(os.Getpagesize())
 }

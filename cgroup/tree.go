@@ -7,13 +7,17 @@ import (
 )
 
 // Tree is the containment of one kernel's process tree. Implementations:
-// proc (NewProcTree), cgroup v2 (NewV2Tree); v1 later. See the package doc for the
-// order of calls.
+// proc (NewProcTree), cgroup v2 (NewV2Tree), the v1 freezer (NewV1Tree) and
+// the systemd scope (Open with ModeSystemd). Open picks one. See the
+// package doc for the order of calls.
 type Tree interface {
-	// Mode names the mechanism: ModeProc, ModeV2, and later ModeV1.
+	// Mode names the mechanism: ModeProc, ModeV2, ModeV1 or ModeSystemd.
 	Mode() string
+	// Dir is the tree's cgroup directory; "" for the proc mode, and for a
+	// systemd scope before the leader reported it.
+	Dir() string
 	// Configure prepares attr for spawning the leader: it sets the fields
-	// the mode owns (Setpgid and Pgid; later the cgroup fd) and no others.
+	// the mode owns (Setpgid and Pgid; the cgroup fd) and no others.
 	Configure(attr *syscall.SysProcAttr) error
 	// Started records the leader's pid, right after spawn.
 	Started(pid int)
@@ -29,11 +33,35 @@ type Tree interface {
 	Close() error
 }
 
-// Modes, as Tree.Mode reports them.
+// Modes, as Tree.Mode reports them (ModeV1 is in v1_linux.go).
 const (
-	ModeProc = "proc"
-	ModeV2   = "v2"
+	ModeProc    = "proc"
+	ModeV2      = "v2"
+	ModeSystemd = "systemd"
 )
+
+// What --cgroup accepts besides the modes: Auto takes the first of v2,
+// systemd, v1 and proc that can be set up; None asks for the proc mode.
+const (
+	Auto = "auto"
+	None = "none"
+)
+
+// Choices are the values Open accepts, in the order Auto tries them.
+var Choices = []string{Auto, ModeV2, ModeSystemd, ModeV1, None}
+
+// Launcher is a Tree that starts the leader through another program: the
+// systemd scope, made by systemd-run around the command. The caller runs
+// what Launch returns instead of the leader's own path and argv; after
+// Started, Err says why the leader is not in the promised containment (the
+// caller then kills what was started and falls back, see Fallback), and
+// Memory is the memory limit the launcher applied, if one was asked for.
+type Launcher interface {
+	Tree
+	Launch(path string, argv []string, files []uintptr) (string, []string, []uintptr, error)
+	Err() error
+	Memory() (Memory, error)
+}
 
 var (
 	// ErrClosed is returned (wrapped) by a Tree used after Close.

@@ -452,3 +452,24 @@ func (t *V1Tree) Close() error {
 	}
 	return nil
 }
+
+// DestroyV1 kills the processes of a freezer cgroup another supervisor
+// made (dir, named tfgpu-NAME), waits until it is empty and removes it,
+// with the pids cgroup of the same name: a V1Tree of that name treats it
+// as a leftover and empties it. It returns how many processes were in it;
+// a dir that is gone is not an error.
+func DestroyV1(ctx context.Context, dir string) (int, error) {
+	pids, err := Procs(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, nil
+	}
+	pidsParent := ""
+	if l, err := DetectLayout(); err == nil {
+		pidsParent, _ = V1SelfDir(l, "pids")
+	}
+	t, err := NewV1Tree(ctx, filepath.Dir(dir), pidsParent, strings.TrimPrefix(filepath.Base(dir), "tfgpu-"))
+	if err != nil {
+		return 0, err
+	}
+	return len(pids), t.Close()
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -368,16 +369,28 @@ func removeCgroup(dir string) error {
 }
 
 // readProcs reads the pids in dir/cgroup.procs.
-func readProcs(dir string) ([]int, error) {
-	b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+func readProcs(dir string) ([]int, error) { return Procs(dir) }
+
+// Procs reads the pids in dir/cgroup.procs, without following a link in
+// its last component and at most 1 MiB of it: dir may come from a record
+// another user could have written (docs/security.md).
+func Procs(dir string) ([]int, error) {
+	path := filepath.Join(dir, "cgroup.procs")
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	f := os.NewFile(uintptr(fd), path)
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, 1<<20))
 	if err != nil {
 		return nil, err
 	}
 	var pids []int
-	for _, f := range strings.Fields(string(b)) {
-		pid, err := strconv.Atoi(f)
+	for _, field := range strings.Fields(string(b)) {
+		pid, err := strconv.Atoi(field)
 		if err != nil {
-			return nil, fmt.Errorf("parse %s/cgroup.procs: %w", dir, err)
+			return nil, fmt.Errorf("parse %s: %w", path, err)
 		}
 		pids = append(pids, pid)
 	}

@@ -40,7 +40,7 @@ import (
 //	                      then it is ignored, as ipykernel does).
 //	hb                  → echoed.
 func TestMain(m *testing.M) {
-	if IsWatcher() { // the watcher of a supervisor run by this binary (watch.go)
+	if IsWatcher() { // the watcher of a supervisor run by this binary (watcher.go)
 		os.Exit(Watch(os.Stdin, os.Stderr))
 	}
 	if path := os.Getenv("TFGPU_TEST_SUPERVISOR"); path != "" {

@@ -25,6 +25,7 @@ import (
 	"github.com/tfgpu/tfgpu-kernel/cgroup"
 
 	"github.com/tfgpu/tfgpu-kernel/internal/jmsg"
+	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
 
 // harness runs Run in-process around the Go fake kernel (fakekernel_test.go)
@@ -34,29 +35,12 @@ type harness struct {
 	path   string
 	ci     *jmsg.ConnInfo
 	signer *jmsg.Signer
-	stderr *syncBuffer
+	stderr *testutil.Buffer
 	done   chan int
 	cancel context.CancelFunc
 
 	shell, control, stdin, hb, iopub zmq4.Socket
 	iopubMsgs                        chan zmq4.Msg
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func freePorts(t *testing.T) [5]int {
@@ -145,7 +129,7 @@ func startExternalAs(t *testing.T, path string, sys *syscall.SysProcAttr) (*harn
 func newHarness(t *testing.T, path string) *harness {
 	t.Setenv("TFGPU_FAKE_KERNEL", "1")
 	if os.Getenv("TFGPU_STATE_DIR") == "" { // one per test, shared by its supervisors
-		t.Setenv("TFGPU_STATE_DIR", privateDir(t))
+		t.Setenv("TFGPU_STATE_DIR", testutil.PrivateDir(t))
 	}
 	var ci *jmsg.ConnInfo
 	var err error
@@ -158,7 +142,7 @@ func newHarness(t *testing.T, path string) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &harness{t: t, path: path, ci: ci, signer: signer, stderr: &syncBuffer{},
+	return &harness{t: t, path: path, ci: ci, signer: signer, stderr: &testutil.Buffer{},
 		done: make(chan int, 1), iopubMsgs: make(chan zmq4.Msg, 100000)}
 }
 
@@ -240,7 +224,9 @@ func (h *harness) close() {
 }
 
 func (h *harness) closeClients() {
-	closeAll([]zmq4.Socket{h.shell, h.stdin, h.control, h.hb, h.iopub})
+	for _, c := range []zmq4.Socket{h.shell, h.stdin, h.control, h.hb, h.iopub} {
+		c.Close()
+	}
 }
 
 // exitCode waits for Run to return.
@@ -447,41 +433,31 @@ func (h *harness) stopAndCheck(cmd *exec.Cmd, pid int) {
 	}
 }
 
-// requireCgroupV2 fails the test in CI (CI=true), where it must run, and
-// skips it elsewhere, unless a v2 cgroup can be created and removed here.
-// It returns the directory the supervisor's kernel cgroups go in.
-func requireCgroupV2(t *testing.T) string {
+// requireMode fails the test in CI (CI=true), where it must run, and
+// skips it elsewhere, unless a cgroup of the mode can be created and
+// removed here. It returns the directory the supervisor's kernel cgroups
+// go in.
+func requireMode(t *testing.T, mode string) string {
 	t.Helper()
-	tree, _, err := newTree(CgroupV2, fmt.Sprintf("probe-%d", os.Getpid()), nil)
+	o, err := cgroup.Open(mode, fmt.Sprintf("probe-%d", os.Getpid()), cgroup.Options{})
 	if err != nil {
 		if os.Getenv("CI") == "true" {
-			t.Fatalf("CI=true: needs a writable cgroup v2 tree: %v", err)
+			t.Fatalf("CI=true: needs a writable %s cgroup hierarchy: %v", mode, err)
 		}
-		t.Skipf("needs a writable cgroup v2 tree: %v", err)
+		t.Skipf("needs a writable %s cgroup hierarchy: %v", mode, err)
 	}
-	dir := filepath.Dir(tree.(*cgroup.V2Tree).Dir())
-	if err := tree.Close(); err != nil {
+	dir := filepath.Dir(o.Tree.Dir())
+	if err := o.Tree.Close(); err != nil {
 		t.Fatal(err)
 	}
 	return dir
 }
 
-// requireFreezer is requireCgroupV2 for the v1 freezer hierarchy.
-func requireFreezer(t *testing.T) string {
-	t.Helper()
-	tree, _, err := newTree(CgroupV1, fmt.Sprintf("probe-%d", os.Getpid()), nil)
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("CI=true: needs a writable v1 freezer hierarchy: %v", err)
-		}
-		t.Skipf("needs a writable v1 freezer hierarchy: %v", err)
-	}
-	dir := filepath.Dir(tree.(*cgroup.V1Tree).Dir())
-	if err := tree.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
+// requireCgroupV2 is requireMode for cgroup v2.
+func requireCgroupV2(t *testing.T) string { return requireMode(t, cgroup.ModeV2) }
+
+// requireFreezer is requireMode for the v1 freezer hierarchy.
+func requireFreezer(t *testing.T) string { return requireMode(t, cgroup.ModeV1) }
 
 // copyForUser copies the test binary into a directory uid can enter, and
 // hands uid the connection file and a state directory of its own.
@@ -517,15 +493,4 @@ func copyForUser(t *testing.T, exe string, uid int, h *harness) string {
 	}
 	t.Setenv("TFGPU_STATE_DIR", state)
 	return dst
-}
-
-// privateDir is a t.TempDir of mode 0700, as state directories must be
-// (testing makes them 0755).
-func privateDir(t testing.TB) string {
-	t.Helper()
-	d := t.TempDir()
-	if err := os.Chmod(d, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	return d
 }

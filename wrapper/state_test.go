@@ -2,7 +2,9 @@ package wrapper
 
 import (
 	"context"
+	"errors"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,21 +13,25 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tfgpu/tfgpu-kernel/cgroup"
+	"github.com/tfgpu/tfgpu-kernel/internal/record"
+	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
 
 // `tfgpu-kernel stop` on a kernel whose supervisor is SIGSTOPped: its state
 // file leads to its cgroup, which is killed empty and removed.
 func TestFinishAKernelWhoseSupervisorIsStopped(t *testing.T) {
-	for _, mode := range []string{CgroupV2, CgroupV1, CgroupNone} {
+	for _, mode := range []string{cgroup.ModeV2, cgroup.ModeV1, cgroup.None} {
 		t.Run(mode, func(t *testing.T) {
 			_, cmd, pid, st := startExternalIn(t, mode)
-			if want := map[string]string{CgroupV2: "v2", CgroupV1: "v1", CgroupNone: "proc"}[mode]; st.Containment != want {
+			if want := map[string]string{cgroup.ModeV2: "v2", cgroup.ModeV1: "v1", cgroup.None: "proc"}[mode]; st.Containment != want {
 				t.Fatalf("containment %q, want %q", st.Containment, want)
 			}
 			if st.SupervisorPID != cmd.Process.Pid || !st.SupervisorAlive() || st.KernelPID <= 1 || st.Containment == "" {
 				t.Fatalf("state %+v does not describe the running supervisor %d", st, cmd.Process.Pid)
 			}
-			if fi, err := os.Stat(filepath.Join(os.Getenv("TFGPU_STATE_DIR"), stateName(st.KernelID))); err != nil || fi.Mode().Perm() != 0o600 {
+			if fi, err := os.Stat(filepath.Join(os.Getenv("TFGPU_STATE_DIR"), st.KernelID+".json")); err != nil || fi.Mode().Perm() != 0o600 {
 				t.Fatalf("state file mode %v, %v; want 0600", fi.Mode(), err)
 			}
 			cmd.Process.Signal(syscall.SIGSTOP)
@@ -33,7 +39,7 @@ func TestFinishAKernelWhoseSupervisorIsStopped(t *testing.T) {
 			if !st.SupervisorStopped() {
 				time.Sleep(50 * time.Millisecond)
 			}
-			n, err := Finish(os.Getenv("TFGPU_STATE_DIR"), st, 5*time.Second)
+			n, err := record.Finish(os.Getenv("TFGPU_STATE_DIR"), st, 5*time.Second)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -41,7 +47,7 @@ func TestFinishAKernelWhoseSupervisorIsStopped(t *testing.T) {
 			if pidAlive(st.KernelPID) {
 				t.Fatalf("kernel %d alive after Finish", st.KernelPID)
 			}
-			if mode != CgroupNone {
+			if mode != cgroup.None {
 				if pidAlive(pid) {
 					t.Fatalf("escapee %d alive after Finish", pid)
 				}
@@ -52,7 +58,7 @@ func TestFinishAKernelWhoseSupervisorIsStopped(t *testing.T) {
 					t.Fatalf("Finish killed %d processes, want kernel and escapee", n)
 				}
 			}
-			if mode == CgroupV1 {
+			if mode == cgroup.ModeV1 {
 				if left, _ := filepath.Glob("/sys/fs/cgroup/*/tfgpu-" + st.KernelID + "*"); len(left) > 0 {
 					t.Fatalf("v1 cgroups left: %v", left)
 				}
@@ -73,7 +79,7 @@ func TestStartStopCyclesLeaveNothing(t *testing.T) {
 	t.Setenv("TFGPU_FAKE_KERNEL", "1")
 	t.Setenv("TFGPU_FAKE_SPAWN_FILE", pidFile)
 	path, _ := writeConn(t, dir)
-	stateDir := privateDir(t)
+	stateDir := testutil.PrivateDir(t)
 	n := 100
 	if testing.Short() {
 		n = 10
@@ -120,20 +126,47 @@ func TestStartStopCyclesLeaveNothing(t *testing.T) {
 // startExternalIn starts an external supervisor in containment mode, has
 // its kernel spawn a setsid'd escapee, and returns them with the kernel's
 // record.
-func startExternalIn(t *testing.T, mode string) (*harness, *exec.Cmd, int, State) {
+func startExternalIn(t *testing.T, mode string) (*harness, *exec.Cmd, int, record.State) {
 	t.Helper()
 	switch mode {
-	case CgroupV2:
+	case cgroup.ModeV2:
 		requireCgroupV2(t)
-	case CgroupV1:
+	case cgroup.ModeV1:
 		requireFreezer(t)
 	}
 	t.Setenv("TFGPU_CGROUP", mode)
 	h, cmd := startExternal(t, "")
 	pid := h.spawnEscapee()
-	states, _, err := ReadStates(os.Getenv("TFGPU_STATE_DIR"))
+	states, _, err := record.ReadStates(os.Getenv("TFGPU_STATE_DIR"))
 	if err != nil || len(states) != 1 {
 		t.Fatalf("states %+v, %v; want the one kernel", states, err)
 	}
 	return h, cmd, pid, states[0]
+}
+
+// A supervisor that cannot read its own start time writes no record: one
+// with a wrong start time would make the next supervisor take it for dead
+// and finish its running kernel.
+func TestNoRecordWithoutTheSupervisorsStartTime(t *testing.T) {
+	d, err := record.OpenDir(testutil.PrivateDir(t), true, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	var log testutil.Buffer
+	s := &supervisor{id: "k-start", dir: d, tree: cgroup.NewProcTree(os.Getpid()),
+		log: slog.New(slog.NewTextHandler(&log, nil))}
+	startTime = func(int) (uint64, error) { return 0, errors.New("no /proc") }
+	s.record()
+	startTime = cgroup.StartTime
+	if states, _, _ := d.States(); len(states) != 0 {
+		t.Fatalf("recorded %+v without the start time", states)
+	}
+	if !strings.Contains(log.String(), "will not find it") {
+		t.Fatalf("not said: %s", log.String())
+	}
+	s.record()
+	if states, _, _ := d.States(); len(states) != 1 || states[0].SupervisorStart == 0 || !states[0].SupervisorAlive() {
+		t.Fatalf("recorded %+v", states)
+	}
 }

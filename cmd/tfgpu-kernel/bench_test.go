@@ -1,6 +1,6 @@
 package main
 
-// The DESIGN §8 benchmark: the same workloads against the wrapped kernel
+// The benchmark of docs/benchmarks.md: the same workloads against the wrapped kernel
 // (tfgpu-kernel run -- ipykernel) and the same ipykernel run directly, side
 // by side in one run, interleaved so that noise hits both alike.
 //
@@ -162,7 +162,7 @@ func benchRun(tb testing.TB, env []string, dir string, quick bool, timeout time.
 	return stdout.String(), res
 }
 
-// BenchmarkKernel prints the DESIGN §8 figures, wrapped against direct. One
+// BenchmarkKernel prints the figures of docs/benchmarks.md, wrapped against direct. One
 // iteration takes a few minutes: run it with -benchtime 1x.
 func BenchmarkKernel(b *testing.B) {
 	benchJupyterPython(b)
@@ -203,7 +203,7 @@ func BenchmarkRestartModes(b *testing.B) {
 	}
 }
 
-// BenchmarkShutdown prints DESIGN §8's shutdown figure: shutdown_request
+// BenchmarkShutdown prints the shutdown figure of docs/benchmarks.md: shutdown_request
 // until the supervisor has killed a 20-process tree, checked NVML (the
 // fake, holding nothing) and exited, median of 10:
 //

@@ -6,8 +6,9 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/tfgpu/tfgpu-kernel/internal/doctor"
+	"github.com/tfgpu/tfgpu-kernel/internal/record"
 	"github.com/tfgpu/tfgpu-kernel/kernelspec"
-	"github.com/tfgpu/tfgpu-kernel/wrapper"
 )
 
 // cmdDoctor prints what the supervisor finds on this host, one finding a
@@ -15,7 +16,7 @@ import (
 // 1 otherwise.
 func cmdDoctor(args []string) int {
 	fs := flag.NewFlagSet("doctor", flag.ContinueOnError)
-	stateDir := fs.String("state-dir", wrapper.StateDir(), "where supervisors record their kernels")
+	stateDir := fs.String("state-dir", record.DefaultDir(), "where supervisors record their kernels")
 	nvmlLib := fs.String("nvml-library", "", "NVML library file to load; empty: "+gpuSoname+" through the dynamic loader")
 	if code, done := parseFlags(fs, args, "tfgpu-kernel doctor"); done {
 		return code
@@ -25,8 +26,8 @@ func cmdDoctor(args []string) int {
 	}
 	fmt.Printf("tfgpu-kernel %s\n", version)
 	problems := 0
-	findings := append(wrapper.Diagnose(*stateDir), wrapper.DiagnoseGPU(*nvmlLib)...)
-	findings = append(findings, wrapper.DiagnoseHandoffs(*stateDir, *nvmlLib)...)
+	findings := append(doctor.Host(*stateDir), doctor.GPU(*nvmlLib)...)
+	findings = append(findings, doctor.Handoffs(*stateDir, *nvmlLib)...)
 	for _, f := range append(findings, diagnoseKernelspecs()...) {
 		mark := "ok "
 		if f.Problem {
@@ -48,26 +49,26 @@ func cmdDoctor(args []string) int {
 
 // diagnoseKernelspecs reports the tfgpu kernelspecs Jupyter finds, and for
 // each the Python and ipykernel it runs.
-func diagnoseKernelspecs() []wrapper.Finding {
+func diagnoseKernelspecs() []doctor.Finding {
 	ctx := context.Background()
 	py, err := kernelspec.FindPython(ctx, "")
 	if err != nil {
-		return []wrapper.Finding{{Topic: "kernelspecs", Problem: true, Text: "cannot look: " + err.Error(),
+		return []doctor.Finding{{Topic: "kernelspecs", Problem: true, Text: "cannot look: " + err.Error(),
 			Fix: "apt-get install python3-jupyter-client python3-ipykernel (or ./install.sh)"}}
 	}
 	specs, err := kernelspec.Installed(ctx, py)
 	switch {
 	case err != nil:
-		return []wrapper.Finding{{Topic: "kernelspecs", Problem: true, Text: err.Error(),
+		return []doctor.Finding{{Topic: "kernelspecs", Problem: true, Text: err.Error(),
 			Fix: "apt-get install python3-jupyter-client (or ./install.sh)"}}
 	case len(specs) == 0:
-		return []wrapper.Finding{{Topic: "kernelspecs", Problem: true,
+		return []doctor.Finding{{Topic: "kernelspecs", Problem: true,
 			Text: "no tfgpu kernelspec in Jupyter's paths (as " + py.Executable + "'s jupyter_client sees them)",
 			Fix:  "tfgpu-kernel install (or ./install.sh)"}}
 	}
-	var out []wrapper.Finding
+	var out []doctor.Finding
 	for _, sp := range specs {
-		f := wrapper.Finding{Topic: "kernelspec", Text: fmt.Sprintf("%s in %s", sp.Name, sp.Dir)}
+		f := doctor.Finding{Topic: "kernelspec", Text: fmt.Sprintf("%s in %s", sp.Name, sp.Dir)}
 		switch {
 		case len(sp.Argv) == 0:
 			f.Problem, f.Text, f.Fix = true, f.Text+": no argv", "tfgpu-kernel install --replace --name "+sp.Name

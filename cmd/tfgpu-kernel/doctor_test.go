@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
 
 // doctor reports containment and memory limits, and a kernel whose
@@ -16,7 +18,7 @@ func TestDoctorAndStopOfAStaleKernel(t *testing.T) {
 		t.Skip("the cgroup findings differ for other users")
 	}
 	bin := buildInstallTestBinary(t)
-	stateDir := privateDir(t)
+	stateDir := testutil.PrivateDir(t)
 	env := append(os.Environ(), "TFGPU_STATE_DIR="+stateDir)
 
 	r := runInstallBin(t, env, bin, "doctor")
@@ -58,12 +60,10 @@ func TestDoctorAndStopOfAStaleKernel(t *testing.T) {
 // ipykernel each runs, and says how to fix a missing one or one whose
 // supervisor binary is gone.
 func TestDoctorKernelspecs(t *testing.T) {
-	if _, err := exec.LookPath("/usr/bin/python3"); err != nil {
-		t.Skip("needs /usr/bin/python3 with jupyter_client")
-	}
+	installJupyterPython(t)
 	bin := buildInstallTestBinary(t)
 	home, data, prefix := t.TempDir(), t.TempDir(), t.TempDir()
-	env := append(os.Environ(), "HOME="+home, "JUPYTER_DATA_DIR="+data, "JUPYTER_PATH=", "TFGPU_STATE_DIR="+privateDir(t))
+	env := append(os.Environ(), "HOME="+home, "JUPYTER_DATA_DIR="+data, "JUPYTER_PATH=", "TFGPU_STATE_DIR="+testutil.PrivateDir(t))
 
 	r := runInstallBin(t, env, bin, "doctor")
 	if r.code != 1 || !strings.Contains(r.stdout, "!! kernelspecs:  no tfgpu kernelspec in Jupyter's paths") ||

@@ -11,10 +11,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
 
 // `tfgpu-kernel stop --all` on a kernel whose supervisor is SIGSTOPped (hung):
@@ -24,12 +25,12 @@ import (
 func TestE2EStopHungSupervisor(t *testing.T) {
 	s := e2eSetup(t)
 	path := writeTCPConn(t, t.TempDir(), "e2e-stop", "5f1c7a0e-stop")
-	stateDir, tag, xdg := privateDir(t), e2eTag(t), e2eXDG(t)
+	stateDir, tag, xdg := testutil.PrivateDir(t), e2eTag(t), e2eXDG(t)
 	env := append(append([]string{}, s.env...), "E2E_TAG="+tag, "XDG_RUNTIME_DIR="+xdg, "TFGPU_STATE_DIR="+stateDir)
 
 	sup := exec.Command(s.bin, "run", "-f", path, "--", e2ePython, "-m", "ipykernel_launcher", "-f", path)
 	sup.Env = env
-	supErr := &lockedBuffer{}
+	supErr := &testutil.Buffer{}
 	sup.Stderr = supErr
 	sup.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := sup.Start(); err != nil {
@@ -107,25 +108,6 @@ kc.execute_interactive("import subprocess, signal; p = subprocess.Popen(['setsid
 	case <-time.After(10 * time.Second):
 		t.Fatalf("supervisor still running 10 s after SIGCONT; log:\n%s", supErr.String())
 	}
-}
-
-// lockedBuffer is a strings.Builder that os/exec's copying goroutine and
-// the test may use at once.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // writeTCPConn writes dir/kernel-ID.json, a connection file on free

@@ -50,7 +50,7 @@ import (
 
 const (
 	e2ePython      = "/usr/bin/python3"
-	e2eSurviveWait = 2 * time.Second // DESIGN §3: the whole tree is gone within 2 s
+	e2eSurviveWait = 2 * time.Second // docs/design.md#lifecycle: the whole tree is gone within 2 s
 )
 
 // e2eSuite is what every E2E test shares: the built binary, the installed
@@ -136,7 +136,7 @@ func e2eBuild() (*e2eSuite, error) {
 }
 
 // e2eInstallSpec installs the kernelspec with the real `install` command and
-// checks it is the one DESIGN §7 describes.
+// checks it is the one the README describes.
 func e2eInstallSpec(bin, prefix string) error {
 	out, err := exec.Command(bin, "install", "--prefix", prefix, "--python", e2ePython).CombinedOutput()
 	if err != nil {

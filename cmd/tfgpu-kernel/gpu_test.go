@@ -12,9 +12,10 @@ import (
 	"time"
 
 	"github.com/tfgpu/tfgpu-kernel/cgroup"
-	"github.com/tfgpu/tfgpu-kernel/wrapper"
 	"github.com/tfgpu/tfgpu-kernel/internal/gpu"
 	"github.com/tfgpu/tfgpu-kernel/internal/gpu/gputest"
+	"github.com/tfgpu/tfgpu-kernel/internal/record"
+	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
 
 // The binary is built as install.sh builds it, with lazy binding: go-nvml
@@ -36,7 +37,7 @@ func TestBinaryStartsWithoutNVML(t *testing.T) {
 			}
 		}
 	}
-	env := append(os.Environ(), "LD_LIBRARY_PATH="+t.TempDir(), "TFGPU_STATE_DIR="+privateDir(t))
+	env := append(os.Environ(), "LD_LIBRARY_PATH="+t.TempDir(), "TFGPU_STATE_DIR="+testutil.PrivateDir(t))
 	r := runInstallBin(t, env, bin, "ps")
 	if r.code != 0 || !strings.Contains(r.stdout, "no supervised kernels") ||
 		!strings.Contains(r.stdout, "GPU memory not shown: no NVIDIA driver: cannot load libnvidia-ml.so.1") {
@@ -53,10 +54,10 @@ func TestBinaryStartsWithoutNVML(t *testing.T) {
 func TestDoctorNVML(t *testing.T) {
 	bin := buildInstallTestBinary(t)
 	f := gputest.New(t, 2, gputest.Full)
-	env := append(append(os.Environ(), "TFGPU_STATE_DIR="+privateDir(t)), f.Env()...)
+	env := append(append(os.Environ(), "TFGPU_STATE_DIR="+testutil.PrivateDir(t)), f.Env()...)
 	r := runInstallBin(t, env, bin, "doctor")
 	for _, want := range []string{"ok NVML:         driver 999.99-fake, 2 GPU(s)",
-		"ok GPU0:         Fake NVIDIA H200, 141.0GiB, GPU-fa4e0000-0000-0000-0000-000000000000, persistence mode on",
+		"ok GPU0:         Fake NVIDIA H200, 141 GiB, GPU-fa4e0000-0000-0000-0000-000000000000, persistence mode on",
 		"ok GPU1:"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Fatalf("doctor lacks %q:\n%s%s", want, r.stdout, r.stderr)
@@ -75,14 +76,14 @@ func TestPs(t *testing.T) {
 	bin := buildInstallTestBinary(t)
 	f := gputest.New(t, 2, gputest.Full)
 	holder := f.Hold(t, 1, 768, "--setsid") // a process group of its own, as a kernel has
-	stateDir := privateDir(t)
+	stateDir := testutil.PrivateDir(t)
 	kernelStart, err := cgroup.StartTime(holder.Process.Pid)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// A kernel recorded by a dead supervisor whose process group leader
 	// (the "kernel") is the holder: ps finds it through /proc.
-	st, _ := json.Marshal(wrapper.State{KernelID: "5b2c1e7a-ps", SupervisorPID: 1 << 30, KernelPID: holder.Process.Pid,
+	st, _ := json.Marshal(record.State{KernelID: "5b2c1e7a-ps", SupervisorPID: 1 << 30, KernelPID: holder.Process.Pid,
 		KernelStart: kernelStart, Containment: "proc", Session: "train.ipynb",
 		Started: time.Now().Add(-time.Minute)})
 	if err := os.WriteFile(filepath.Join(stateDir, "5b2c1e7a-ps.json"), st, 0o600); err != nil {
@@ -90,12 +91,12 @@ func TestPs(t *testing.T) {
 	}
 	env := append(append(os.Environ(), "TFGPU_STATE_DIR="+stateDir), f.Env()...)
 	r := runInstallBin(t, env, bin, "ps", "--json")
-	var rows []wrapper.KernelStatus
+	var rows []record.KernelStatus
 	if err := json.Unmarshal([]byte(r.stdout), &rows); err != nil || r.code != 0 || len(rows) != 1 {
 		t.Fatalf("ps --json: exit %d, %v\n%s%s", r.code, err, r.stdout, r.stderr)
 	}
 	k := rows[0]
-	if k.State != wrapper.StateDirty || len(k.PIDs) != 1 || k.PIDs[0] != holder.Process.Pid || len(k.GPU) != 1 ||
+	if k.State != record.StateDirty || len(k.PIDs) != 1 || k.PIDs[0] != holder.Process.Pid || len(k.GPU) != 1 ||
 		k.GPU[0].Index != 1 || k.GPU[0].UsedBytes != 768<<20 || !strings.HasPrefix(k.GPU[0].UUID, "GPU-") {
 		t.Fatalf("ps --json row: %+v", k)
 	}
@@ -103,7 +104,7 @@ func TestPs(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
 	if r.code != 0 || len(lines) != 2 || !strings.HasPrefix(lines[0], "KERNEL") ||
 		!strings.Contains(lines[1], "5b2c1e7a  train.ipynb") || !strings.Contains(lines[1], "dirty") ||
-		!strings.HasSuffix(lines[1], "GPU1 768MiB") {
+		!strings.HasSuffix(lines[1], "GPU1 768 MiB") {
 		t.Fatalf("ps: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	if r := runInstallBin(t, env, bin, "ps", "extra"); r.code != 2 {
@@ -121,7 +122,7 @@ func TestStopConfirmsGPU(t *testing.T) {
 		code             int
 		want             string
 	}{
-		{"300", "10s", 0, "GPU memory released: GPU0 512MiB (NVML, by pid,"},
+		{"300", "10s", 0, "GPU memory released: GPU0 512 MiB (NVML, by pid,"},
 		{"-1", "1s", 1, "GPU memory still held 1s after the kill: GPU0: pid "},
 	} {
 		f := gputest.New(t, 1, gputest.Full)
@@ -130,8 +131,8 @@ func TestStopConfirmsGPU(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		stateDir := privateDir(t)
-		st, _ := json.Marshal(wrapper.State{KernelID: "dead-gpu", SupervisorPID: 1 << 30, KernelPID: holder.Process.Pid,
+		stateDir := testutil.PrivateDir(t)
+		st, _ := json.Marshal(record.State{KernelID: "dead-gpu", SupervisorPID: 1 << 30, KernelPID: holder.Process.Pid,
 			KernelStart: start, Containment: "proc"})
 		if err := os.WriteFile(filepath.Join(stateDir, "dead-gpu.json"), st, 0o600); err != nil {
 			t.Fatal(err)
@@ -156,7 +157,7 @@ func BenchmarkPs(b *testing.B) {
 		b.Fatalf("go build: %v\n%s", err, out)
 	}
 	f := gputest.New(b, 2, gputest.Full)
-	stateDir := privateDir(b)
+	stateDir := testutil.PrivateDir(b)
 	for i := range 20 {
 		h := f.Hold(b, i%2, 256, "--setsid")
 		start, err := cgroup.StartTime(h.Process.Pid)
@@ -164,8 +165,8 @@ func BenchmarkPs(b *testing.B) {
 			b.Fatal(err)
 		}
 		id := fmt.Sprintf("bench-%02d", i)
-		st, _ := json.Marshal(wrapper.State{KernelID: id, SupervisorPID: os.Getpid(), KernelPID: h.Process.Pid,
-			KernelStart: start, Containment: "proc", Started: time.Now(), Phase: wrapper.PhaseRunning})
+		st, _ := json.Marshal(record.State{KernelID: id, SupervisorPID: os.Getpid(), KernelPID: h.Process.Pid,
+			KernelStart: start, Containment: "proc", Started: time.Now(), Phase: record.PhaseRunning})
 		if err := os.WriteFile(filepath.Join(stateDir, id+".json"), st, 0o600); err != nil {
 			b.Fatal(err)
 		}
@@ -192,7 +193,7 @@ func TestDoctorUnfinishedGPUCheck(t *testing.T) {
 	h := f.Hold(t, 0, 300)
 	h.Process.Kill()
 	h.Wait()
-	stateDir := privateDir(t)
+	stateDir := testutil.PrivateDir(t)
 	for id, pid := range map[string]int{"held": h.Process.Pid, "released": 1 << 30} {
 		b, _ := json.Marshal(gpu.Old{PIDs: []int{pid}, By: gpu.ByPID})
 		if err := os.WriteFile(filepath.Join(stateDir, id+".gpu"), b, 0o600); err != nil {

@@ -410,7 +410,7 @@ func installStartBoth(t *testing.T, env []string, py, tag string, names ...strin
 		}
 	}
 	// Survivors: jupyter_client shut both kernels down; give them the 2 s
-	// DESIGN §3 allows, then kill what is left, each by its pid.
+	// docs/design.md#shutdown-and-restart allows, then kill what is left, each by its pid.
 	var left []int
 	for {
 		left = e2eAlive(tag, res.Pids)

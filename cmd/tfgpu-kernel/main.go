@@ -1,10 +1,3 @@
-// Command tfgpu-kernel makes Jupyter's "Restart Kernel" a hard reset for GPU
-// notebooks: it supervises a real ipykernel in its own process tree, relays
-// the five Jupyter channels, and on restart, shutdown or crash kills the
-// whole tree before a new kernel starts.
-//
-// The command is thin: each subcommand parses flags and calls into the
-// wrapper, cgroup and kernelspec packages.
 package main
 
 import (
@@ -42,7 +35,7 @@ func usage() {
 }
 
 func main() {
-	if wrapper.IsWatcher() { // started by `run` itself (see wrapper/watch.go), never by a user
+	if wrapper.IsWatcher() { // started by `run` itself (see wrapper/watcher.go), never by a user
 		os.Exit(wrapper.Watch(os.Stdin, os.Stderr))
 	}
 	if len(os.Args) < 2 {

@@ -22,14 +22,3 @@ func TestMain(m *testing.M) {
 	}
 	os.Exit(m.Run())
 }
-
-// privateDir is a t.TempDir of mode 0700, as state directories must be
-// (testing makes them 0755).
-func privateDir(t testing.TB) string {
-	t.Helper()
-	d := t.TempDir()
-	if err := os.Chmod(d, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	return d
-}

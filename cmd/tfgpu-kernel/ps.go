@@ -10,8 +10,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/tfgpu/tfgpu-kernel/wrapper"
 	"github.com/tfgpu/tfgpu-kernel/internal/gpu"
+	"github.com/tfgpu/tfgpu-kernel/internal/record"
 )
 
 // cmdPs lists the supervised kernels with their processes, memory and GPU
@@ -21,7 +21,7 @@ import (
 func cmdPs(args []string) int {
 	fs := flag.NewFlagSet("ps", flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print a JSON array, one object per kernel")
-	stateDir := fs.String("state-dir", wrapper.StateDir(), "where supervisors record their kernels")
+	stateDir := fs.String("state-dir", record.DefaultDir(), "where supervisors record their kernels")
 	nvmlLib := fs.String("nvml-library", "", "NVML library file to load; empty: "+gpuSoname+" through the dynamic loader")
 	if code, done := parseFlags(fs, args, "tfgpu-kernel ps --json | jq '.[] | {kernel_id, gpu}'"); done {
 		return code
@@ -31,18 +31,18 @@ func cmdPs(args []string) int {
 	}
 	explicit := false
 	fs.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "state-dir" })
-	dirs := wrapper.StateDirs(*stateDir, os.Geteuid() == 0 && !explicit && os.Getenv("TFGPU_STATE_DIR") == "")
-	rows, note, refused, err := wrapper.PS(dirs, *nvmlLib)
+	dirs := record.StateDirs(*stateDir, os.Geteuid() == 0 && !explicit && os.Getenv("TFGPU_STATE_DIR") == "")
+	rows, note, refused, err := record.PS(dirs, *nvmlLib)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "tfgpu-kernel ps: %v\n", err)
 		return 1
 	}
 	for _, r := range refused { // what users wrote is shown, never obeyed
-		fmt.Fprintf(os.Stderr, "tfgpu-kernel ps: %s\n", wrapper.Printable(r.Error()))
+		fmt.Fprintf(os.Stderr, "tfgpu-kernel ps: %s\n", record.Printable(r.Error()))
 	}
 	if *asJSON {
 		if rows == nil {
-			rows = []wrapper.KernelStatus{}
+			rows = []record.KernelStatus{}
 		}
 		enc := json.NewEncoder(os.Stdout)
 		enc.SetIndent("", "  ")
@@ -55,7 +55,7 @@ func cmdPs(args []string) int {
 	return 0
 }
 
-func printPs(out io.Writer, rows []wrapper.KernelStatus, note string, now time.Time) {
+func printPs(out io.Writer, rows []record.KernelStatus, note string, now time.Time) {
 	if len(rows) == 0 {
 		fmt.Fprintln(out, "no supervised kernels")
 	} else {
@@ -77,7 +77,7 @@ func printPs(out io.Writer, rows []wrapper.KernelStatus, note string, now time.T
 			if !r.Started.IsZero() && !r.Started.After(now) {
 				uptime = now.Sub(r.Started).Round(time.Second).String()
 			}
-			fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\n", shortKernelID(r.KernelID), session, r.SupervisorPID,
+			fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\n", record.ShortID(r.KernelID), session, r.SupervisorPID,
 				r.KernelPID, len(r.PIDs), gpu.FormatBytes(r.RSSBytes), r.State, uptime, strings.Join(mem, ", "))
 		}
 		w.Flush()
@@ -85,11 +85,4 @@ func printPs(out io.Writer, rows []wrapper.KernelStatus, note string, now time.T
 	if note != "" {
 		fmt.Fprintf(out, "GPU memory not shown: %s\n", note)
 	}
-}
-
-func shortKernelID(id string) string {
-	if len(id) > 8 {
-		return id[:8]
-	}
-	return id
 }

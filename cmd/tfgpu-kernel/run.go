@@ -9,8 +9,9 @@ import (
 	"runtime"
 	"strings"
 
-	"github.com/tfgpu/tfgpu-kernel/wrapper"
+	"github.com/tfgpu/tfgpu-kernel/internal/record"
 	"github.com/tfgpu/tfgpu-kernel/internal/zmtp"
+	"github.com/tfgpu/tfgpu-kernel/wrapper"
 )
 
 // cmdRun is what the kernelspec's argv runs:
@@ -21,7 +22,7 @@ func cmdRun(args []string) int {
 	conn := fs.String("f", "", "the connection file Jupyter wrote (required)")
 	var rf runFlags
 	rf.define(fs) // shared with install, which writes them into kernelspecs
-	stateDir := fs.String("state-dir", wrapper.StateDir(), "where the kernel's state file goes (read by 'tfgpu-kernel stop')")
+	stateDir := fs.String("state-dir", record.DefaultDir(), "where the kernel's state file goes (read by 'tfgpu-kernel stop')")
 	example := "tfgpu-kernel run -f kernel-1.json -- /usr/bin/python3 -m ipykernel_launcher -f kernel-1.json"
 	if code, done := parseFlags(fs, args, example); done {
 		return code

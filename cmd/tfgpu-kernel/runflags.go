@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/tfgpu/tfgpu-kernel/cgroup"
-	"github.com/tfgpu/tfgpu-kernel/wrapper"
 	"github.com/tfgpu/tfgpu-kernel/internal/zmtp"
+	"github.com/tfgpu/tfgpu-kernel/wrapper"
 )
 
 // runFlags are the `run` flags a kernelspec may carry. `run` and `install`
@@ -42,7 +42,7 @@ func (r *runFlags) define(fs *flag.FlagSet) {
 	fs.DurationVar(&r.killTimeout, "kill-timeout", wrapper.DefaultKillTimeout, "how long killing the kernel's tree may take")
 	fs.StringVar(&r.inner, "inner-transport", "auto", "transport to the kernel: auto (ipc, else tcp), ipc, tcp")
 	fs.StringVar(&r.memLimit, "memory-limit", "", "memory the kernel's whole tree may use, e.g. 8G (powers of 1024); empty: no limit")
-	fs.StringVar(&r.cg, "cgroup", wrapper.CgroupAuto, "containment: auto (first of v2, systemd, v1 that works, else none), v2, systemd (user scope via systemd-run), v1 (freezer), none (process group and /proc)")
+	fs.StringVar(&r.cg, "cgroup", cgroup.Auto, "containment: auto (first of v2, systemd, v1 that works, else none), v2, systemd (user scope via systemd-run), v1 (freezer), none (process group and /proc)")
 	fs.StringVar(&r.nvmlLib, "nvml-library", "", "NVML library file to load; empty: "+gpuSoname+" through the dynamic loader (LD_LIBRARY_PATH)")
 	fs.DurationVar(&r.confirm, "confirm-timeout", wrapper.DefaultConfirmTimeout, "how long to wait for NVML to list none of a killed tree's GPU contexts")
 	fs.StringVar(&r.maxMsg, "max-message-size", "1G", "the largest message a client may send the kernel (all its frames, e.g. a comm's buffers); a client that sends a larger one is disconnected")
@@ -52,7 +52,7 @@ func (r *runFlags) define(fs *flag.FlagSet) {
 // error is one line naming the flag.
 func (r *runFlags) check() (v runValues, err error) {
 	switch {
-	case !slices.Contains([]string{wrapper.CgroupAuto, wrapper.CgroupV2, wrapper.CgroupSystemd, wrapper.CgroupV1, wrapper.CgroupNone}, r.cg):
+	case !slices.Contains(cgroup.Choices, r.cg):
 		return v, fmt.Errorf("--cgroup %q: want auto, v2, systemd, v1 or none", r.cg)
 	case r.confirm <= 0:
 		return v, fmt.Errorf("--confirm-timeout %v: want a positive duration such as 10s", r.confirm)

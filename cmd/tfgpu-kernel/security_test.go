@@ -21,9 +21,10 @@ import (
 	"github.com/go-zeromq/zmq4"
 
 	"github.com/tfgpu/tfgpu-kernel/cgroup"
-	"github.com/tfgpu/tfgpu-kernel/wrapper"
 	"github.com/tfgpu/tfgpu-kernel/internal/gpu/gputest"
 	"github.com/tfgpu/tfgpu-kernel/internal/jmsg"
+	"github.com/tfgpu/tfgpu-kernel/internal/record"
+	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
 
 // Issue 10: two users of one machine (alice runs kernels, bob is another
@@ -152,7 +153,7 @@ func alive(pid int) bool {
 	return i > 0 && i+2 < len(b) && b[i+2] != 'Z' && b[i+2] != 'X'
 }
 
-func record(t *testing.T, st wrapper.State) []byte {
+func recordJSON(t *testing.T, st record.State) []byte {
 	t.Helper()
 	b, err := json.Marshal(st)
 	if err != nil {
@@ -273,19 +274,19 @@ func TestSecurityPlantedRecords(t *testing.T) {
 	}{
 		{"bob's record naming alice's process", func(t *testing.T, state, _ string) (string, func() error) {
 			pid, start := sleeper(t, alice.credential)
-			bob.own(t, filepath.Join(state, "k-unrelated.json"), record(t, wrapper.State{KernelID: "k-unrelated",
+			bob.own(t, filepath.Join(state, "k-unrelated.json"), recordJSON(t, record.State{KernelID: "k-unrelated",
 				SupervisorPID: dead, KernelPID: pid, KernelStart: start, Containment: "proc"}), 0o644)
 			return "k-unrelated.json: owned by uid " + strconv.Itoa(bob.uid), func() error { return aliveErr(pid) }
 		}},
 		{"a kernel id that climbs out", func(t *testing.T, state, _ string) (string, func() error) {
 			victim := alice.own(t, filepath.Join(filepath.Dir(state), "victim.json"), []byte("{}\n"), 0o600)
-			alice.own(t, filepath.Join(state, "x.json"), record(t, wrapper.State{KernelID: "../victim", SupervisorPID: dead}), 0o600)
+			alice.own(t, filepath.Join(state, "x.json"), recordJSON(t, record.State{KernelID: "../victim", SupervisorPID: dead}), 0o600)
 			return `x.json: kernel id \"../victim\"`, func() error { _, err := os.Stat(victim); return err }
 		}},
 		{"an inner directory that is alice's work", func(t *testing.T, state, _ string) (string, func() error) {
 			precious := alice.mkdir(t, filepath.Join(alice.home, "precious"), 0o700)
 			thesis := alice.own(t, filepath.Join(precious, "thesis.tex"), []byte("\\documentclass{article}\n"), 0o600)
-			alice.own(t, filepath.Join(state, "k-inner.json"), record(t, wrapper.State{KernelID: "k-inner", SupervisorPID: dead,
+			alice.own(t, filepath.Join(state, "k-inner.json"), recordJSON(t, record.State{KernelID: "k-inner", SupervisorPID: dead,
 				Containment: "proc", InnerDir: precious}), 0o600)
 			return "inner directory " + precious + " is not named as", func() error { _, err := os.Stat(thesis); return err }
 		}},
@@ -294,7 +295,7 @@ func TestSecurityPlantedRecords(t *testing.T) {
 			fake := bob.mkdir(t, filepath.Join(bobs, "tfgpu-k-link-"+strconv.Itoa(dead)), 0o755)
 			os.Symlink(notes, filepath.Join(fake, "cgroup.kill"))
 			os.WriteFile(filepath.Join(fake, "cgroup.events"), []byte("populated 1\n"), 0o644)
-			alice.own(t, filepath.Join(state, "k-link.json"), record(t, wrapper.State{KernelID: "k-link", SupervisorPID: dead,
+			alice.own(t, filepath.Join(state, "k-link.json"), recordJSON(t, record.State{KernelID: "k-link", SupervisorPID: dead,
 				Containment: "v2", Cgroup: fake}), 0o600)
 			return "cgroup " + fake + " is not on a cgroup file system", func() error {
 				if b, _ := os.ReadFile(notes); string(b) != "alice's notes\n" {
@@ -308,7 +309,7 @@ func TestSecurityPlantedRecords(t *testing.T) {
 				id := fmt.Sprintf("k-stuck-%d", i)
 				dir := bob.mkdir(t, filepath.Join(bobs, "tfgpu-"+id+"-"+strconv.Itoa(dead)), 0o755)
 				os.WriteFile(filepath.Join(dir, "cgroup.events"), []byte("populated 1\n"), 0o644)
-				alice.own(t, filepath.Join(state, id+".json"), record(t, wrapper.State{KernelID: id, SupervisorPID: dead,
+				alice.own(t, filepath.Join(state, id+".json"), recordJSON(t, record.State{KernelID: id, SupervisorPID: dead,
 					Containment: "v2", Cgroup: dir}), 0o600)
 			}
 			return "k-stuck-29-" + strconv.Itoa(dead) + " is not on a cgroup file system", func() error { return nil }
@@ -356,7 +357,7 @@ func runSupervisorAs(t *testing.T, bin string, u localUser, state string) (strin
 	cmd.Env = userEnv(u, "TFGPU_STATE_DIR="+state)
 	cmd.Dir = "/"
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: u.credential, Setpgid: true}
-	var log lockedBuffer
+	var log testutil.Buffer
 	cmd.Stdout, cmd.Stderr = &log, &log
 	start := time.Now()
 	if err := cmd.Start(); err != nil {
@@ -417,14 +418,14 @@ func TestSecurityRootActsOnlyOnTheUsersOwn(t *testing.T) {
 	linkCg := bob.mkdir(t, filepath.Join(bobs, "tfgpu-k-link-1073741824"), 0o755)
 	os.Symlink(rootFile, filepath.Join(linkCg, "cgroup.kill"))
 	os.Symlink(rootFile, filepath.Join(linkCg, "cgroup.procs"))
-	for _, st := range []wrapper.State{
+	for _, st := range []record.State{
 		{KernelID: "k-proc", SupervisorPID: 1 << 30, KernelPID: rootPid, KernelStart: rootStart, Containment: "proc"},
 		{KernelID: "k-cg", SupervisorPID: 1 << 30, Containment: "v2", Cgroup: rootCg},
 		{KernelID: "k-inner", SupervisorPID: 1 << 30, Containment: "proc", InnerDir: rootDir},
 		{KernelID: "k-link", SupervisorPID: 1 << 30, Containment: "v2", Cgroup: linkCg,
 			Session: "nb.ipynb\x1b]0;owned\x07\x1b[2J"},
 	} {
-		bob.own(t, filepath.Join(bobsState, st.KernelID+".json"), record(t, st), 0o600)
+		bob.own(t, filepath.Join(bobsState, st.KernelID+".json"), recordJSON(t, st), 0o600)
 	}
 	env := append(os.Environ(), "TFGPU_STATE_DIR=")
 	code, ps := runAs(t, nil, env, 60*time.Second, bin, "ps", "--state-dir", bobsState)
@@ -466,7 +467,7 @@ func TestSecurityRootActsOnlyOnTheUsersOwn(t *testing.T) {
 	t.Cleanup(func() { os.RemoveAll(run) })
 	runState := bob.mkdir(t, filepath.Join(run, "tfgpu-kernel"), 0o700)
 	bobPid, bobStart := sleeper(t, bob.credential)
-	bob.own(t, filepath.Join(runState, "k-bobs.json"), record(t, wrapper.State{KernelID: "k-bobs", SupervisorPID: 1 << 30,
+	bob.own(t, filepath.Join(runState, "k-bobs.json"), recordJSON(t, record.State{KernelID: "k-bobs", SupervisorPID: 1 << 30,
 		KernelPID: bobPid, KernelStart: bobStart, Containment: "proc"}), 0o600)
 	code, out = runAs(t, nil, env, 60*time.Second, bin, "stop", "k-bobs")
 	for i := 0; i < 100 && alive(bobPid); i++ {
@@ -493,7 +494,7 @@ func TestSecurityRootLoadsOnlyRootsNVML(t *testing.T) {
 	os.Mkdir(roots, 0o755)
 	rootsLib := filepath.Join(roots, "libnvidia-ml.so.1")
 	os.WriteFile(rootsLib, lib, 0o755)
-	env := append(append(os.Environ(), "TFGPU_STATE_DIR="+privateDir(t)), f.Env()...)
+	env := append(append(os.Environ(), "TFGPU_STATE_DIR="+testutil.PrivateDir(t)), f.Env()...)
 	_, out := runAs(t, nil, env, 60*time.Second, bin, "doctor", "--nvml-library", bobsLib)
 	if !strings.Contains(out, "refusing to load it as root") || !strings.Contains(out, "belongs to uid "+strconv.Itoa(bob.uid)) {
 		t.Fatalf("doctor as root loaded bob's library:\n%s", out)
@@ -546,7 +547,7 @@ func TestSecurityHandoffLink(t *testing.T) {
 	cmd.Env = append(userEnv(alice, "TFGPU_STATE_DIR="+state), f.Env()...)
 	cmd.Dir = "/"
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: alice.credential, Setpgid: true}
-	var log lockedBuffer
+	var log testutil.Buffer
 	cmd.Stdout, cmd.Stderr = &log, &log
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

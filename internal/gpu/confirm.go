@@ -208,20 +208,16 @@ func (r Result) HeldText() string {
 	return strings.Join(held, "; ")
 }
 
-// FormatBytes writes n bytes as GiB or MiB, the way nvidia-smi users read
-// them; "? MiB" when NVML gave no figure.
+// FormatBytes writes n bytes as cgroup.FormatSize does ("512 MiB",
+// "2.5 GiB"); "? MiB" when NVML gave no figure.
 func FormatBytes(n int64) string {
-	switch {
-	case n < 0:
+	if n < 0 {
 		return "? MiB"
-	case n >= 1<<30:
-		return strconv.FormatFloat(float64(n)/(1<<30), 'f', 1, 64) + "GiB"
-	default:
-		return strconv.FormatInt(n>>20, 10) + "MiB"
 	}
+	return cgroup.FormatSize(n)
 }
 
-// ReleasedText formats Result.Released for the log: "GPU0 2.0GiB, GPU1 512MiB".
+// ReleasedText formats Result.Released for the log: "GPU0 2 GiB, GPU1 512 MiB".
 func (r Result) ReleasedText() string {
 	if len(r.Released) == 0 {
 		return "none held"
@@ -248,11 +244,7 @@ func Describe(h Holder) string {
 	if u := Owner(h.PID); u != "" {
 		who += " of " + u
 	}
-	mib := "? MiB"
-	if h.Bytes >= 0 {
-		mib = strconv.FormatInt(h.Bytes>>20, 10) + " MiB"
-	}
-	return fmt.Sprintf("GPU%d: %s holds %s", h.Device, who, mib)
+	return fmt.Sprintf("GPU%d: %s holds %s", h.Device, who, FormatBytes(h.Bytes))
 }
 
 // Command is pid's command line, shortened, or "" when it is not visible.
@@ -293,15 +285,8 @@ func startTime(pid int) uint64 {
 
 // Alive reports whether pid is a live process (not a zombie) here.
 func Alive(pid int) bool {
-	if pid <= 0 {
-		return false
-	}
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	i := strings.LastIndexByte(string(b), ')')
-	return i > 0 && i+2 < len(b) && b[i+2] != 'Z' && b[i+2] != 'X'
+	p, err := cgroup.ReadProc(pid)
+	return err == nil && p.Alive()
 }
 
 // nestedPIDNamespace reports whether this process sees pids of a PID

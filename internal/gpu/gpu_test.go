@@ -245,7 +245,7 @@ func TestConfirm(t *testing.T) {
 	old := Old{By: ByPID, PIDs: []int{dead}, Held: []Holder{{Device: 0, PID: dead, Bytes: 2 << 30}, {Device: 1, PID: dead, Bytes: 1 << 29}}}
 	src := &fakeSource{list: old.Held, release: 4}
 	res, err := Confirm(context.Background(), src, old, time.Millisecond)
-	if err != nil || len(res.Held) != 0 || res.Polls != 4 || res.ReleasedText() != "GPU0 2.0GiB, GPU1 512MiB" {
+	if err != nil || len(res.Held) != 0 || res.Polls != 4 || res.ReleasedText() != "GPU0 2 GiB, GPU1 512 MiB" {
 		t.Fatalf("released after 4 polls: %+v, %v (%s)", res, err, res.ReleasedText())
 	}
 
@@ -263,7 +263,7 @@ func TestConfirm(t *testing.T) {
 }
 
 func TestFormat(t *testing.T) {
-	for n, want := range map[int64]string{-1: "? MiB", 0: "0MiB", 300 << 20: "300MiB", 10<<30 + 200<<20: "10.2GiB"} {
+	for n, want := range map[int64]string{-1: "? MiB", 0: "0 B", 300 << 20: "300 MiB", 10<<30 + 200<<20: "10.1 GiB"} {
 		if got := FormatBytes(n); got != want {
 			t.Errorf("FormatBytes(%d) = %q, want %q", n, got, want)
 		}

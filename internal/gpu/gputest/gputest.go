@@ -1,5 +1,5 @@
 // Package gputest gives tests on machines without a GPU a fake NVML
-// (DESIGN.md §6): a libnvidia-ml.so.1 compiled from testdata/fakenvml.c by
+// (docs/testing.md): a libnvidia-ml.so.1 compiled from testdata/fakenvml.c by
 // the test itself, and holder.py, with which a plain process or a Jupyter
 // kernel holds a fake GPU the way CUDA does.
 //
@@ -50,7 +50,7 @@ import (
 // SOName is the file name of the fake library in a LibDir, NVML's soname.
 const SOName = "libnvidia-ml.so.1"
 
-// python is the Debian interpreter that has the Jupyter stack (DESIGN.md §9).
+// python is the Debian interpreter that has the Jupyter stack (docs/testing.md#what-the-tests-need).
 const python = "/usr/bin/python3"
 
 // readyTimeout bounds the wait for a holder to report that it holds.

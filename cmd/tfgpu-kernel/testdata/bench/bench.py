@@ -1,5 +1,5 @@
 """Side-by-side benchmark: the tfgpu-kernel supervisor against the same
-ipykernel run directly (DESIGN §8).
+ipykernel run directly (docs/benchmarks.md).
 
 Run by cmd/tfgpu-kernel/bench_test.go (BenchmarkKernel, TestBenchSmoke) with
 /usr/bin/python3, Debian's jupyter_client 7.4.9 and ipykernel 6.17. The Go
@@ -380,7 +380,7 @@ SPAWN_19 = "import subprocess\n_kids = [subprocess.Popen(['sleep', '1000']) for 
 
 
 def shutdown_budget():
-    """DESIGN §8: shutdown_request → tree dead and NVML checked, 20-process
+    """docs/benchmarks.md#shutdown: shutdown_request → tree dead and NVML checked, 20-process
     tree (the kernel and 19 children). The supervisor runs with whatever
     NVML the environment gives it (the Go side passes the fake); the time is
     from sending shutdown_request to the supervisor's exit, which comes after

@@ -155,7 +155,7 @@ def release():
     log = supervisor_log(km)
     released = [l for l in log.splitlines() if "GPU memory released" in l]
     h.note(released_line=released[-1:] )
-    h.check(released and "by=pid" in released[-1] and "GPU0 2.5GiB" in released[-1] and "GPU1 1.2GiB" in released[-1],
+    h.check(released and "by=pid" in released[-1] and "GPU0 2.5 GiB" in released[-1] and "GPU1 1.2 GiB" in released[-1],
             "no 'GPU memory released' line with both devices' figures: %s" % released)
     h.check(str(foreign) not in log, "the foreign holder %d is named in the supervisor log" % foreign)
     calls = open(os.environ["FAKE_NVML_LOG"]).read()
@@ -187,7 +187,7 @@ def release():
     shut = [l for l in supervisor_log(km).splitlines() if "GPU memory released" in l and "event=shutdown" in l]
     h.note(shutdown_s=round(took, 3), shutdown_line=shut[-1:])
     h.check(not left, "after shutdown_kernel NVML still lists the old tree: %s" % sorted(left))
-    h.check(shut and "GPU0 1.5GiB, GPU1 1.2GiB" in shut[-1], "no release line for the shutdown: %s" % shut)
+    h.check(shut and "GPU0 1.5 GiB, GPU1 1.2 GiB" in shut[-1], "no release line for the shutdown: %s" % shut)
     h.check(h.alive(foreign), "the foreign holder died at shutdown")
 
 
@@ -205,7 +205,7 @@ def timeout():
     first = h.ok(h.execute(kc, "6*7"), "first cell after restart")
     second = h.ok(h.execute(kc, "6*7"), "second cell after restart")
     h.note(warning=first["stderr"])
-    h.check("still held" in first["stderr"] and ("pid %d" % kpid) in first["stderr"] and "1024 MiB" in first["stderr"]
+    h.check("still held" in first["stderr"] and ("pid %d" % kpid) in first["stderr"] and "1 GiB" in first["stderr"]
             and "GPU0" in first["stderr"], "the first cell was not warned with device, pid and MiB: %r" % first["stderr"])
     h.check(("pid %d" % foreign) not in first["stderr"], "the warning blames the foreign holder %d" % foreign)
     h.check("still held" not in second["stderr"], "the second cell was warned again")
@@ -255,7 +255,7 @@ def orphan():
         time.sleep(0.05)
     listed = listed_pids()
     h.note(escapees_dead_s=round(dead_s, 3), released_after_s=round(time.monotonic() - t0, 3), released_line=released[-1:])
-    h.check(released and "GPU1 1.2GiB" in released[-1] and "watcher=" in released[-1],
+    h.check(released and "GPU1 1.2 GiB" in released[-1] and "watcher=" in released[-1],
             "no release line from the watcher: %s" % released)
     h.check(not (listed & set(escapees)), "NVML still lists the leftovers: %s" % sorted(listed & set(escapees)))
     kc.stop_channels()

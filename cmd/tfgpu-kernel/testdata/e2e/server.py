@@ -133,7 +133,7 @@ def rest():
     h.note(released_lines=released)
     for event in ("restart", "shutdown"):
         lines = [l for l in released if "event=%s " % event in l]
-        assert lines and 'released="GPU0 1.0GiB, GPU1 512MiB"' in lines[-1] and "by=pid" in lines[-1], (
+        assert lines and 'released="GPU0 1 GiB, GPU1 512 MiB"' in lines[-1] and "by=pid" in lines[-1], (
             "the server log has no 'GPU memory released' line for the %s with both devices' figures: %s" % (event, released))
     bad = [l for l in log.splitlines() if "level=ERROR" in l or "Traceback" in l or l.startswith("[E")]
     assert not bad, "errors in the server log: %s" % bad

@@ -4,7 +4,7 @@
  * Built by gputest.Build against go-nvml's own nvml.h, so every type and
  * prototype here is checked against the header go-nvml was generated from.
  *
- * Model (DESIGN.md §6): device N is the file $FAKE_NVML_ROOT/nvidiaN, and a
+ * Model (docs/design.md#gpu-confirmation): device N is the file $FAKE_NVML_ROOT/nvidiaN, and a
  * process has a compute context on device N exactly while it has that file
  * open, the way CUDA keeps /dev/nvidiaN open. Holders are found by reading the
  * /proc/<pid>/fd/<fd> links; entries that cannot be read are skipped.

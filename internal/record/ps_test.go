@@ -1,16 +1,18 @@
-package wrapper
+package record
 
 import (
 	"os"
 	"testing"
 	"time"
+
+	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
 
 // ps reads every state directory it is given (root: each user's too), and
 // a kernel whose supervisor is gone is dirty, with no processes once its
 // kernel is gone.
 func TestPSReadsEveryStateDir(t *testing.T) {
-	a, b := privateDir(t), privateDir(t)
+	a, b := testutil.PrivateDir(t), testutil.PrivateDir(t)
 	gone := deadPid(t)
 	for i, dir := range []string{a, b} {
 		st := State{KernelID: []string{"k-a", "k-b"}[i], SupervisorPID: gone, KernelPID: gone, Containment: "proc",
@@ -47,12 +49,30 @@ func deadPid(t *testing.T) int {
 // writeStateIn writes a record into the state directory dir.
 func writeStateIn(t *testing.T, dir string, st State) {
 	t.Helper()
-	d, err := openStateDir(dir, true, false)
+	d, err := OpenDir(dir, true, false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	if err := writeState(d, st); err != nil {
+	if err := d.Write(st); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A record without its supervisor's start time is never taken for a dead
+// supervisor's while that pid is a live process of the owner: the next
+// start would otherwise finish a running kernel.
+func TestRecordWithoutStartTimeIsNotTakenForDead(t *testing.T) {
+	st := State{KernelID: "k-nostart", SupervisorPID: os.Getpid(), Owner: os.Geteuid()}
+	if !st.SupervisorAlive() {
+		t.Fatal("a live supervisor without a recorded start time is taken for dead")
+	}
+	st.Owner = nobody
+	if st.SupervisorAlive() {
+		t.Fatal("another user's process is taken for the record's supervisor")
+	}
+	st.Owner, st.SupervisorPID = os.Geteuid(), deadPid(t)
+	if st.SupervisorAlive() {
+		t.Fatal("a gone supervisor is taken for alive")
 	}
 }

@@ -1,4 +1,4 @@
-package wrapper
+package cgroup
 
 import (
 	"bufio"
@@ -13,8 +13,6 @@ import (
 	"sync"
 	"syscall"
 	"time"
-
-	"github.com/tfgpu/tfgpu-kernel/cgroup"
 )
 
 // scopeReportTimeout bounds the wait for systemd-run to set up the scope
@@ -30,8 +28,8 @@ const scopeShim = `cat /proc/self/cgroup >&3 && exec 3>&- && exec "$@"`
 // systemdScope says whether a systemd user manager can give the kernel a
 // delegated scope: systemd-run on PATH and the manager's private socket in
 // $XDG_RUNTIME_DIR, with a cgroup2 tree to find the scope in.
-func systemdScope() (run string, l cgroup.Layout, err error) {
-	l, err = cgroup.DetectLayout()
+func systemdScope() (run string, l Layout, err error) {
+	l, err = DetectLayout()
 	if err != nil {
 		return "", l, fmt.Errorf("detect cgroups: %w", err)
 	}
@@ -63,38 +61,40 @@ func systemdScope() (run string, l cgroup.Layout, err error) {
 type scopeTree struct {
 	run, unit string
 	mount     string // the cgroup2 mount the report's path is under
-	memLimit  int64  // MemoryMax of the scope; set before wrap
-	proc      cgroup.Tree
+	memLimit  int64  // MemoryMax of the scope
+	proc      Tree
 
 	mu     sync.Mutex
 	report *os.File // read end of the shim's fd 3
 	w      *os.File // write end, the kernel's fd 3
-	v2     *cgroup.V2Tree
+	v2     *V2Tree
 	err    error // why the scope could not be adopted
 }
 
-func newScopeTree(run string, l cgroup.Layout, id string, r *cgroup.Reaper) *scopeTree {
-	return &scopeTree{run: run, mount: l.V2Mount, proc: procTree(r),
-		unit: fmt.Sprintf("tfgpu-%s-%d.scope", unitEscape(id), os.Getpid())}
+var _ Launcher = (*scopeTree)(nil)
+
+func newScopeTree(run string, l Layout, name string, r *Reaper, memLimit int64) *scopeTree {
+	return &scopeTree{run: run, mount: l.V2Mount, proc: supervisorProcTree(r), unit: ScopeUnit(name), memLimit: memLimit}
 }
 
-// unitEscape keeps a kernel id within the characters unit names allow.
-func unitEscape(id string) string {
-	return strings.Map(func(r rune) rune {
+// ScopeUnit is the name of the systemd scope of the tree named name:
+// tfgpu-NAME.scope, with what unit names do not allow replaced by '_'.
+func ScopeUnit(name string) string {
+	return "tfgpu-" + strings.Map(func(r rune) rune {
 		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '.' || r == '-' || r == ':' {
 			return r
 		}
 		return '_'
-	}, id)
+	}, name) + ".scope"
 }
 
-func (t *scopeTree) Mode() string { return CgroupSystemd }
+func (t *scopeTree) Mode() string { return ModeSystemd }
 
 func (t *scopeTree) Configure(attr *syscall.SysProcAttr) error { return t.proc.Configure(attr) }
 
-// wrap turns the kernel's command into systemd-run's, and adds the shim's
-// report pipe as fd 3 of files.
-func (t *scopeTree) wrap(path string, argv []string, files []uintptr) (string, []string, []uintptr, error) {
+// Launch turns the kernel's command into systemd-run's, and adds the
+// shim's report pipe as fd 3 of files.
+func (t *scopeTree) Launch(path string, argv []string, files []uintptr) (string, []string, []uintptr, error) {
 	r, w, err := os.Pipe()
 	if err != nil {
 		return "", nil, nil, err
@@ -144,7 +144,7 @@ func (t *scopeTree) Started(pid int) {
 		t.fail(errors.New("systemd-run did not start the kernel in a scope (see its message above)"))
 		return
 	}
-	v2, err := cgroup.AdoptV2(filepath.Join(t.mount, rel))
+	v2, err := AdoptV2(filepath.Join(t.mount, rel))
 	if err != nil {
 		t.fail(err)
 		return
@@ -168,6 +168,19 @@ func (t *scopeTree) Err() error {
 	return t.err
 }
 
+// Memory watches the MemoryMax systemd put on the scope, for the
+// out-of-memory kills it causes; nil when no limit was asked for.
+func (t *scopeTree) Memory() (Memory, error) {
+	if t.memLimit <= 0 {
+		return nil, nil
+	}
+	m, err := NewV2Memory(t.Dir(), t.memLimit)
+	if err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
 // Dir is the scope's cgroup, "" before it was adopted.
 func (t *scopeTree) Dir() string {
 	if v2 := t.adopted(); v2 != nil {
@@ -176,7 +189,7 @@ func (t *scopeTree) Dir() string {
 	return ""
 }
 
-func (t *scopeTree) adopted() *cgroup.V2Tree {
+func (t *scopeTree) adopted() *V2Tree {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.v2

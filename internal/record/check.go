@@ -1,4 +1,4 @@
-package wrapper
+package record
 
 import (
 	"errors"
@@ -33,12 +33,13 @@ func refused(format string, args ...any) error {
 // or 12 hex digits; any id made only of these characters is accepted.
 var kernelIDShape = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
 
-func validKernelID(id string) bool {
+// ValidKernelID reports whether id has the shape of a kernel id.
+func ValidKernelID(id string) bool {
 	return kernelIDShape.MatchString(id) && !strings.Contains(id, "..")
 }
 
-// bootID is this boot's id: a record of another boot names nothing alive.
-var bootID = func() string {
+// BootID is this boot's id: a record of another boot names nothing alive.
+var BootID = func() string {
 	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
 	if err != nil {
 		return ""
@@ -48,12 +49,12 @@ var bootID = func() string {
 
 // thisBoot reports whether the record was written since the last boot
 // (records without a boot id, of older versions, are taken to be).
-func (st State) thisBoot() bool { return st.BootID == "" || st.BootID == bootID }
+func (st State) thisBoot() bool { return st.BootID == "" || st.BootID == BootID }
 
 // owns reports whether pid is the process the record names: started (see
 // there) and owned by the record's owner.
 func (st State) owns(pid int, start uint64) bool {
-	return st.started(pid, start) && procOwner(pid) == st.Owner
+	return st.started(pid, start) && cgroup.ProcOwner(pid) == st.Owner
 }
 
 // started reports whether pid is alive with the start time recorded, since
@@ -64,19 +65,8 @@ func (st State) started(pid int, start uint64) bool {
 	if pid <= 1 || !st.thisBoot() {
 		return false
 	}
-	s, err := cgroup.StartTime(pid)
-	state, ok := procState(pid)
-	return err == nil && s == start && ok && state != 'Z' && state != 'X'
-}
-
-// procOwner is pid's owner (the owner of /proc/PID: its effective uid),
-// or -1.
-func procOwner(pid int) int {
-	var s unix.Stat_t
-	if err := unix.Stat("/proc/"+strconv.Itoa(pid), &s); err != nil {
-		return -1
-	}
-	return int(s.Uid)
+	p, err := cgroup.ReadProc(pid)
+	return err == nil && p.Start == start && p.Alive()
 }
 
 // Cgroup file systems (statfs(2) f_type).
@@ -100,7 +90,7 @@ func (st State) checkedCgroup() (string, error) {
 	}
 	pid := strconv.Itoa(st.SupervisorPID)
 	switch filepath.Base(dir) {
-	case "tfgpu-" + st.KernelID, "tfgpu-" + st.KernelID + "-" + pid, "tfgpu-" + unitEscape(st.KernelID) + "-" + pid + ".scope":
+	case "tfgpu-" + st.KernelID, "tfgpu-" + st.KernelID + "-" + pid, cgroup.ScopeUnit(st.KernelID + "-" + pid):
 	default:
 		return "", refused("cgroup %s is not named as a supervisor of kernel %s names its cgroups", Printable(dir), st.KernelID)
 	}
@@ -140,7 +130,7 @@ func (st State) checkedInnerDir() (string, error) {
 		return "", refused("inner directory %q is not a clean absolute path", Printable(dir))
 	}
 	base, parent := filepath.Base(dir), filepath.Dir(dir)
-	digits, ok := strings.CutPrefix(base, "tfgpu-"+shortID(st.KernelID)+"-")
+	digits, ok := strings.CutPrefix(base, "tfgpu-"+ShortID(st.KernelID)+"-")
 	if _, err := strconv.ParseUint(digits, 10, 64); !ok || err != nil {
 		return "", refused("inner directory %s is not named as a supervisor names it", Printable(dir))
 	}
@@ -166,8 +156,6 @@ func (st State) checkedInnerDir() (string, error) {
 	return dir, nil
 }
 
-// printable keeps what a user wrote in a record from reaching a terminal
-// as control sequences.
 // Printable replaces control characters, which a record could carry to a
 // terminal as escape sequences, with "?".
 func Printable(s string) string {
@@ -178,4 +166,20 @@ func Printable(s string) string {
 		}
 		return r
 	}, s)
+}
+
+// ShortID is the first 8 characters of a kernel id, as logs, inner
+// directories and ps show it.
+func ShortID(id string) string {
+	if len(id) > 8 {
+		return id[:8]
+	}
+	return id
+}
+
+// validMarker reports whether the record's tree marker is one its
+// supervisor made (cgroup.NewMarker of its kernel id).
+func (st State) validMarker() bool {
+	rest, ok := strings.CutPrefix(st.Marker, st.KernelID+"/")
+	return ok && len(rest) == 16 && strings.Trim(rest, "0123456789abcdef") == ""
 }

@@ -1,10 +1,9 @@
-package wrapper
+package record
 
 import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -60,82 +59,69 @@ func PS(stateDirs []string, nvmlLibrary string) (rows []KernelStatus, gpuNote st
 		states = append(states, sts...)
 	}
 	var holders []gpu.Holder
-	n, gerr := gpu.Open(nvmlLibrary, "")
-	if gerr != nil {
+	n := gpu.Connect(nvmlLibrary, "")
+	defer n.Close()
+	holders, gerr := n.Holders()
+	switch {
+	case gerr != nil:
 		gpuNote = gerr.Error()
-	} else {
-		defer n.Close()
-		if holders, gerr = n.Holders(); gerr != nil {
-			gpuNote = gerr.Error()
-		} else if gpu.Mode(holders) == gpu.ByBaseline {
-			gpuNote = "NVML's pids are not this PID namespace's: GPU memory cannot be attributed from here"
-			holders = nil
-		}
+	case gpu.Mode(holders) == gpu.ByBaseline:
+		gpuNote = "NVML's pids are not this PID namespace's: GPU memory cannot be attributed from here"
+		holders = nil
 	}
 	for _, st := range states {
-		row := KernelStatus{KernelID: st.KernelID, Session: Printable(st.Session), SupervisorPID: st.SupervisorPID,
-			KernelPID: st.KernelPID, State: Printable(st.Phase), Containment: Printable(st.Containment), Cgroup: Printable(st.Cgroup),
-			Started: st.Started, GPU: []GPUUse{}}
-		switch {
-		case !st.SupervisorAlive():
-			row.State = StateDirty
-		case st.SupervisorStopped():
-			row.State = StateHung
-		case row.State == "":
-			row.State = PhaseRunning // written by a version without phases
-		}
-		row.PIDs = TreePids(st)
-		for _, p := range row.PIDs {
-			row.RSSBytes += rss(p)
-		}
-		uses := map[int]*GPUUse{}
-		for _, h := range gpu.Holding(holders, row.PIDs) {
-			u := uses[h.Device]
-			if u == nil {
-				u = &GPUUse{Index: h.Device, UUID: h.UUID}
-				uses[h.Device] = u
-			}
-			if h.Bytes < 0 || u.UsedBytes < 0 {
-				u.UsedBytes = -1
-			} else {
-				u.UsedBytes += h.Bytes
-			}
-		}
-		for _, u := range uses {
-			row.GPU = append(row.GPU, *u)
-		}
-		slices.SortFunc(row.GPU, func(a, b GPUUse) int { return a.Index - b.Index })
-		rows = append(rows, row)
+		rows = append(rows, st.status(holders))
 	}
 	slices.SortFunc(rows, func(a, b KernelStatus) int { return a.Started.Compare(b.Started) })
 	return rows, gpuNote, refused, nil
 }
 
+// status is st's row of ps, with the GPU memory its tree holds in holders.
+func (st State) status(holders []gpu.Holder) KernelStatus {
+	row := KernelStatus{KernelID: st.KernelID, Session: Printable(st.Session), SupervisorPID: st.SupervisorPID,
+		KernelPID: st.KernelPID, State: Printable(st.Phase), Containment: Printable(st.Containment), Cgroup: Printable(st.Cgroup),
+		Started: st.Started, GPU: []GPUUse{}}
+	switch {
+	case !st.SupervisorAlive():
+		row.State = StateDirty
+	case st.SupervisorStopped():
+		row.State = StateHung
+	case row.State == "":
+		row.State = PhaseRunning // written by a version without phases
+	}
+	row.PIDs = st.TreePids()
+	for _, p := range row.PIDs {
+		row.RSSBytes += cgroup.ProcRSS(p)
+	}
+	held := gpu.Holding(holders, row.PIDs)
+	for dev, used := range gpu.Sum(held) {
+		i := slices.IndexFunc(held, func(h gpu.Holder) bool { return h.Device == dev })
+		row.GPU = append(row.GPU, GPUUse{Index: dev, UUID: held[i].UUID, UsedBytes: used})
+	}
+	slices.SortFunc(row.GPU, func(a, b GPUUse) int { return a.Index - b.Index })
+	return row
+}
+
 // TreePids are the live processes of a recorded kernel's tree: its
 // cgroup's, or, without one, the kernel's process tree as its supervisor
 // (the subreaper) sees it.
-func TreePids(st State) []int {
+func (st State) TreePids() []int {
 	if st.Cgroup != "" {
 		pids := []int{} // a cgroup that is gone (or refused) is empty
 		cg, err := st.checkedCgroup()
 		if err != nil || cg == "" || !st.thisBoot() {
 			return pids
 		}
-		b, err := readNoFollow(filepath.Join(cg, "cgroup.procs"))
-		if err == nil {
-			for _, f := range strings.Fields(string(b)) {
-				if p, err := strconv.Atoi(f); err == nil {
-					pids = append(pids, p)
-				}
-			}
+		if procs, err := cgroup.Procs(cg); err == nil {
+			pids = append(pids, procs...)
 			slices.Sort(pids)
 		}
 		return pids
 	}
-	if !st.SupervisorAlive() && validMarker(st.Marker) {
+	if !st.SupervisorAlive() && st.validMarker() {
 		// The supervisor (the subreaper) is gone; its tree is what carries
 		// its marker.
-		return markedPids(st.Marker, st.Owner)
+		return cgroup.MarkedPids(st.Marker, st.Owner)
 	}
 	if !st.owns(st.KernelPID, st.KernelStart) {
 		return []int{} // the kernel is gone; a reused pid is someone else's
@@ -148,20 +134,6 @@ func TreePids(st State) []int {
 		return []int{}
 	}
 	return pids
-}
-
-// rss is pid's resident memory in bytes (0 when it is gone).
-func rss(pid int) int64 {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/statm")
-	if err != nil {
-		return 0
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 2 {
-		return 0
-	}
-	pages, _ := strconv.ParseInt(f[1], 10, 64)
-	return pages * int64(os.Getpagesize())
 }
 
 // StateDirs is where ps and stop look: dir, and for root also every

@@ -1,7 +1,6 @@
-package wrapper
+package doctor
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -10,6 +9,7 @@ import (
 
 	"github.com/tfgpu/tfgpu-kernel/cgroup"
 	"github.com/tfgpu/tfgpu-kernel/internal/gpu"
+	"github.com/tfgpu/tfgpu-kernel/internal/record"
 )
 
 // Finding is one line of `tfgpu-kernel doctor`: what was checked, what was
@@ -20,10 +20,10 @@ type Finding struct {
 	Fix         string
 }
 
-// Diagnose checks what the supervisor would find on this host for
+// Host checks what the supervisor would find on this host for
 // containment, memory limits and kernels left by dead supervisors. It
 // creates and removes probe cgroups; it changes nothing else.
-func Diagnose(stateDir string) []Finding {
+func Host(stateDir string) []Finding {
 	var out []Finding
 	add := func(f Finding) { out = append(out, f) }
 	l, err := cgroup.DetectLayout()
@@ -34,18 +34,18 @@ func Diagnose(stateDir string) []Finding {
 	}
 
 	probe := fmt.Sprintf("doctor-%d", os.Getpid())
-	tree, why, err := newTree(CgroupAuto, probe, nil)
+	opened, err := cgroup.Open(cgroup.Auto, probe, cgroup.Options{})
 	switch {
 	case err != nil:
 		add(Finding{Topic: "containment", Text: err.Error(), Problem: true})
-	case tree.Mode() == cgroup.ModeProc:
-		add(Finding{Topic: "containment", Text: "auto picks none (process group and /proc): " + why, Problem: true,
+	case opened.Tree.Mode() == cgroup.ModeProc:
+		add(Finding{Topic: "containment", Text: "auto picks none (process group and /proc): " + opened.Why, Problem: true,
 			Fix: "run as root, delegate a cgroup v2 subtree to this user, or log in through systemd-logind so that a user manager (systemd --user) runs"})
 	default:
-		add(Finding{Topic: "containment", Text: "auto picks " + tree.Mode() + ": " + why})
+		add(Finding{Topic: "containment", Text: "auto picks " + opened.Tree.Mode() + ": " + opened.Why})
 	}
-	if tree != nil {
-		tree.Close()
+	if opened.Tree != nil {
+		opened.Tree.Close()
 	}
 
 	if err == nil {
@@ -58,7 +58,7 @@ func Diagnose(stateDir string) []Finding {
 		}
 	}
 
-	states, refusals, err := ReadStates(stateDir)
+	states, refusals, err := record.ReadStates(stateDir)
 	for _, r := range refusals {
 		add(Finding{Topic: "kernel record", Text: r.Error(), Problem: true,
 			Fix: "nothing was done with it; remove the file once you know where it came from"})
@@ -75,7 +75,7 @@ func Diagnose(stateDir string) []Finding {
 			continue
 		}
 		add(Finding{Topic: "stale kernel", Problem: true, Fix: "tfgpu-kernel stop " + st.KernelID,
-			Text: fmt.Sprintf("%s (supervisor %d is gone; %s)", st.KernelID, st.SupervisorPID, orDash(Printable(st.Cgroup)))})
+			Text: fmt.Sprintf("%s (supervisor %d is gone; %s)", st.KernelID, st.SupervisorPID, orDash(record.Printable(st.Cgroup)))})
 	}
 	add(Finding{Topic: "kernels", Text: fmt.Sprintf("%d supervised kernel(s) running, state in %s", live, stateDir)})
 	for _, dir := range kernelCgroups(l) {
@@ -87,18 +87,19 @@ func Diagnose(stateDir string) []Finding {
 	return out
 }
 
-// DiagnoseGPU reports what the supervisor will find through NVML: the
+// GPU reports what the supervisor will find through NVML: the
 // driver, the GPUs and their persistence mode. No driver is not a problem
 // (the kernels work; release is not checked); persistence mode off is,
 // where it can be turned on.
-func DiagnoseGPU(nvmlLibrary string) []Finding {
-	n, err := gpu.Open(nvmlLibrary, "")
-	if err != nil {
+func GPU(nvmlLibrary string) []Finding {
+	n := gpu.Connect(nvmlLibrary, "")
+	defer n.Close()
+	if err := n.Err(); err != nil {
 		return []Finding{{Topic: "NVML", Text: err.Error() + "; kernels run as usual, GPU release is not checked"}}
 	}
-	defer n.Close()
-	out := []Finding{{Topic: "NVML", Text: fmt.Sprintf("driver %s, %d GPU(s)", n.Driver, len(n.Devices()))}}
-	for _, note := range n.Notes {
+	driver, notes := n.About()
+	out := []Finding{{Topic: "NVML", Text: fmt.Sprintf("driver %s, %d GPU(s)", driver, len(n.Devices()))}}
+	for _, note := range notes {
 		out = append(out, Finding{Topic: "NVML", Text: note})
 	}
 	for _, d := range n.Devices() {
@@ -121,44 +122,38 @@ func DiagnoseGPU(nvmlLibrary string) []Finding {
 	return out
 }
 
-// DiagnoseHandoffs reports GPU checks that supervisors left unfinished in
+// Handoffs reports GPU checks that supervisors left unfinished in
 // stateDir (a shutdown that ran into Jupyter's SIGTERM while the driver
 // still held memory): still held is a problem; released is tidied away.
-func DiagnoseHandoffs(stateDir, nvmlLibrary string) []Finding {
-	d, err := openStateDir(stateDir, false, true)
+func Handoffs(stateDir, nvmlLibrary string) []Finding {
+	d, err := record.OpenDir(stateDir, false, true)
 	if err != nil {
-		return nil // DiagnoseCgroups reports an unusable state directory
+		return nil // Host reports an unusable state directory
 	}
 	defer d.Close()
-	names, _ := d.names(".gpu")
-	if len(names) == 0 {
+	handoffs := d.Handoffs()
+	if len(handoffs) == 0 {
 		return nil
 	}
-	n, err := gpu.Open(nvmlLibrary, "")
-	if err != nil {
-		return []Finding{{Topic: "GPU check", Problem: true,
-			Text: fmt.Sprintf("%d unfinished check(s) in %s cannot be done: %v", len(names), stateDir, err)}}
-	}
+	n := gpu.Connect(nvmlLibrary, "")
 	defer n.Close()
+	if err := n.Err(); err != nil {
+		return []Finding{{Topic: "GPU check", Problem: true,
+			Text: fmt.Sprintf("%d unfinished check(s) in %s cannot be done: %v", len(handoffs), stateDir, err)}}
+	}
 	hs, err := n.Holders()
 	if err != nil {
 		return []Finding{{Topic: "GPU check", Problem: true, Text: err.Error()}}
 	}
 	var out []Finding
-	for _, name := range names {
-		b, err := d.read(name)
-		var old gpu.Old
-		if err != nil || json.Unmarshal(b, &old) != nil {
-			continue
-		}
-		id := strings.TrimSuffix(name, ".gpu")
-		held := old.Ours(hs)
+	for _, h := range handoffs {
+		held := h.Old.Ours(hs)
 		if len(held) == 0 {
-			_ = d.remove(name) // released since: nothing left to check
+			d.DropHandoff(h.KernelID) // released since: nothing left to check
 			continue
 		}
 		out = append(out, Finding{Topic: "GPU check", Problem: true,
-			Text: fmt.Sprintf("kernel %s's last tree is dead but the driver still holds: %s", id, gpu.Result{Held: held}.HeldText()),
+			Text: fmt.Sprintf("kernel %s's last tree is dead but the driver still holds: %s", h.KernelID, gpu.Result{Held: held}.HeldText()),
 			Fix:  "nvidia-smi shows when the driver lets go; if it never does, reset the GPU once nothing else uses it: nvidia-smi -r -i N"})
 	}
 	return out

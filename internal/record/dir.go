@@ -1,4 +1,4 @@
-package wrapper
+package record
 
 import (
 	"crypto/rand"
@@ -12,12 +12,12 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// A stateDir is an open state directory. Everything in it is read and
+// A Dir is an open state directory. Everything in it is read and
 // written relative to the handle, never through a symbolic link, and only
 // files owned by the directory's owner are read: another local user who
 // made the directory first, or planted a file or link in it, gets nothing
 // done (docs/security.md).
-type stateDir struct {
+type Dir struct {
 	path string
 	f    *os.File
 	uid  int // the directory's owner; every file read must be his too
@@ -31,12 +31,12 @@ const maxStateFile = 1 << 20
 // not its user's own (owner or mode), or is a link.
 var ErrUnsafeStateDir = errors.New("unsafe state directory")
 
-// openStateDir opens dir, creating it (mode 0700, parents too) when create
+// OpenDir opens dir, creating it (mode 0700, parents too) when create
 // is set and it does not exist. It must be a directory, not a link, with
 // no permission for group or others, owned by the effective user, or, for
 // root with anyOwner, by anyone (root reading users' records then acts only
 // on what that user owns).
-func openStateDir(dir string, create, anyOwner bool) (*stateDir, error) {
+func OpenDir(dir string, create, anyOwner bool) (*Dir, error) {
 	if !filepath.IsAbs(dir) {
 		return nil, fmt.Errorf("state directory %q: not an absolute path", dir)
 	}
@@ -78,12 +78,16 @@ func openStateDir(dir string, create, anyOwner bool) (*stateDir, error) {
 		return nil, fmt.Errorf("state directory %s has mode %#o; it must be 0700 (chmod 700 %s): %w",
 			dir, st.Mode&0o777, dir, ErrUnsafeStateDir)
 	}
-	return &stateDir{path: dir, f: f, uid: int(st.Uid)}, nil
+	return &Dir{path: dir, f: f, uid: int(st.Uid)}, nil
 }
 
-func (d *stateDir) Close() error { return d.f.Close() }
+// Close closes the directory's handle.
+func (d *Dir) Close() error { return d.f.Close() }
 
-func (d *stateDir) fd() int { return int(d.f.Fd()) }
+// Path is the directory's path.
+func (d *Dir) Path() string { return d.path }
+
+func (d *Dir) fd() int { return int(d.f.Fd()) }
 
 // validName is the shape of every file name the supervisor writes: no
 // separators, no leading dot (temporary files), nothing a terminal would
@@ -102,7 +106,7 @@ func validName(name string) bool {
 
 // read returns the content of name: a regular file, not a link, owned by
 // the directory's owner, of at most maxStateFile bytes.
-func (d *stateDir) read(name string) ([]byte, error) {
+func (d *Dir) read(name string) ([]byte, error) {
 	if !validName(name) {
 		return nil, fmt.Errorf("%s: not a name the supervisor writes", name)
 	}
@@ -131,7 +135,7 @@ func (d *stateDir) read(name string) ([]byte, error) {
 // write replaces name with data atomically: a new temporary file (0600,
 // never an existing one), then rename over name, which replaces a link
 // rather than follows it.
-func (d *stateDir) write(name string, data []byte) error {
+func (d *Dir) write(name string, data []byte) error {
 	if !validName(name) {
 		return fmt.Errorf("%s: not a name the supervisor writes", name)
 	}
@@ -166,7 +170,7 @@ func (d *stateDir) write(name string, data []byte) error {
 }
 
 // remove unlinks name (a link itself, never what it points to).
-func (d *stateDir) remove(name string) error {
+func (d *Dir) remove(name string) error {
 	if !validName(name) {
 		return fmt.Errorf("%s: not a name the supervisor writes", name)
 	}
@@ -177,7 +181,7 @@ func (d *stateDir) remove(name string) error {
 }
 
 // names lists the directory's entries with the given suffix.
-func (d *stateDir) names(suffix string) ([]string, error) {
+func (d *Dir) names(suffix string) ([]string, error) {
 	dup, err := unix.Openat(d.fd(), ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, err
@@ -195,16 +199,4 @@ func (d *stateDir) names(suffix string) ([]string, error) {
 		}
 	}
 	return out, nil
-}
-
-// readNoFollow reads a small file (a cgroup's cgroup.procs) without
-// following a link in its last component.
-func readNoFollow(path string) ([]byte, error) {
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, &os.PathError{Op: "open", Path: path, Err: err}
-	}
-	f := os.NewFile(uintptr(fd), path)
-	defer f.Close()
-	return io.ReadAll(io.LimitReader(f, maxStateFile))
 }

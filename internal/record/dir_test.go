@@ -1,4 +1,4 @@
-package wrapper
+package record
 
 import (
 	"errors"
@@ -10,22 +10,13 @@ import (
 	"testing"
 
 	"github.com/tfgpu/tfgpu-kernel/cgroup"
+	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
-
-func requireRootUser(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("CI=true: needs root (to plant files owned by another user)")
-		}
-		t.Skip("needs root")
-	}
-}
 
 // A state directory is the user's own or it is not used.
 func TestStateDirMustBeTheUsersOwn(t *testing.T) {
 	requireRootUser(t)
-	base := privateDir(t)
+	base := testutil.PrivateDir(t)
 	mk := func(name string, mode os.FileMode, uid int) string {
 		d := filepath.Join(base, name)
 		if err := os.Mkdir(d, mode); err != nil {
@@ -49,13 +40,13 @@ func TestStateDirMustBeTheUsersOwn(t *testing.T) {
 		{"relative", "state", "not an absolute path"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := openStateDir(tc.dir, true, false)
+			_, err := OpenDir(tc.dir, true, false)
 			if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
-				t.Fatalf("openStateDir(%s) = %v, want one line with %q", tc.dir, err, tc.want)
+				t.Fatalf("OpenDir(%s) = %v, want one line with %q", tc.dir, err, tc.want)
 			}
 		})
 	}
-	d, err := openStateDir(filepath.Join(base, "new", "state"), true, false)
+	d, err := OpenDir(filepath.Join(base, "new", "state"), true, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +55,7 @@ func TestStateDirMustBeTheUsersOwn(t *testing.T) {
 		t.Fatalf("made %v, %v; want 0700", fi.Mode(), err)
 	}
 	// Root reading a user's records accepts the user's directory.
-	if d, err := openStateDir(mk("users", 0o700, nobody), false, true); err != nil || d.uid != nobody {
+	if d, err := OpenDir(mk("users", 0o700, nobody), false, true); err != nil || d.uid != nobody {
 		t.Fatalf("root reading a user's directory: %v", err)
 	}
 }
@@ -74,12 +65,12 @@ func TestStateDirMustBeTheUsersOwn(t *testing.T) {
 // planted link instead of writing through it.
 func TestStateDirFilesAreNeverFollowed(t *testing.T) {
 	requireRootUser(t)
-	dir := privateDir(t)
+	dir := testutil.PrivateDir(t)
 	victim := filepath.Join(t.TempDir(), "bashrc")
 	if err := os.WriteFile(victim, []byte("export PS1=mine\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	d, err := openStateDir(dir, false, false)
+	d, err := OpenDir(dir, false, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +105,7 @@ func TestStateDirFilesAreNeverFollowed(t *testing.T) {
 // Records whose kernel id is not of the shape supervisors write, or not
 // the one their file is named after, are refused and said.
 func TestStatesRefuseBadRecords(t *testing.T) {
-	dir := privateDir(t)
+	dir := testutil.PrivateDir(t)
 	for name, body := range map[string]string{
 		"good-1.json":   `{"kernel_id": "good-1", "supervisor_pid": 1}`,
 		"other.json":    `{"kernel_id": "good-2"}`,
@@ -145,7 +136,7 @@ func TestStatesRefuseBadRecords(t *testing.T) {
 func TestRecordFieldsAreChecked(t *testing.T) {
 	requireRootUser(t)
 	parent := requireCgroupV2(t)
-	tmp := privateDir(t)
+	tmp := testutil.PrivateDir(t)
 	id := "5b2c1e7a-0000-4000-8000-000000000001"
 	st := State{KernelID: id, SupervisorPID: 4242, Owner: 0}
 
@@ -195,7 +186,7 @@ func TestRecordFieldsAreChecked(t *testing.T) {
 	})
 
 	tmpRoot := os.TempDir()
-	inner := filepath.Join(tmpRoot, "tfgpu-"+shortID(id)+"-123456")
+	inner := filepath.Join(tmpRoot, "tfgpu-"+ShortID(id)+"-123456")
 	os.Mkdir(inner, 0o700)
 	t.Cleanup(func() { os.RemoveAll(inner) })
 	home := filepath.Join(tmp, "home")
@@ -203,9 +194,9 @@ func TestRecordFieldsAreChecked(t *testing.T) {
 	for _, tc := range []struct{ name, dir, want string }{
 		{"the supervisor's", inner, ""},
 		{"a home directory", home, "not named as"},
-		{"the right name in the wrong place", filepath.Join(tmp, "tfgpu-"+shortID(id)+"-1"), "not in a runtime or temporary directory"},
+		{"the right name in the wrong place", filepath.Join(tmp, "tfgpu-"+ShortID(id)+"-1"), "not in a runtime or temporary directory"},
 		{"a file of the right name", func() string {
-			p := filepath.Join(tmpRoot, "tfgpu-"+shortID(id)+"-7")
+			p := filepath.Join(tmpRoot, "tfgpu-"+ShortID(id)+"-7")
 			os.WriteFile(p, nil, 0o600)
 			t.Cleanup(func() { os.Remove(p) })
 			return p

@@ -1,4 +1,4 @@
-package wrapper
+package relay
 
 import "sync"
 

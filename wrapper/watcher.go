@@ -2,24 +2,16 @@ package wrapper
 
 import (
 	"bufio"
-	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
-	"fmt"
 	"io"
 	"log/slog"
 	"os"
-	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
-
-	"github.com/tfgpu/tfgpu-kernel/cgroup"
 	"github.com/tfgpu/tfgpu-kernel/internal/gpu"
+	"github.com/tfgpu/tfgpu-kernel/internal/record"
 )
 
 // The watcher closes the SIGKILL hole. jupyter_client's
@@ -38,7 +30,7 @@ import (
 // kill the tree, remove its cgroups and inner directory, remove its record
 // if it is still that supervisor's, and confirm through NVML that its GPU
 // memory is back, within about a second. The next start of a kernel
-// (reapDead) remains the second line.
+// (sweep) remains the second line.
 //
 // It never touches a tree a live supervisor owns: it acts only on what
 // its own supervisor sent, and every cgroup is named after the supervisor
@@ -55,10 +47,10 @@ func IsWatcher() bool { return os.Getenv(watcherEnv) == "1" }
 
 // watchMsg is one line on the pipe.
 type watchMsg struct {
-	Config   *watchConfig `json:"config,omitempty"`
-	Record   *State       `json:"record,omitempty"`
-	Baseline []gpu.Holder `json:"baseline,omitempty"`
-	Done     bool         `json:"done,omitempty"`
+	Config   *watchConfig  `json:"config,omitempty"`
+	Record   *record.State `json:"record,omitempty"`
+	Baseline []gpu.Holder  `json:"baseline,omitempty"`
+	Done     bool          `json:"done,omitempty"`
 }
 
 type watchConfig struct {
@@ -80,7 +72,7 @@ type watcher struct {
 // startWatcher starts the watcher (see above) through the reaper, which
 // keeps it out of the proc tree and reaps it. A watcher that cannot start
 // is logged; the next start of a kernel is then the only line.
-func (s *supervisor) startWatcher(r *cgroup.Reaper) {
+func (s *supervisor) startWatcher() {
 	exe, err := os.Executable()
 	if err != nil {
 		s.log.Warn("cannot start the watcher; a SIGKILLed supervisor's tree waits for the next start", "err", err)
@@ -101,17 +93,14 @@ func (s *supervisor) startWatcher(r *cgroup.Reaper) {
 	env := append(withoutEnv(os.Environ(), watcherEnv), watcherEnv+"=1", "GOMAXPROCS=1")
 	attr := &syscall.ProcAttr{Env: env, Files: []uintptr{pr.Fd(), devnull.Fd(), os.Stderr.Fd()},
 		Sys: &syscall.SysProcAttr{Setsid: true}}
-	pid, _, err := r.StartProcess(exe, []string{exe}, attr)
+	pid, _, err := s.reaper.StartProcess(exe, []string{exe}, attr)
 	if err != nil {
 		pw.Close()
 		s.log.Warn("cannot start the watcher; a SIGKILLed supervisor's tree waits for the next start", "err", err)
 		return
 	}
 	s.watch = &watcher{w: pw, enc: json.NewEncoder(pw), pid: pid}
-	visible := os.Getenv("CUDA_VISIBLE_DEVICES")
-	if visible == "" {
-		visible = os.Getenv("NVIDIA_VISIBLE_DEVICES")
-	}
+	visible, _ := visibleDevices()
 	level := slog.LevelInfo
 	for _, l := range []slog.Level{slog.LevelDebug, slog.LevelInfo, slog.LevelWarn, slog.LevelError} {
 		if s.log.Enabled(context.Background(), l) {
@@ -119,7 +108,7 @@ func (s *supervisor) startWatcher(r *cgroup.Reaper) {
 			break
 		}
 	}
-	s.watch.send(watchMsg{Config: &watchConfig{StateDir: s.dir.path, NVMLLibrary: s.cfg.NVMLLibrary, Visible: visible,
+	s.watch.send(watchMsg{Config: &watchConfig{StateDir: s.dir.Path(), NVMLLibrary: s.cfg.NVMLLibrary, Visible: visible,
 		KillTimeout: s.cfg.KillTimeout, ConfirmTimeout: s.cfg.ConfirmTimeout, LogLevel: level}})
 	s.log.Debug("watcher started", "pid", pid)
 }
@@ -143,7 +132,7 @@ func (w *watcher) done() {
 // the kernel. It returns the process exit code.
 func Watch(in io.Reader, stderr io.Writer) int {
 	var cfg watchConfig
-	var rec *State
+	var rec *record.State
 	var baseline []gpu.Holder
 	done := false
 	sc := bufio.NewScanner(in)
@@ -167,149 +156,44 @@ func Watch(in io.Reader, stderr io.Writer) int {
 		return 0
 	}
 	lg := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: cfg.LogLevel})).With(
-		"prog", "tfgpu-kernel", "kernel", shortID(rec.KernelID), "watcher", os.Getpid())
+		"prog", "tfgpu-kernel", "kernel", record.ShortID(rec.KernelID), "watcher", os.Getpid())
 	finishForDeadSupervisor(lg, cfg, *rec, baseline)
 	return 0
 }
 
 // finishForDeadSupervisor is what the watcher does once its supervisor is
-// gone.
-func finishForDeadSupervisor(lg *slog.Logger, cfg watchConfig, st State, baseline []gpu.Holder) {
+// gone: finish its kernel as the next start would (record.FinishKernel),
+// then confirm the GPU release.
+func finishForDeadSupervisor(lg *slog.Logger, cfg watchConfig, st record.State, baseline []gpu.Holder) {
 	start := time.Now()
 	st.Owner = os.Geteuid()
 	// The pipe ends when the dying supervisor's files are closed, a moment
-	// before the kernel marks it a zombie; finish (rightly) spares the tree
+	// before the kernel marks it a zombie; Finish (rightly) spares the tree
 	// of a supervisor that still looks alive, so wait for that moment.
 	for st.SupervisorAlive() && time.Since(start) < time.Second {
 		time.Sleep(time.Millisecond)
 	}
-	n, gerr := gpu.Open(cfg.NVMLLibrary, cfg.Visible)
-	var old *gpu.Old
-	if gerr == nil {
-		defer n.Close()
-		if hs, err := n.Holders(); err == nil {
-			pids := TreePids(st)
-			if st.KernelPID > 0 {
-				pids = append(pids, st.KernelPID) // killed by its parent-death signal; its context may linger
-			}
-			old = gpu.Watch(hs, pids, baseline)
-		}
-	}
-	d, err := openStateDir(cfg.StateDir, false, false)
+	g := &gpuCheck{sess: gpu.Connect(cfg.NVMLLibrary, cfg.Visible), log: lg, timeout: cfg.ConfirmTimeout}
+	defer g.close()
+	d, err := record.OpenDir(cfg.StateDir, false, false)
 	if err != nil {
 		lg.Error("the supervisor died and its kernel cannot be finished", "err", err)
 		return
 	}
 	defer d.Close()
-	killed, err := d.finish(st, cfg.KillTimeout)
-	took := time.Since(start)
-	attrs := []any{"dead_supervisor", st.SupervisorPID, "processes_killed", killed, "killed_in", took.Round(time.Millisecond)}
+	var also []int
+	if st.KernelPID > 0 {
+		also = []int{st.KernelPID} // killed by its parent-death signal; its context may linger
+	}
+	f, err := d.FinishKernel(st, record.FinishOptions{GPU: g.sess, Baseline: baseline, AlsoPids: also,
+		KillTimeout: cfg.KillTimeout, ConfirmTimeout: cfg.ConfirmTimeout})
+	attrs := []any{"dead_supervisor", st.SupervisorPID, "processes_killed", f.Killed, "killed_in", f.Took.Round(time.Millisecond)}
 	if err != nil {
 		lg.Error("the supervisor died; its kernel was not finished", append(attrs, "err", err)...)
 		return
 	}
 	lg.Warn("the supervisor died (SIGKILL?); finished its kernel", attrs...)
-	if old == nil {
-		if gerr != nil {
-			lg.Debug("GPU release not checked", "why", gerr)
-		}
-		return
+	if f.GPU != nil {
+		g.report("supervisor died", *f.GPU, f.GPUErr)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), cfg.ConfirmTimeout)
-	defer cancel()
-	res, err := gpu.Confirm(ctx, n, *old, confirmPoll)
-	gattrs := []any{"event", "supervisor died", "released", res.ReleasedText(), "took", res.Took.Round(time.Millisecond),
-		"by", res.By, "nvml_polls", res.Polls}
-	switch {
-	case err != nil:
-		lg.Warn("GPU release could not be confirmed", append(gattrs, "err", err)...)
-	case len(res.Held) > 0:
-		lg.Warn("GPU memory still held after the dead supervisor's tree was killed", append(gattrs, "held", res.HeldText())...)
-	default:
-		lg.Info("GPU memory released", gattrs...)
-	}
-}
-
-// treeMarkerEnv names the environment variable every process of a kernel's
-// tree inherits in "proc" mode: without a cgroup, it is how the tree's
-// processes are found once the supervisor (their subreaper) is gone and
-// they have been reparented away.
-const treeMarkerEnv = "TFGPU_TREE"
-
-// markedPids lists the live processes of owner whose environment carries
-// marker.
-func markedPids(marker string, owner int) []int {
-	want := []byte(treeMarkerEnv + "=" + marker + "\x00")
-	pids := []int{}
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		return pids
-	}
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid <= 1 || pid == os.Getpid() || procOwner(pid) != owner {
-			continue
-		}
-		env, err := os.ReadFile("/proc/" + e.Name() + "/environ")
-		if err != nil || !(bytes.HasPrefix(env, want) || bytes.Contains(env, append([]byte{0}, want...))) {
-			continue
-		}
-		if st, ok := procState(pid); ok && st != 'Z' && st != 'X' {
-			pids = append(pids, pid)
-		}
-	}
-	return pids
-}
-
-// killMarked SIGSTOPs and then SIGKILLs every process of owner whose
-// environment carries marker, until none is left or ctx ends; it returns
-// how many it killed. A process that cleared its environment is not found:
-// proc mode is the fallback for hosts without a usable cgroup.
-func killMarked(ctx context.Context, marker string, owner int) (int, error) {
-	killed := map[int]bool{}
-	for pause := time.Millisecond; ; pause = min(2*pause, 20*time.Millisecond) {
-		found := markedPids(marker, owner)
-		if len(found) == 0 {
-			return len(killed), nil
-		}
-		for _, p := range found {
-			_ = unix.Kill(p, unix.SIGSTOP) // none forks again after the scan that missed its child
-		}
-		for _, p := range found {
-			if err := unix.Kill(p, unix.SIGKILL); err == nil {
-				killed[p] = true
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return len(killed), fmt.Errorf("processes of tree %s still alive: %w", marker, ctx.Err())
-		case <-time.After(pause):
-		}
-	}
-}
-
-// procState is pid's state letter from /proc/PID/stat.
-func procState(pid int) (byte, bool) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, false
-	}
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 || i+2 >= len(b) {
-		return 0, false
-	}
-	return b[i+2], true
-}
-
-// validMarker is the shape of the markers newMarker makes.
-func validMarker(m string) bool {
-	id, rest, ok := strings.Cut(m, "/")
-	return ok && validKernelID(id) && len(rest) == 16 && strings.Trim(rest, "0123456789abcdef") == ""
-}
-
-// newMarker makes a tree marker for kernel id: unique to this supervisor.
-func newMarker(id string) string {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	return id + "/" + hex.EncodeToString(b[:])
 }

@@ -1,4 +1,4 @@
-package wrapper
+package relay
 
 import (
 	"bytes"
@@ -41,14 +41,13 @@ import (
 type Relay struct {
 	log    *slog.Logger
 	signer *jmsg.Signer
-	outer  [5]zmq4.Socket
-	doors  [5]*zmtp.Door // the outer sockets' listeners
+	outer  *Outer
 	inner  [5]zmq4.Socket
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	// Events reports verified requests the supervisor acts on.
-	events chan<- relayEvent
+	// events reports verified requests the supervisor acts on.
+	events chan<- Event
 
 	history  *digestHistory                 // signatures of requests acted on
 	warnPeer func(msg string, attrs ...any) // rate-limited: peers can flood
@@ -77,18 +76,19 @@ const dialRetry = 20 * time.Millisecond
 // (about 100 bytes each).
 const digestHistorySize = 16384
 
-// relayEvent is what the relay tells the supervisor's loop.
-type relayEvent struct {
-	kind    eventKind
-	frames  [][]byte // the outer message, idents included
-	restart bool
+// Event is what the relay tells the supervisor's loop.
+type Event struct {
+	Kind    EventKind
+	Frames  [][]byte // the outer message, idents included
+	Restart bool     // of a shutdown_request
 }
 
-type eventKind int
+// EventKind says what happened.
+type EventKind int
 
 const (
-	evShutdownRequest eventKind = iota // a verified shutdown_request went to the kernel
-	evShutdownReply                    // the kernel's shutdown_reply went to the client
+	ShutdownRequest EventKind = iota // a verified shutdown_request went to the kernel
+	ShutdownReply                    // the kernel's shutdown_reply went to the client
 )
 
 // execRequest is enough of an execute_request to answer it if the kernel
@@ -108,31 +108,44 @@ func outerType(ch jmsg.Channel) string {
 	return "ROUTER"
 }
 
-// bindOuter binds the five sockets Jupyter asked for, each through a
-// zmtp.Door that checks every peer (see docs/local-peers.md). Failure names the
-// channel and endpoint.
-func bindOuter(ctx context.Context, ci *jmsg.ConnInfo, sh *zmtp.Shared, lg *log.Logger) ([5]zmq4.Socket, [5]*zmtp.Door, error) {
-	var socks [5]zmq4.Socket
-	var doors [5]*zmtp.Door
+// Outer are the five sockets Jupyter's clients connect to, each listening
+// through a zmtp.Door that checks every peer (docs/local-peers.md).
+type Outer struct {
+	socks [5]zmq4.Socket
+	doors [5]*zmtp.Door
+}
+
+// Bind binds the five sockets the connection file asks for. Failure
+// names the channel and endpoint.
+func Bind(ctx context.Context, ci *jmsg.ConnInfo, sh *zmtp.Shared, lg *slog.Logger) (*Outer, error) {
+	o := &Outer{}
+	zl := zmqLogger(lg)
 	for _, ch := range jmsg.Channels {
 		var s zmq4.Socket
 		switch ch {
 		case jmsg.IOPub:
-			s = zmq4.NewPub(ctx, zmq4.WithLogger(lg))
+			s = zmq4.NewPub(ctx, zmq4.WithLogger(zl))
 		default:
-			s = zmq4.NewRouter(ctx, zmq4.WithLogger(lg))
+			s = zmq4.NewRouter(ctx, zmq4.WithLogger(zl))
 		}
 		ep := ci.Endpoint(ch)
 		d, err := zmtp.Bind(s, outerType(ch), ch.String(), ep, sh, ch == jmsg.IOPub)
 		if err != nil {
 			s.Close()
-			closeAll(socks[:])
-			return socks, doors, fmt.Errorf("cannot listen on %s port (%s): %w", ch, ep, unwrapListen(err))
+			o.Close()
+			return nil, fmt.Errorf("cannot listen on %s port (%s): %w", ch, ep, unwrapListen(err))
 		}
-		socks[ch], doors[ch] = s, d
+		o.socks[ch], o.doors[ch] = s, d
 	}
-	return socks, doors, nil
+	return o, nil
 }
+
+// Close closes the sockets.
+func (o *Outer) Close() { closeAll(o.socks[:]) }
+
+// Drain waits, up to timeout, until the replies queued for clients are
+// written (see zmtp.Drain).
+func (o *Outer) Drain(timeout time.Duration) { zmtp.Drain(timeout, o.doors[:]...) }
 
 // unwrapListen strips zmq4's prefix so the user sees "address already in use".
 func unwrapListen(err error) error {
@@ -153,12 +166,14 @@ func closeAll(socks []zmq4.Socket) {
 	}
 }
 
-// newRelay creates the inner sockets. They dial the kernel in the background
-// with unlimited retries (ipykernel takes about a second to bind; zmq4's
-// default 10 × 250 ms is too short), until the relay is closed.
-func newRelay(ctx context.Context, outer [5]zmq4.Socket, doors [5]*zmtp.Door, inner *jmsg.ConnInfo, signer *jmsg.Signer, events chan<- relayEvent, lg *slog.Logger) *Relay {
+// New starts relaying between outer and the kernel's sockets in inner. The
+// inner sockets dial the kernel in the background with unlimited retries
+// (ipykernel takes about a second to bind; zmq4's default 10 × 250 ms is
+// too short), until CloseInner. Verified requests the supervisor acts on
+// are sent to events.
+func New(ctx context.Context, outer *Outer, inner *jmsg.ConnInfo, signer *jmsg.Signer, events chan<- Event, lg *slog.Logger) *Relay {
 	ctx, cancel := context.WithCancel(ctx)
-	r := &Relay{log: lg, signer: signer, outer: outer, doors: doors, ctx: ctx, cancel: cancel, events: events,
+	r := &Relay{log: lg, signer: signer, outer: outer, ctx: ctx, cancel: cancel, events: events,
 		ready: make(chan struct{}), history: newDigestHistory(digestHistorySize),
 		warnPeer: zmtp.RateLimitedWarn(lg, 10*time.Second)}
 	var idb [8]byte
@@ -179,8 +194,8 @@ func newRelay(ctx context.Context, outer [5]zmq4.Socket, doors [5]*zmtp.Door, in
 	for _, ch := range jmsg.Channels {
 		go r.dial(ch, inner.Endpoint(ch))
 	}
-	iopub := doors[jmsg.IOPub]
-	go r.pump(jmsg.IOPub, r.inner[jmsg.IOPub], r.outer[jmsg.IOPub], r.fromKernel(func(frames [][]byte) {
+	iopub := outer.doors[jmsg.IOPub]
+	go r.pump(jmsg.IOPub, r.inner[jmsg.IOPub], outer.socks[jmsg.IOPub], r.fromKernel(func(frames [][]byte) {
 		// A client that lags but reads holds up the kernel's output
 		// rather than losing it (see zmtp.Limits).
 		iopub.WaitRoom(r.ctx)
@@ -193,8 +208,8 @@ func newRelay(ctx context.Context, outer [5]zmq4.Socket, doors [5]*zmtp.Door, in
 		}
 	}))
 	for _, ch := range []jmsg.Channel{jmsg.Shell, jmsg.Control, jmsg.Stdin, jmsg.HB} {
-		go r.pump(ch, r.outer[ch], r.inner[ch], r.inspectIn(ch))
-		go r.pump(ch, r.inner[ch], r.outer[ch], r.fromKernel(r.inspectOut(ch)))
+		go r.pump(ch, outer.socks[ch], r.inner[ch], r.inspectIn(ch))
+		go r.pump(ch, r.inner[ch], outer.socks[ch], r.fromKernel(r.inspectOut(ch)))
 	}
 	return r
 }
@@ -247,7 +262,7 @@ func (r *Relay) inspectIn(ch jmsg.Channel) func([][]byte) {
 			}
 			_ = json.Unmarshal(p.Content, &c)
 			r.shutdownRequested.Store(true)
-			r.events <- relayEvent{kind: evShutdownRequest, frames: frames, restart: c.Restart}
+			r.events <- Event{Kind: ShutdownRequest, Frames: frames, Restart: c.Restart}
 		}
 	case jmsg.Shell:
 		return func(frames [][]byte) {
@@ -292,8 +307,12 @@ func (r *Relay) fromKernel(inspect func([][]byte)) func([][]byte) {
 	}
 }
 
-// isReady reports whether the kernel has sent anything yet.
-func (r *Relay) isReady() bool {
+// Ready is closed when the kernel has sent its first message: by then
+// ipykernel has installed its signal handlers.
+func (r *Relay) Ready() <-chan struct{} { return r.ready }
+
+// IsReady reports whether the kernel has sent anything yet.
+func (r *Relay) IsReady() bool {
 	select {
 	case <-r.ready:
 		return true
@@ -308,7 +327,7 @@ func (r *Relay) inspectOut(ch jmsg.Channel) func([][]byte) {
 	case jmsg.Control:
 		return func(frames [][]byte) {
 			if _, ok := r.verified(frames, "shutdown_reply"); ok {
-				r.events <- relayEvent{kind: evShutdownReply, frames: frames}
+				r.events <- Event{Kind: ShutdownReply, Frames: frames}
 			}
 		}
 	case jmsg.Shell:
@@ -379,10 +398,9 @@ func userCell(content []byte) bool {
 	return json.Unmarshal(content, &c) == nil && !c.Silent && strings.TrimSpace(c.Code) != ""
 }
 
-// warnNextCell has text shown on stderr of the next cell the user runs
-// (see userCell);
-// id is the kernel id, for the message's topic.
-func (r *Relay) warnNextCell(id, text string) {
+// WarnNextCell has text shown on stderr of the next cell the user runs
+// (see userCell); id is the kernel id, for the message's topic.
+func (r *Relay) WarnNextCell(id, text string) {
 	r.mu.Lock()
 	r.warning, r.warnID = text, id
 	r.mu.Unlock()
@@ -405,12 +423,12 @@ func (r *Relay) send(ch jmsg.Channel, idents [][]byte, msgType string, parent []
 	if err != nil {
 		return fmt.Errorf("build %s: %w", msgType, err)
 	}
-	return r.outer[ch].SendMulti(zmq4.NewMsgFrom(frames...))
+	return r.outer.socks[ch].SendMulti(zmq4.NewMsgFrom(frames...))
 }
 
-// closeInner stops talking to the kernel; the outer sockets stay bound so
+// CloseInner stops talking to the kernel; the outer sockets stay bound so
 // the supervisor can still answer clients.
-func (r *Relay) closeInner() {
+func (r *Relay) CloseInner() {
 	r.cancel()
 	closeAll(r.inner[:])
 }

@@ -1,0 +1,195 @@
+package record
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/tfgpu/tfgpu-kernel/cgroup"
+)
+
+// State is what a supervisor records about its kernel in the state
+// directory, one file per kernel id, so that `tfgpu-kernel stop` (and the
+// next supervisor) can find and finish a kernel whose supervisor is hung or
+// gone. It never holds the session key.
+type State struct {
+	KernelID        string    `json:"kernel_id"`
+	SupervisorPID   int       `json:"supervisor_pid"`
+	SupervisorStart uint64    `json:"supervisor_start"` // /proc starttime: tells a reused pid
+	KernelPID       int       `json:"kernel_pid"`
+	KernelStart     uint64    `json:"kernel_start"`     // /proc starttime of the kernel
+	Containment     string    `json:"containment"`      // cgroup.Tree.Mode()
+	Cgroup          string    `json:"cgroup,omitempty"` // the kernel's cgroup directory (v2)
+	ConnectionFile  string    `json:"connection_file"`
+	InnerDir        string    `json:"inner_dir,omitempty"` // the 0700 directory of the inner connection file and sockets
+	Session         string    `json:"session,omitempty"`   // JPY_SESSION_NAME: the notebook
+	Started         time.Time `json:"started"`
+	Phase           string    `json:"phase"`                   // PhaseStarting, PhaseRunning or PhaseStopping
+	BootID          string    `json:"boot_id,omitempty"`       // a record of another boot names nothing alive
+	MemoryCgroup    string    `json:"memory_cgroup,omitempty"` // a v1 memory cgroup of its own, when the limit made one
+	Marker          string    `json:"tree_marker,omitempty"`   // TFGPU_TREE in the tree's environment (proc mode finds it by that)
+
+	// Owner is the uid that owns the record (its state directory's owner):
+	// what the record names is acted on only when that uid owns it too.
+	Owner int `json:"-"`
+	// Dir is the state directory it was read from.
+	Dir string `json:"-"`
+}
+
+// Phases of a kernel, as its supervisor records them (ps shows them as
+// the state while the supervisor runs). They are the supervisor's
+// lifecycle states (docs/design.md#lifecycle); a stopped kernel has no
+// record.
+const (
+	PhaseStarting = "starting" // spawned; the kernel has not said anything yet
+	PhaseRunning  = "running"  // the kernel answers
+	PhaseStopping = "stopping" // shutdown, restart or death: the tree is being killed
+)
+
+// DefaultDir is where state files live: $TFGPU_STATE_DIR; else
+// /run/tfgpu-kernel for root; else $XDG_RUNTIME_DIR/tfgpu-kernel when
+// XDG_RUNTIME_DIR is the user's own private directory (systemd-logind
+// makes /run/user/UID); else tfgpu-kernel/HOSTNAME in the user's state
+// directory ($XDG_STATE_HOME, ~/.local/state), where only the user can
+// create it (a shared /tmp path can be made first by anyone), per host
+// because homes are shared over NFS. "" when there is no home either.
+func DefaultDir() string {
+	if d := os.Getenv("TFGPU_STATE_DIR"); d != "" {
+		return d
+	}
+	if os.Geteuid() == 0 {
+		return "/run/tfgpu-kernel"
+	}
+	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" && ownPrivateDir(d) {
+		return filepath.Join(d, "tfgpu-kernel")
+	}
+	base := os.Getenv("XDG_STATE_HOME")
+	if !filepath.IsAbs(base) {
+		home, err := os.UserHomeDir()
+		if err != nil || !filepath.IsAbs(home) {
+			return ""
+		}
+		base = filepath.Join(home, ".local", "state")
+	}
+	host, err := os.Hostname()
+	if err != nil || !validName(host) {
+		host = "localhost"
+	}
+	return filepath.Join(base, "tfgpu-kernel", host)
+}
+
+// ownPrivateDir reports whether dir is a directory (not a link) of the
+// effective user's with no permission for others.
+func ownPrivateDir(dir string) bool {
+	var s unix.Stat_t
+	return filepath.IsAbs(dir) && unix.Lstat(dir, &s) == nil && s.Mode&unix.S_IFMT == unix.S_IFDIR &&
+		int(s.Uid) == os.Geteuid() && s.Mode&0o077 == 0
+}
+
+func stateName(id string) string { return id + ".json" }
+
+// Write records st in d, atomically.
+func (d *Dir) Write(st State) error {
+	b, err := json.MarshalIndent(st, "", "  ")
+	if err != nil {
+		return fmt.Errorf("write state: %w", err)
+	}
+	return d.write(stateName(st.KernelID), append(b, '\n'))
+}
+
+// ReadStates returns the records in dir that check out: files owned by the
+// directory's owner, named after the kernel id they hold, with an id of
+// the shape supervisors write. Each file that does not is left alone and
+// said in refused (each wrapping ErrRefused); a supervisor may also be
+// writing one. For root, dir may be any user's; the records' Owner says
+// whose.
+func ReadStates(dir string) (states []State, refused []error, err error) {
+	d, err := OpenDir(dir, false, true)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil, nil
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	defer d.Close()
+	return d.States()
+}
+
+// States is ReadStates of the open directory d.
+func (d *Dir) States() ([]State, []error, error) {
+	names, err := d.names(".json")
+	if err != nil {
+		return nil, nil, fmt.Errorf("read states: %w", err)
+	}
+	var out []State
+	var refusals []error
+	for _, name := range names {
+		path := filepath.Join(d.path, name)
+		b, err := d.read(name)
+		if err != nil {
+			if !errors.Is(err, os.ErrNotExist) {
+				refusals = append(refusals, refusedFile(path, err))
+			}
+			continue
+		}
+		var st State
+		switch {
+		case json.Unmarshal(b, &st) != nil:
+			continue // being written, or not a record
+		case !ValidKernelID(st.KernelID):
+			refusals = append(refusals, refused("%s: kernel id %q is not of the shape supervisors write", path, Printable(st.KernelID)))
+			continue
+		case stateName(st.KernelID) != name:
+			refusals = append(refusals, refused("%s: holds kernel %s, not the kernel its name says", path, st.KernelID))
+			continue
+		}
+		st.Owner, st.Dir = d.uid, d.path
+		out = append(out, st)
+	}
+	return out, refusals, nil
+}
+
+// refusedFile wraps the error of a state file read() did not accept.
+func refusedFile(path string, err error) error {
+	return fmt.Errorf("%w: %s: %v", ErrRefused, path, err)
+}
+
+// SupervisorAlive reports whether the supervisor that wrote st still runs
+// (its pid exists with the same start time and owner, since this boot).
+// A record without the start time (supervisors write none without it; a
+// hand-made or damaged one may lack it) names its supervisor while that
+// pid is a live process of the record's owner: a supervisor wrongly taken
+// for dead would have its running kernel finished by the next start.
+func (st State) SupervisorAlive() bool {
+	if st.SupervisorStart == 0 {
+		p, err := cgroup.ReadProc(st.SupervisorPID)
+		return st.SupervisorPID > 1 && st.thisBoot() && err == nil && p.Alive() &&
+			cgroup.ProcOwner(st.SupervisorPID) == st.Owner
+	}
+	return st.owns(st.SupervisorPID, st.SupervisorStart)
+}
+
+// SupervisorStopped reports whether the supervisor is stopped (SIGSTOP,
+// a debugger): alive but unable to act.
+func (st State) SupervisorStopped() bool {
+	p, err := cgroup.ReadProc(st.SupervisorPID)
+	return err == nil && p.Stopped()
+}
+
+// Remove removes the record of kernel id if it still names this process
+// (the next supervisor of the kernel may have written its own since).
+func (d *Dir) Remove(id string) {
+	b, err := d.read(stateName(id))
+	if err != nil {
+		return
+	}
+	var st State
+	if json.Unmarshal(b, &st) == nil && st.SupervisorPID == os.Getpid() {
+		_ = d.remove(stateName(id))
+	}
+}

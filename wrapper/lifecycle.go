@@ -1,0 +1,126 @@
+package wrapper
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/tfgpu/tfgpu-kernel/cgroup"
+	"github.com/tfgpu/tfgpu-kernel/internal/record"
+	"github.com/tfgpu/tfgpu-kernel/wrapper/relay"
+)
+
+// phase is the supervisor's lifecycle state (docs/design.md#lifecycle):
+//
+//	starting ──first message from the kernel──▶ running
+//	starting, running ──shutdown_request──▶ stopping (the kernel's grace)
+//	any ──kernel exit, grace over, SIGTERM/SIGHUP, server gone──▶ stop() ──▶ stopped
+//
+// Only the loop and the stop path change it, through enter, which records
+// it in the kernel's state file for ps.
+type phase int
+
+const (
+	starting phase = iota // spawned; the kernel has not said anything yet
+	running               // the kernel answers
+	stopping              // a stop was decided; the tree is being killed
+	stopped               // the tree is dead; what is left is to let replies out
+)
+
+func (p phase) String() string {
+	return [...]string{record.PhaseStarting, record.PhaseRunning, record.PhaseStopping, "stopped"}[p]
+}
+
+// enter moves to phase p and records it (a stopped kernel's record is
+// removed as Run returns, so that phase is not written).
+func (s *supervisor) enter(p phase) {
+	if s.phase == p {
+		return
+	}
+	s.phase = p
+	if p == stopped || s.st.KernelID == "" {
+		return
+	}
+	s.st.Phase = p.String()
+	if err := s.dir.Write(s.st); err != nil {
+		s.log.Debug("cannot record the kernel's phase", "phase", p, "err", err)
+	}
+}
+
+// afterReplyGrace is how long a kernel that has sent its shutdown_reply
+// may take to exit by itself: what it does then (ipykernel terminates its
+// children one by one, for seconds) is the tree kill's job.
+const afterReplyGrace = 100 * time.Millisecond
+
+// loop is the supervisor's one event loop; every case is a lifecycle
+// event, and every way out is the one stop path (stop.go) with its cause.
+func (s *supervisor) loop(ctx context.Context, exited <-chan cgroup.ExitStatus) int {
+	var grace <-chan time.Time
+	var req *shutdownRequest // the one being served, from stopping on
+	ready := s.relay.Ready()
+	for {
+		select {
+		case <-ready:
+			ready = nil
+			if s.phase == starting {
+				s.enter(running)
+			}
+
+		case ev := <-s.events:
+			switch {
+			case ev.Kind == relay.ShutdownRequest && req == nil:
+				// Relayed to the kernel already; give it the grace to
+				// reply and exit on its own, then stop() kills what is left.
+				req = &shutdownRequest{Event: ev, at: time.Now()}
+				s.enter(stopping)
+				grace = time.After(s.cfg.ShutdownGrace)
+			case ev.Kind == relay.ShutdownReply && req != nil:
+				req.replied = true
+				grace = time.After(min(afterReplyGrace, time.Until(req.at.Add(s.cfg.ShutdownGrace))))
+			}
+
+		case st := <-exited:
+			if req != nil {
+				return s.stop(cause{reason: "shutdown", exit: &st, request: req})
+			}
+			return s.stop(cause{reason: "kernel died", exit: &st, died: true})
+
+		case <-grace:
+			s.log.Debug("kernel still running after shutdown grace", "grace", s.cfg.ShutdownGrace)
+			return s.stop(cause{reason: "shutdown", request: req})
+
+		case sig := <-s.sigc:
+			switch sig {
+			case unix.SIGINT:
+				s.interrupt()
+			case parentDeathSignal:
+				if parentGone() {
+					return s.stop(cause{reason: "the Jupyter server is gone", request: req})
+				}
+			default: // SIGTERM, SIGHUP: an orderly stop, as for shutdown
+				return s.stop(cause{reason: unix.SignalName(sig.(unix.Signal)), request: req})
+			}
+
+		case <-ctx.Done():
+			return s.stop(cause{reason: "context canceled", request: req})
+		}
+	}
+}
+
+// interrupt forwards SIGINT (interrupt_mode "signal") to the kernel's whole
+// process group, as Jupyter would for a kernel it started itself. But not
+// before the kernel has said anything: jupyter_client sends SIGINT before
+// every shutdown, and a Python still importing ipykernel dies of it
+// (KeyboardInterrupt), which would turn a shutdown right after a restart
+// into a "kernel died".
+func (s *supervisor) interrupt() {
+	if !s.relay.IsReady() {
+		s.log.Debug("SIGINT before the kernel is ready: not forwarded")
+		return
+	}
+	if err := unix.Kill(-s.kpid, unix.SIGINT); err != nil && !errors.Is(err, unix.ESRCH) {
+		s.log.Warn("cannot forward SIGINT", "err", err)
+	}
+}

@@ -1,0 +1,63 @@
+package relay
+
+import "github.com/tfgpu/tfgpu-kernel/internal/jmsg"
+
+// The messages the supervisor sends in its own name, signed with the
+// session key: what a client would have had from the kernel, had the
+// kernel lived to send it.
+
+// TellRunningCell tells the client of the cell the kernel was running
+// (the oldest unanswered execute_request) what happened: text on its
+// stderr, an error execute_reply with evalue, and idle, all as replies to
+// that request. It reports whether there was such a cell. id is the
+// kernel id, for the iopub topics.
+func (r *Relay) TellRunningCell(id, text, evalue string) bool {
+	ex, ok := r.running()
+	if !ok {
+		return false
+	}
+	if err := r.send(jmsg.IOPub, [][]byte{[]byte("kernel." + id + ".stream")}, "stream", ex.header, ex.sess,
+		map[string]any{"name": "stderr", "text": text}); err != nil {
+		r.log.Debug("cannot notify the cell", "err", err)
+	}
+	_ = r.send(jmsg.Shell, ex.idents, "execute_reply", ex.header, ex.sess, map[string]any{
+		"status": "error", "ename": "KernelDied", "evalue": evalue,
+		"traceback": []string{text}, "execution_count": nil,
+	})
+	_ = r.send(jmsg.IOPub, [][]byte{[]byte("kernel." + id + ".status")}, "status", ex.header, ex.sess,
+		map[string]any{"execution_state": "idle"})
+	return true
+}
+
+// ReplyShutdown answers the client that sent req (a ShutdownRequest
+// event) with the shutdown_reply the kernel did not get to send.
+func (r *Relay) ReplyShutdown(req Event) {
+	p, err := jmsg.Split(req.Frames)
+	if err != nil {
+		return
+	}
+	h, _ := jmsg.Header(p.Header)
+	if err := r.send(jmsg.Control, p.Idents, "shutdown_reply", p.Header, h.Session,
+		map[string]any{"status": "ok", "restart": req.Restart}); err != nil {
+		r.log.Debug("cannot send shutdown_reply", "err", err)
+	}
+}
+
+// BroadcastShutdown publishes the shutdown_reply to req on iopub, as
+// ipykernel does for the other clients, unless the kernel did: ipykernel
+// sends it only after it has terminated its children, which the tree
+// kill may have cut short.
+func (r *Relay) BroadcastShutdown(id string, req Event) {
+	if r.shutdownBroadcast.Load() {
+		return
+	}
+	p, err := jmsg.Split(req.Frames)
+	if err != nil {
+		return
+	}
+	h, _ := jmsg.Header(p.Header)
+	if err := r.send(jmsg.IOPub, [][]byte{[]byte("kernel." + id + ".shutdown")}, "shutdown_reply", p.Header, h.Session,
+		map[string]any{"status": "ok", "restart": req.Restart}); err != nil {
+		r.log.Debug("cannot broadcast shutdown_reply", "err", err)
+	}
+}

@@ -1,0 +1,225 @@
+package wrapper
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"runtime/debug"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/tfgpu/tfgpu-kernel/cgroup"
+	"github.com/tfgpu/tfgpu-kernel/internal/jmsg"
+	"github.com/tfgpu/tfgpu-kernel/internal/record"
+	"github.com/tfgpu/tfgpu-kernel/internal/zmtp"
+	"github.com/tfgpu/tfgpu-kernel/wrapper/relay"
+)
+
+// supervisor holds what Run owns. Only the loop (lifecycle.go) changes
+// phase; every other field is set up before it starts.
+type supervisor struct {
+	cfg     Config
+	log     *slog.Logger
+	id      string           // the kernel id
+	signer  *jmsg.Signer     // the session key's
+	dir     *record.Dir      // the state directory, open for the supervisor's life
+	sigc    <-chan os.Signal // the signals the loop reads; the stop path reads it after the loop
+	outer   *relay.Outer     // the sockets Jupyter's clients connect to
+	relay   *relay.Relay
+	events  chan relay.Event
+	reserve *fdReserve // released for the tree kill
+	reaper  *cgroup.Reaper
+	tree    cgroup.Tree
+	mem     cgroup.Memory // the memory limit, if one could be applied
+	gpu     *gpuCheck     // the GPU policy (gpu.go)
+	watch   *watcher      // the watcher's pipe (watcher.go); nil when it could not start
+	marker  string        // cgroup.MarkerEnv of the kernel's tree
+
+	inner    *jmsg.ConnInfo // the kernel's own connection file
+	innerDir string         // the 0700 directory of it and its sockets
+	kpid     int            // the kernel's pid
+	phase    phase
+	st       record.State // as recorded in the state file
+
+	cleanups []func() // run in reverse when Run returns
+}
+
+// Run supervises one kernel until it is shut down or dies, and returns the
+// process exit code: 0 after a clean shutdown or a stop by signal; 2 for
+// usage errors; 126/127 when the kernel cannot be executed; when the kernel
+// dies on its own, its exit code, or 128+signal (docs/design.md#lifecycle).
+func Run(ctx context.Context, cfg Config) int {
+	// A burst (a 50 MB comm buffer, a print flood) would otherwise leave
+	// the Go heap large long after.
+	debug.SetMemoryLimit(64 << 20)
+	s := &supervisor{cfg: cfg.withDefaults(), events: make(chan relay.Event, 16)}
+	defer s.cleanup()
+	if code, ok := s.prepare(ctx); !ok {
+		return code
+	}
+	exited, code := s.start(ctx)
+	if exited == nil {
+		return code
+	}
+	return s.loop(ctx, exited)
+}
+
+// onExit has f run when Run returns, after what was registered later.
+func (s *supervisor) onExit(f func()) { s.cleanups = append(s.cleanups, f) }
+
+func (s *supervisor) cleanup() {
+	for i := len(s.cleanups) - 1; i >= 0; i-- {
+		s.cleanups[i]()
+	}
+}
+
+// usage writes a one-line error for the user and returns ExitUsage.
+func (s *supervisor) usage(format string, args ...any) (int, bool) {
+	fmt.Fprintf(s.cfg.Stderr, "tfgpu-kernel: "+format+"\n", args...)
+	return ExitUsage, false
+}
+
+// prepare does what can fail on bad input, before anything is started:
+// the connection file, the state directory, the signals and the five
+// sockets Jupyter asked for.
+func (s *supervisor) prepare(ctx context.Context) (int, bool) {
+	cfg := s.cfg
+	ci, err := jmsg.Load(cfg.ConnFile)
+	if err != nil {
+		return s.usage("%v", err)
+	}
+	if s.signer, err = jmsg.NewSigner(ci.SignatureScheme, ci.Key); err != nil {
+		return s.usage("connection file %s: %v", cfg.ConnFile, err)
+	}
+	s.id = jmsg.KernelID(cfg.ConnFile)
+	s.log = cfg.Log.With("kernel", record.ShortID(s.id))
+	if !record.ValidKernelID(s.id) {
+		// jupyter_server names files kernel-<uuid>.json; any other name is
+		// hashed, so only a hand-made kernel-<odd>.json gets here.
+		return s.usage("connection file %s: kernel id %q has characters other than letters, digits, '-', '_' and '.'",
+			cfg.ConnFile, record.Printable(s.id))
+	}
+	// The state directory first: one that is not the user's own is refused
+	// before anything is read from it or started (docs/security.md).
+	if cfg.StateDir == "" {
+		return s.usage("no state directory: no XDG_RUNTIME_DIR and no home directory; set --state-dir (TFGPU_STATE_DIR)")
+	}
+	if s.dir, err = record.OpenDir(cfg.StateDir, true, false); err != nil {
+		return s.usage("%v", err)
+	}
+	s.onExit(func() { s.dir.Close() })
+
+	// Signals next, so a SIGINT that arrives while starting is forwarded,
+	// not fatal (Go's default for SIGINT is to exit).
+	sigc := make(chan os.Signal, 8)
+	signal.Notify(sigc, unix.SIGINT, unix.SIGTERM, unix.SIGHUP, parentDeathSignal)
+	s.onExit(func() { signal.Stop(sigc) })
+	s.sigc = sigc
+	s.onExit(watchParent())
+	if parentGone() {
+		s.log.Warn("the process that started the kernel is already gone; not starting")
+		return ExitFailed, false
+	}
+
+	s.reserve = reserveFDs(16)
+	s.onExit(s.reserve.release)
+	if s.cfg.shared == nil {
+		s.cfg.shared = zmtp.NewShared(cfg.Limits, s.log)
+	}
+	if s.outer, err = relay.Bind(ctx, ci, s.cfg.shared, s.log); err != nil {
+		return s.usage("connection file %s: %v", cfg.ConnFile, err)
+	}
+	s.onExit(s.outer.Close)
+	if s.inner, s.innerDir, err = writeInner(ci, s.id, cfg.InnerTransport); err != nil {
+		s.log.Error("cannot write the inner connection file", "err", err)
+		return ExitFailed, false
+	}
+	s.onExit(func() { os.RemoveAll(s.innerDir) })
+	return 0, true
+}
+
+// start prepares the kernel's containment, GPU check and watcher, finishes
+// what dead supervisors left, and spawns the kernel. On failure it returns
+// a nil channel and the exit code.
+func (s *supervisor) start(ctx context.Context) (<-chan cgroup.ExitStatus, int) {
+	if err := cgroup.SetChildSubreaper(); err != nil {
+		s.log.Warn("cannot become child subreaper; escaped daemons may survive", "err", err)
+	}
+	s.reaper = cgroup.StartReaper()
+	s.onExit(s.reaper.Stop)
+	// NVML before anything is killed or spawned, so that the release of
+	// what dead supervisors left can be confirmed too.
+	s.gpu = openGPUCheck(s.cfg.NVMLLibrary, s.cfg.ConfirmTimeout, s.log)
+	s.onExit(s.gpu.close)
+	warning := s.sweep()
+
+	opened, err := cgroup.Open(s.cfg.Cgroup, cgroupName(s.id),
+		cgroup.Options{Reaper: s.reaper, MemoryLimit: s.cfg.MemoryLimit, V2: s.cfg.v2opts})
+	if err != nil {
+		fmt.Fprintf(s.cfg.Stderr, "tfgpu-kernel: containment: %v\n", err)
+		return nil, ExitUsage
+	}
+	s.tree = opened.Tree
+	s.onExit(func() { s.tree.Close() }) // spawn may replace the tree
+	s.log.Info("containment", "mode", s.tree.Mode(), "why", opened.Why)
+	if opened.Leftovers > 0 {
+		// A previous supervisor of this kernel was SIGKILLed and its tree
+		// lived on; it is gone before the new kernel.
+		s.log.Warn("killed processes left by a previous supervisor of this kernel", "processes", opened.Leftovers)
+	}
+	s.onExit(func() {
+		if s.mem != nil {
+			s.mem.Close()
+		}
+	})
+	if _, ok := s.tree.(cgroup.Launcher); !ok && s.cfg.MemoryLimit > 0 {
+		s.limitMemory(s.cfg.MemoryLimit) // a launcher applies it itself
+	}
+
+	// The watcher, from here on: should this supervisor be SIGKILLed, it
+	// finishes the kernel (watcher.go). It knows the cgroups already.
+	s.marker = cgroup.NewMarker(s.id)
+	s.startWatcher()
+	s.onExit(s.watch.done)
+	if st, err := s.describe(); err == nil {
+		s.watch.send(watchMsg{Record: &st})
+	}
+
+	// The previous tree's GPU memory is back (or the user will be told)
+	// before the new kernel starts.
+	if w := s.takeHandoff(); w != "" {
+		warning = w
+	}
+	s.gpu.takeBaseline()
+	s.watch.send(watchMsg{Baseline: s.gpu.baseline})
+
+	exited, code := s.spawn(substituteConn(s.cfg.Argv, s.cfg.ConnFile, s.innerDir+"/"+innerConnName))
+	if exited == nil {
+		return nil, code
+	}
+	s.record()
+	s.onExit(func() { s.dir.Remove(s.id) })
+	s.relay = relay.New(ctx, s.outer, s.inner, s.signer, s.events, s.log)
+	s.onExit(s.relay.CloseInner)
+	if warning != "" {
+		s.relay.WarnNextCell(s.id, warning)
+	}
+	s.log.Info("kernel started", "pid", s.kpid, "containment", s.tree.Mode(), "inner", s.inner.Transport)
+	return exited, 0
+}
+
+// limitMemory applies the memory limit to the kernel's tree-to-be, or says
+// once why it cannot (the kernel then runs without one).
+func (s *supervisor) limitMemory(limit int64) {
+	l, err := cgroup.DetectLayout()
+	if err == nil {
+		var how string
+		if s.mem, how, err = cgroup.NewMemoryLimit(l, cgroupName(s.id), limit); err == nil {
+			s.log.Info("memory limit", "limit", cgroup.FormatSize(s.mem.Limit()), "how", how)
+			return
+		}
+	}
+	s.log.Warn("memory limit not applied; the kernel runs without one", "limit", cgroup.FormatSize(limit), "why", err)
+}

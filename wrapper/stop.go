@@ -1,0 +1,174 @@
+package wrapper
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/tfgpu/tfgpu-kernel/cgroup"
+	"github.com/tfgpu/tfgpu-kernel/internal/gpu"
+	"github.com/tfgpu/tfgpu-kernel/wrapper/relay"
+)
+
+// shutdownRequest is the client's shutdown_request being served.
+type shutdownRequest struct {
+	relay.Event
+	at      time.Time // when it came
+	replied bool      // the kernel's shutdown_reply was relayed
+}
+
+// cause is why the kernel stops. Every difference between shutdown,
+// restart, a signal, the server's death and the kernel's own death is a
+// field here, and stop acts on the fields, each where it decides.
+type cause struct {
+	reason  string             // for the log
+	exit    *cgroup.ExitStatus // the kernel's exit status, when it exited
+	request *shutdownRequest   // a client asked for the stop (shutdown, or restart)
+	died    bool               // the kernel exited unasked: tell its cell, exit with its code
+}
+
+func (c cause) restart() bool { return c.request != nil && c.request.Restart }
+
+// jupyterKillAfter is when jupyter_client SIGKILLs a kernel process after
+// shutdown_request (its shutdown_wait_time, 5 s), less a margin.
+const jupyterKillAfter = 4500 * time.Millisecond
+
+// Drain times: how long the last messages to clients may take to be
+// written before the process exits. A shutdown_reply is one small message
+// to one socket; a dead kernel's notice is three, to shell and iopub.
+const (
+	drainAfterStop  = 200 * time.Millisecond
+	drainAfterDeath = 300 * time.Millisecond
+)
+
+// stop is the one stop path: kill every process of the tree → wait until
+// none is alive → answer the client if the kernel did not → confirm the
+// GPU release (or hand it to the next kernel) → tell the running cell if
+// the kernel died → let queued messages out. It returns the exit code: 0,
+// or the dead kernel's own so that Jupyter's restarter starts a fresh one.
+func (s *supervisor) stop(c cause) int {
+	s.reserve.release() // the descriptors the kill and the GPU check need
+	s.enter(stopping)
+	old := s.gpu.watch(s.tree, s.kpid)
+	killed, took, err := s.killTree()
+	if c.request != nil {
+		s.answerShutdown(c.request)
+	}
+	s.logStop(c, killed, took, err)
+
+	switch {
+	case c.restart():
+		// jupyter_client starts the next supervisor at once; it confirms,
+		// before its kernel starts.
+		s.handOff(old)
+	case c.request != nil:
+		s.confirmBeforeJupyterKills(c, old)
+	default:
+		s.gpu.confirm(c.reason, old)
+	}
+	drain := drainAfterStop
+	if c.died {
+		s.tellCell(c, killed)
+		drain = drainAfterDeath
+	}
+	s.enter(stopped)
+	s.outer.Drain(drain)
+	if c.died {
+		return c.exit.Code()
+	}
+	return ExitOK
+}
+
+// killTree kills every process of the kernel's tree and waits until none
+// is alive, within KillTimeout.
+func (s *supervisor) killTree() (int, time.Duration, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.KillTimeout)
+	defer cancel()
+	start := time.Now()
+	n, err := s.tree.Kill(ctx)
+	return n, time.Since(start), err
+}
+
+func (s *supervisor) logStop(c cause, killed int, took time.Duration, err error) {
+	attrs := []any{"reason", c.reason, "processes_killed", killed, "killed_in", took.Round(time.Millisecond)}
+	if c.exit != nil {
+		attrs = append(attrs, "kernel_exit", c.exit.String())
+	}
+	if c.request != nil {
+		attrs = append(attrs, "restart", c.request.Restart)
+	}
+	switch {
+	case err != nil:
+		s.log.Error("kernel stopped, but processes survive", append(attrs, "err", err)...)
+	case c.died:
+		s.log.Warn("kernel died", attrs...)
+	default:
+		s.log.Info("kernel stopped", attrs...)
+	}
+}
+
+// confirmBeforeJupyterKills confirms the release after a shutdown.
+// jupyter_client SIGTERMs the supervisor 2.5 s after its shutdown_request
+// and SIGKILLs it at 5 s: confirm until then, but a SIGTERM means Jupyter
+// is waiting, so stop there and leave the rest to the next start of this
+// kernel (or to tfgpu-kernel stop, or doctor).
+func (s *supervisor) confirmBeforeJupyterKills(c cause, old *gpu.Old) {
+	ctx, cancel := context.WithTimeout(context.Background(),
+		min(s.cfg.ConfirmTimeout, max(jupyterKillAfter-time.Since(c.request.at), 0)))
+	defer cancel()
+	go func() {
+		for {
+			select {
+			case sig := <-s.sigc:
+				if sig == unix.SIGTERM || sig == unix.SIGHUP {
+					cancel()
+					return
+				}
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	if _, held := s.gpu.confirmWithin(ctx, c.reason, old); held {
+		s.handOff(old)
+	}
+}
+
+// answerShutdown sends a shutdown_reply to the client when the kernel did
+// not get to send its own, and broadcasts it on iopub (as ipykernel does,
+// for the other clients) when the kernel was killed before it could.
+func (s *supervisor) answerShutdown(req *shutdownRequest) {
+	defer s.relay.BroadcastShutdown(s.id, req.Event)
+	// The kernel may have replied just before it exited; its reply may
+	// still be on its way through the relay.
+	deadline := time.After(100 * time.Millisecond)
+	for !req.replied {
+		select {
+		case ev := <-s.events:
+			req.replied = ev.Kind == relay.ShutdownReply
+		case <-deadline:
+			s.relay.ReplyShutdown(req.Event)
+			return
+		}
+	}
+}
+
+// tellCell tells the cell the dead kernel was running why it died and
+// what was done (relay.TellRunningCell).
+func (s *supervisor) tellCell(c cause, killed int) {
+	text := fmt.Sprintf("tfgpu-kernel: the kernel died (%s).", c.exit)
+	if s.mem != nil {
+		if n, err := s.mem.OOMKills(); err == nil && n > 0 {
+			text = fmt.Sprintf("tfgpu-kernel: the kernel was killed by the out-of-memory killer at its memory limit of %s (%s).",
+				cgroup.FormatSize(s.mem.Limit()), c.exit)
+			s.log.Warn("kernel killed at its memory limit", "limit", cgroup.FormatSize(s.mem.Limit()), "oom_kills", n)
+		}
+	}
+	if killed > 0 {
+		text += fmt.Sprintf(" %d leftover process(es) of its tree were killed.", killed)
+	}
+	text += " Jupyter will start a fresh kernel.\n"
+	s.relay.TellRunningCell(s.id, text, c.exit.String())
+}
