@@ -272,7 +272,7 @@ func TestFormat(t *testing.T) {
 		t.Errorf("Sum = %v", s)
 	}
 	h := Holder{Device: 1, PID: os.Getpid(), Bytes: 1 << 30}
-	if d := Describe(h); !strings.HasPrefix(d, fmt.Sprintf("GPU1: pid %d (", os.Getpid())) || !strings.HasSuffix(d, " of root holds 1024 MiB") {
+	if d := Describe(h); !strings.HasPrefix(d, fmt.Sprintf("GPU1: pid %d (", os.Getpid())) || !strings.HasSuffix(d, " of root holds 1 GiB") {
 		t.Errorf("Describe = %q", d)
 	}
 }
