@@ -328,20 +328,31 @@ func (c *conn) subscribed(head []byte) bool {
 // cancels.
 func (c *conn) subscribe(topic []byte, on bool) error {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	t := string(topic)
-	if !on {
-		if c.subs[t] > 1 {
-			c.subs[t]--
-		} else {
+	delta := 0 // this connection's first subscription to t, or its last cancel
+	switch {
+	case c.closed:
+	case !on && c.subs[t] > 1:
+		c.subs[t]--
+	case !on:
+		if _, ok := c.subs[t]; ok {
 			delete(c.subs, t)
+			delta = -1
 		}
-		return nil
+	default:
+		if _, ok := c.subs[t]; !ok && len(c.subs) >= c.lim.MaxSubscriptions {
+			c.mu.Unlock()
+			return protoErr("more than %d subscriptions", c.lim.MaxSubscriptions)
+		}
+		c.subs[t]++
+		if c.subs[t] == 1 {
+			delta = 1
+		}
 	}
-	if _, ok := c.subs[t]; !ok && len(c.subs) >= c.lim.MaxSubscriptions {
-		return protoErr("more than %d subscriptions", c.lim.MaxSubscriptions)
+	c.mu.Unlock()
+	if delta != 0 && c.door != nil {
+		c.door.topic(t, delta) // the door's lock is never taken under ours
 	}
-	c.subs[t]++
 	return nil
 }
 
@@ -556,11 +567,12 @@ func (c *conn) closeLocked(why string) {
 		c.sh.log.Debug("zmtp: connection closed", "socket", c.door.name, "peer", c.RemoteAddr().String(), "why", why)
 	}
 	c.dequeued(c.queued)
+	subs := c.subs
 	c.queue, c.head, c.pongs, c.subs = nil, nil, nil, nil
 	c.cond.Broadcast()
 	_ = c.Conn.Close() // the reader's next Read fails and gives back its receive budget
 	if c.door != nil {
-		go c.door.forget(c) // takes the door's lock; never under ours
+		go c.door.forget(c, subs) // takes the door's lock; never under ours
 	}
 }
 

@@ -45,6 +45,50 @@ type Door struct {
 	ids      map[string]*conn       // ROUTER: routing identity → its connection
 	heldN    int                    // writers held up now (hold)
 	heldFree chan struct{}          // closed when heldN drops to 0
+
+	// PUB: how many connections subscribe to each topic, and who is told
+	// when a topic gains its first subscriber (OnSubscribe).
+	topics      map[string]int
+	onSubscribe func(topic []byte)
+}
+
+// OnSubscribe has f called, on a PUB door, with every topic that gains
+// its first subscriber among all connections: what an XPUB socket (without
+// XPUB_VERBOSE) reports upstream, and what ipykernel ≥ 7.2 answers with an
+// iopub_welcome. f must not block. Call it before clients connect.
+func (d *Door) OnSubscribe(f func(topic []byte)) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.onSubscribe = f
+}
+
+// Topics returns the topics subscribed to now, by any connection.
+func (d *Door) Topics() [][]byte {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make([][]byte, 0, len(d.topics))
+	for t := range d.topics {
+		out = append(out, []byte(t))
+	}
+	return out
+}
+
+// topic counts a connection's subscription (+1) or its end (-1), and says
+// a first subscriber to OnSubscribe.
+func (d *Door) topic(t string, delta int) {
+	d.mu.Lock()
+	if d.topics == nil {
+		d.topics = map[string]int{}
+	}
+	d.topics[t] += delta
+	n, f := d.topics[t], d.onSubscribe
+	if n <= 0 {
+		delete(d.topics, t)
+	}
+	d.mu.Unlock()
+	if delta > 0 && n == 1 && f != nil {
+		f([]byte(t))
+	}
 }
 
 var doorSeq atomic.Int64
@@ -393,20 +437,23 @@ func (d *Door) claim(c *conn, id []byte) error {
 		d.sh.rl.warn("zmtp: handed an identity over from a client that did not answer a PING",
 			"socket", d.name, "peer", c.RemoteAddr().String(), "old_peer", old.RemoteAddr().String())
 		old.closeWith("identity handed over")
-		d.forget(old)
+		d.forget(old, nil)
 	}
 }
 
 // forget removes a closed conn from the door.
-func (d *Door) forget(c *conn) {
+func (d *Door) forget(c *conn, subs map[string]int) {
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	if _, ok := d.conns[c]; ok {
 		delete(d.conns, c)
 		d.sh.conns.Add(-1)
 	}
 	if c.identity != "" && d.ids[c.identity] == c {
 		delete(d.ids, c.identity)
+	}
+	d.mu.Unlock()
+	for t := range subs {
+		d.topic(t, -1)
 	}
 }
 

@@ -679,3 +679,54 @@ func TestDoorBacksOffOnAcceptErrors(t *testing.T) {
 		t.Logf("%d accept calls in 1.5 s", n)
 	}
 }
+
+// A PUB door reports a topic when it gains its first subscriber among all
+// connections, as an XPUB socket does upstream: not a second subscriber,
+// not a cancel, and again once every subscriber of it has gone.
+func TestDoorReportsFirstSubscribers(t *testing.T) {
+	b := bindDoor(t, "PUB", Limits{})
+	reported := make(chan string, 16)
+	b.door.OnSubscribe(func(topic []byte) { reported <- string(topic) })
+	next := func(want string) {
+		t.Helper()
+		select {
+		case got := <-reported:
+			if got != want {
+				t.Fatalf("reported %q, want %q", got, want)
+			}
+		case <-time.After(2 * time.Second):
+			t.Fatalf("%q not reported", want)
+		}
+	}
+	quiet := func() {
+		t.Helper()
+		select {
+		case got := <-reported:
+			t.Fatalf("reported %q, want nothing", got)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	a := dialRaw(t, b.addr)
+	a.handshake("SUB", nil)
+	a.send(message([]byte("\x01")))
+	next("")
+	a.send(message([]byte("\x01kernel.")))
+	next("kernel.")
+	a.send(message([]byte("\x01kernel."))) // the same connection again: counted, not reported
+	quiet()
+	c := dialRaw(t, b.addr)
+	c.handshake("SUB", nil)
+	c.send(AppendCommand(nil, "SUBSCRIBE", []byte("kernel."))) // another connection, same topic
+	quiet()
+	c.send(AppendCommand(nil, "SUBSCRIBE", []byte("kernel.x")))
+	next("kernel.x")
+	if got := b.door.Topics(); len(got) != 3 {
+		t.Fatalf("Topics() = %q", got)
+	}
+	c.c.Close() // its kernel.x goes with it; kernel. is still a's
+	waitFor(t, "kernel.x to go", func() bool { return len(b.door.Topics()) == 2 })
+	d := dialRaw(t, b.addr)
+	d.handshake("SUB", nil)
+	d.send(message([]byte("\x01kernel.x")))
+	next("kernel.x")
+}
