@@ -71,7 +71,7 @@ func TestE2EBadConnectionFile(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
 			tag, xdg := e2eTag(t), e2eXDG(t)
-			cmd := exec.CommandContext(ctx, s.bin, "run", "-f", path, "--", e2ePython, "-m", "ipykernel_launcher", "-f", path)
+			cmd := exec.CommandContext(ctx, s.bin, "run", "-f", path, "--", s.python, "-m", "ipykernel_launcher", "-f", path)
 			cmd.Env = append(append([]string{}, s.env...), "E2E_TAG="+tag, "XDG_RUNTIME_DIR="+xdg)
 			var stdout, stderr strings.Builder
 			cmd.Stdout, cmd.Stderr = &stdout, &stderr

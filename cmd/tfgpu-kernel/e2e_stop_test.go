@@ -28,7 +28,7 @@ func TestE2EStopHungSupervisor(t *testing.T) {
 	stateDir, tag, xdg := testutil.PrivateDir(t), e2eTag(t), e2eXDG(t)
 	env := append(append([]string{}, s.env...), "E2E_TAG="+tag, "XDG_RUNTIME_DIR="+xdg, "TFGPU_STATE_DIR="+stateDir)
 
-	sup := exec.Command(s.bin, "run", "-f", path, "--", e2ePython, "-m", "ipykernel_launcher", "-f", path)
+	sup := exec.Command(s.bin, "run", "-f", path, "--", s.python, "-m", "ipykernel_launcher", "-f", path)
 	sup.Env = env
 	supErr := &testutil.Buffer{}
 	sup.Stderr = supErr
@@ -52,7 +52,7 @@ kc.execute_interactive("import subprocess, signal; p = subprocess.Popen(['setsid
 `
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	cl := exec.CommandContext(ctx, e2ePython, "-c", client, path)
+	cl := exec.CommandContext(ctx, s.python, "-c", client, path)
 	cl.Env = env
 	var clErr strings.Builder
 	cl.Stderr = &clErr

@@ -46,12 +46,11 @@ import (
 	"time"
 
 	"github.com/tfgpu/tfgpu-kernel/internal/gpu/gputest"
+	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
 
-const (
-	e2ePython      = "/usr/bin/python3"
-	e2eSurviveWait = 2 * time.Second // docs/design.md#lifecycle: the whole tree is gone within 2 s
-)
+// e2eSurviveWait: docs/design.md#lifecycle: the whole tree is gone within 2 s.
+const e2eSurviveWait = 2 * time.Second
 
 // e2eSuite is what every E2E test shares: the built binary, the installed
 // kernelspec and the environment the scenarios run in.
@@ -62,33 +61,71 @@ type e2eSuite struct {
 	wrapped bool   // kernel is the supervisor (not a stock comparison run)
 	scripts string // absolute testdata/e2e
 	env     []string
+	stack   string // stackDebian or stackCurrent
+	python  string // the stack's Python: the scenarios' and the kernel's
 }
 
 var (
 	e2eOnce  sync.Once
-	e2eState *e2eSuite
+	e2eState *e2eSuite // the build, without a stack
 	e2eErr   error
+
+	e2eStackMu     sync.Mutex
+	e2eStackSuites = map[string]*e2eSuite{}
 )
 
-// e2eSetup checks for the Python stack (fatal in CI, skip elsewhere), then
-// once per test binary builds the command, installs the kernelspec into a
-// temp prefix and makes this process a child subreaper.
+// e2eSetup is e2eSetupStack on Debian's stack.
 func e2eSetup(t *testing.T, modules ...string) *e2eSuite {
 	t.Helper()
+	return e2eSetupStack(t, stackDebian, modules...)
+}
+
+// e2eSetupStack checks for the stack's Python with the modules (fatal in
+// CI, skip elsewhere), then once per test binary builds the command and
+// makes this process a child subreaper, and once per stack installs the
+// kernelspec for the stack's Python into a temp prefix.
+func e2eSetupStack(t *testing.T, stack string, modules ...string) *e2eSuite {
+	t.Helper()
+	py := stackPython(t, stack)
 	mods := append([]string{"jupyter_client", "ipykernel", "zmq"}, modules...)
-	if out, err := exec.Command(e2ePython, "-c", "import "+strings.Join(mods, ", ")).CombinedOutput(); err != nil {
-		msg := fmt.Sprintf("need %s with %s (apt-get install python3-ipykernel python3-jupyter-client python3-jupyter-kernel-test): %s",
-			e2ePython, strings.Join(mods, ", "), strings.TrimSpace(string(out)))
-		if os.Getenv("CI") == "true" {
-			t.Fatal(msg)
+	if out, err := exec.Command(py, "-c", "import "+strings.Join(mods, ", ")).CombinedOutput(); err != nil {
+		how := "apt-get install python3-ipykernel python3-jupyter-client python3-jupyter-kernel-test"
+		if stack != stackDebian {
+			how = "built from testdata/stacks/current.txt"
 		}
-		t.Skip(msg)
+		testutil.RequireOrSkip(t, "need %s with %s (%s): %s", py, strings.Join(mods, ", "), how, strings.TrimSpace(string(out)))
 	}
 	e2eOnce.Do(func() { e2eState, e2eErr = e2eBuild() })
 	if e2eErr != nil {
 		t.Fatalf("e2e setup: %v", e2eErr)
 	}
-	return e2eState
+	e2eStackMu.Lock()
+	defer e2eStackMu.Unlock()
+	if s := e2eStackSuites[stack]; s != nil {
+		return s
+	}
+	s := *e2eState
+	s.stack, s.python = stack, py
+	prefix := filepath.Join(s.dir, "prefix-"+stack)
+	if err := e2eInstallSpec(s.bin, prefix, py); err != nil {
+		t.Fatalf("e2e setup: %v", err)
+	}
+	s.env = append(append([]string{}, e2eState.env...),
+		"JUPYTER_PATH="+filepath.Join(prefix, "share", "jupyter"),
+		"JUPYTER_DATA_DIR="+filepath.Join(s.dir, "data-"+stack),
+		"JUPYTER_CONFIG_DIR="+filepath.Join(s.dir, "config-"+stack),
+		"JUPYTER_RUNTIME_DIR="+filepath.Join(s.dir, "runtime-"+stack),
+		"E2E_STACK="+stack,
+	)
+	e2eStackSuites[stack] = &s
+	return &s
+}
+
+// eachStack runs f as a subtest per stack (e2eStacks).
+func eachStack(t *testing.T, f func(t *testing.T, stack string)) {
+	for _, stack := range e2eStacks {
+		t.Run(stack, func(t *testing.T) { f(t, stack) })
+	}
 }
 
 func e2eBuild() (*e2eSuite, error) {
@@ -112,15 +149,7 @@ func e2eBuild() (*e2eSuite, error) {
 	if out, err := build.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("go build: %v\n%s", err, out)
 	}
-	prefix := filepath.Join(dir, "prefix")
-	if err := e2eInstallSpec(s.bin, prefix); err != nil {
-		return nil, err
-	}
 	s.env = append(e2eCleanEnv(),
-		"JUPYTER_PATH="+filepath.Join(prefix, "share", "jupyter"),
-		"JUPYTER_DATA_DIR="+filepath.Join(dir, "data"),
-		"JUPYTER_CONFIG_DIR="+filepath.Join(dir, "config"),
-		"JUPYTER_RUNTIME_DIR="+filepath.Join(dir, "runtime"),
 		"PYDEVD_DISABLE_FILE_VALIDATION=1", // Debian's debugpy warns on every start
 		"PYTHONNOUSERSITE=1",
 		"PYTHONDONTWRITEBYTECODE=1", // no __pycache__ in testdata
@@ -137,10 +166,10 @@ func e2eBuild() (*e2eSuite, error) {
 
 // e2eInstallSpec installs the kernelspec with the real `install` command and
 // checks it is the one the README describes.
-func e2eInstallSpec(bin, prefix string) error {
-	out, err := exec.Command(bin, "install", "--prefix", prefix, "--python", e2ePython).CombinedOutput()
+func e2eInstallSpec(bin, prefix, python string) error {
+	out, err := exec.Command(bin, "install", "--prefix", prefix, "--python", python).CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("%s install --prefix %s --python %s: %v\n%s", bin, prefix, e2ePython, err, out)
+		return fmt.Errorf("%s install --prefix %s --python %s: %v\n%s", bin, prefix, python, err, out)
 	}
 	path := filepath.Join(prefix, "share", "jupyter", "kernels", "tfgpu", "kernel.json")
 	data, err := os.ReadFile(path)
@@ -156,14 +185,14 @@ func e2eInstallSpec(bin, prefix string) error {
 	}
 	argv := strings.Join(spec.Argv, " ")
 	if len(spec.Argv) == 0 || spec.Argv[0] != bin || !strings.Contains(argv, " run ") ||
-		!strings.HasSuffix(argv, "-- "+e2ePython+" -m ipykernel_launcher -f {connection_file}") || spec.InterruptMode != "signal" {
+		!strings.HasSuffix(argv, "-- "+python+" -m ipykernel_launcher -f {connection_file}") || spec.InterruptMode != "signal" {
 		return fmt.Errorf("%s: unexpected kernelspec:\n%s", path, data)
 	}
 	return nil
 }
 
-// e2eCleanEnv is os.Environ without what would make /usr/bin/python3 or
-// Jupyter pick up something other than Debian's packages and our prefix.
+// e2eCleanEnv is os.Environ without what would make the stack's Python or
+// Jupyter pick up something other than the stack's packages and our prefix.
 func e2eCleanEnv() []string {
 	var env []string
 	for _, kv := range os.Environ() {
@@ -222,7 +251,7 @@ func (s *e2eSuite) command(ctx context.Context, t *testing.T, script string, arg
 	if script == "-m" {
 		argv = append([]string{"-m"}, args...)
 	}
-	r.cmd = exec.CommandContext(ctx, e2ePython, argv...)
+	r.cmd = exec.CommandContext(ctx, s.python, argv...)
 	r.cmd.Dir = s.scripts
 	tmp := t.TempDir()
 	r.cmd.Env = append(append([]string{}, s.env...), "E2E_TAG="+r.tag, "E2E_TMP="+tmp,
@@ -455,23 +484,27 @@ func e2eReapOrphans() {
 // Item 1: execute with every output kind and an error; complete, inspect,
 // history; a comm message with a 50 MB buffer arrives intact both ways.
 func TestE2EExecute(t *testing.T) {
-	s := e2eSetup(t)
-	s.scenario(t, 60*time.Second, "basic.py")
+	eachStack(t, func(t *testing.T, stack string) {
+		e2eSetupStack(t, stack).scenario(t, 60*time.Second, "basic.py")
+	})
 }
 
 // Item 2: input() answered through the stdin channel.
 func TestE2EStdin(t *testing.T) {
-	s := e2eSetup(t)
-	s.scenario(t, 60*time.Second, "stdin.py")
+	eachStack(t, func(t *testing.T, stack string) {
+		e2eSetupStack(t, stack).scenario(t, 60*time.Second, "stdin.py")
+	})
 }
 
 // Item 3: time.sleep(60) interrupted → KeyboardInterrupt within 1 s, kernel
 // still usable, in both interrupt modes.
 func TestE2EInterrupt(t *testing.T) {
-	s := e2eSetup(t)
-	for _, mode := range []string{"signal", "message"} {
-		t.Run(mode, func(t *testing.T) { s.scenario(t, 60*time.Second, "interrupt.py", mode) })
-	}
+	eachStack(t, func(t *testing.T, stack string) {
+		s := e2eSetupStack(t, stack)
+		for _, mode := range []string{"signal", "message"} {
+			t.Run(mode, func(t *testing.T) { s.scenario(t, 60*time.Second, "interrupt.py", mode) })
+		}
+	})
 }
 
 // Item 4: restart_kernel() and shutdown_kernel() with a setsid'd
@@ -479,20 +512,24 @@ func TestE2EInterrupt(t *testing.T) {
 // escalates past shutdown_request, nothing of the old tree survives, the new
 // kernel answers.
 func TestE2ERestartShutdown(t *testing.T) {
-	s := e2eSetup(t)
-	for _, what := range []string{"restart", "shutdown"} {
-		t.Run(what, func(t *testing.T) { s.scenario(t, 60*time.Second, "restart.py", what) })
-	}
+	eachStack(t, func(t *testing.T, stack string) {
+		s := e2eSetupStack(t, stack)
+		for _, what := range []string{"restart", "shutdown"} {
+			t.Run(what, func(t *testing.T) { s.scenario(t, 60*time.Second, "restart.py", what) })
+		}
+	})
 }
 
 // Item 5: kernel death by os._exit(3) and SIGSEGV: the cell is told why, the
 // supervisor exits non-zero, nothing survives, the restarter brings up a
 // fresh kernel.
 func TestE2EKernelDeath(t *testing.T) {
-	s := e2eSetup(t)
-	for _, how := range []string{"exit", "segv"} {
-		t.Run(how, func(t *testing.T) { s.scenario(t, 60*time.Second, "death.py", how) })
-	}
+	eachStack(t, func(t *testing.T, stack string) {
+		s := e2eSetupStack(t, stack)
+		for _, how := range []string{"exit", "segv"} {
+			t.Run(how, func(t *testing.T) { s.scenario(t, 60*time.Second, "death.py", how) })
+		}
+	})
 }
 
 // Containment issue: a kernel over its memory limit is OOM-killed, the cell
@@ -577,20 +614,36 @@ func TestE2ELauncherKilled(t *testing.T) {
 // Item 7: several clients; one that stops reading stalls nobody; ZMTP
 // heartbeat PINGs never reach the kernel.
 func TestE2EClients(t *testing.T) {
-	s := e2eSetup(t)
-	for _, mode := range []string{"second", "stalled", "heartbeat"} {
-		t.Run(mode, func(t *testing.T) {
-			res := s.scenario(t, 90*time.Second, "clients.py", mode)
-			if mode == "stalled" {
-				t.Logf("supervisor RSS max %v KiB during the 300 MiB print with a stopped client", res.Facts["supervisor_rss_max_kib"])
-			}
-		})
-	}
+	eachStack(t, func(t *testing.T, stack string) {
+		s := e2eSetupStack(t, stack)
+		for _, mode := range []string{"second", "stalled", "heartbeat"} {
+			t.Run(mode, func(t *testing.T) {
+				res := s.scenario(t, 90*time.Second, "clients.py", mode)
+				if mode == "stalled" {
+					t.Logf("supervisor RSS max %v KiB during the 300 MiB print with a stopped client", res.Facts["supervisor_rss_max_kib"])
+				}
+			})
+		}
+	})
+}
+
+// iopub welcomes (JEP 65): each client sees what it would see from the
+// bare kernel: ipykernel 7 (current stack) welcomes each topic's first
+// subscriber, ipykernel 6 (debian) welcomes nobody (testdata/e2e/welcome.py).
+func TestE2EWelcome(t *testing.T) {
+	eachStack(t, func(t *testing.T, stack string) {
+		res := e2eSetupStack(t, stack).scenario(t, 60*time.Second, "welcome.py")
+		t.Logf("facts: %v", res.Facts)
+	})
 }
 
 // Item 9: the jupyter_kernel_test conformance suite, a sample for every test.
 func TestE2EConformance(t *testing.T) {
-	s := e2eSetup(t, "jupyter_kernel_test")
+	eachStack(t, testConformance)
+}
+
+func testConformance(t *testing.T, stack string) {
+	s := e2eSetupStack(t, stack, "jupyter_kernel_test")
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
 	r := s.start(ctx, t, "-m", "unittest", "-v", "test_conformance")
@@ -695,7 +748,7 @@ func e2eSIGKILL(t *testing.T, s *e2eSuite, asUser bool, mode, how string) {
 		}
 		os.WriteFile(bin, b, 0o755)
 		prefix := filepath.Join(shared, "prefix")
-		if err := e2eInstallSpec(bin, prefix); err != nil {
+		if err := e2eInstallSpec(bin, prefix, s.python); err != nil {
 			t.Fatal(err)
 		}
 		tmp := u.mkdir(t, filepath.Join(u.home, "tmp"), 0o700)

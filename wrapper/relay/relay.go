@@ -49,6 +49,7 @@ type Relay struct {
 	// events reports verified requests the supervisor acts on.
 	events chan<- Event
 
+	welcome  *welcomer                      // iopub_welcome for clients (welcome.go)
 	history  *digestHistory                 // signatures of requests acted on
 	warnPeer func(msg string, attrs ...any) // rate-limited: peers can flood
 
@@ -195,7 +196,8 @@ func New(ctx context.Context, outer *Outer, inner *jmsg.ConnInfo, signer *jmsg.S
 		go r.dial(ch, inner.Endpoint(ch))
 	}
 	iopub := outer.doors[jmsg.IOPub]
-	go r.pump(jmsg.IOPub, r.inner[jmsg.IOPub], outer.socks[jmsg.IOPub], r.fromKernel(func(frames [][]byte) {
+	r.welcome = newWelcomer(r, iopub)
+	fromKernel := r.fromKernel(func(frames [][]byte) {
 		// A client that lags but reads holds up the kernel's output
 		// rather than losing it (see zmtp.Limits).
 		iopub.WaitRoom(r.ctx)
@@ -206,12 +208,31 @@ func New(ctx context.Context, outer *Outer, inner *jmsg.ConnInfo, signer *jmsg.S
 				r.shutdownBroadcast.Store(true)
 			}
 		}
-	}))
+	})
+	go r.pump(jmsg.IOPub, r.inner[jmsg.IOPub], outer.socks[jmsg.IOPub], func(frames [][]byte) bool {
+		// The kernel's welcome is the relay's, not any client's (welcome.go),
+		// and says nothing of whether the kernel is ready.
+		if r.welcome.fromKernel(frames) {
+			return false
+		}
+		fromKernel(frames)
+		return true
+	})
 	for _, ch := range []jmsg.Channel{jmsg.Shell, jmsg.Control, jmsg.Stdin, jmsg.HB} {
-		go r.pump(ch, outer.socks[ch], r.inner[ch], r.inspectIn(ch))
-		go r.pump(ch, r.inner[ch], outer.socks[ch], r.fromKernel(r.inspectOut(ch)))
+		go r.pump(ch, outer.socks[ch], r.inner[ch], forward(r.inspectIn(ch)))
+		go r.pump(ch, r.inner[ch], outer.socks[ch], forward(r.fromKernel(r.inspectOut(ch))))
 	}
 	return r
+}
+
+// forward makes an inspection hook a pump's filter that forwards all.
+func forward(inspect func([][]byte)) func([][]byte) bool {
+	return func(frames [][]byte) bool {
+		if inspect != nil {
+			inspect(frames)
+		}
+		return true
+	}
 }
 
 func (r *Relay) dial(ch jmsg.Channel, ep string) {
@@ -220,9 +241,10 @@ func (r *Relay) dial(ch jmsg.Channel, ep string) {
 	}
 }
 
-// pump copies messages from src to dst until the relay closes. inspect, if
-// set, sees each message before it is sent; it must not keep or modify it.
-func (r *Relay) pump(ch jmsg.Channel, src, dst zmq4.Socket, inspect func([][]byte)) {
+// pump copies messages from src to dst until the relay closes. filter sees
+// each message before it is sent, and says whether to send it; it must not
+// keep or modify it.
+func (r *Relay) pump(ch jmsg.Channel, src, dst zmq4.Socket, filter func([][]byte) bool) {
 	for {
 		msg, err := src.Recv()
 		if err != nil {
@@ -236,8 +258,8 @@ func (r *Relay) pump(ch jmsg.Channel, src, dst zmq4.Socket, inspect func([][]byt
 		if msg.Type == zmq4.CmdMsg || len(msg.Frames) == 0 {
 			continue
 		}
-		if inspect != nil {
-			inspect(msg.Frames)
+		if !filter(msg.Frames) {
+			continue
 		}
 		if err := dst.SendMulti(zmq4.NewMsgFrom(msg.Frames...)); err != nil {
 			if r.ctx.Err() != nil {

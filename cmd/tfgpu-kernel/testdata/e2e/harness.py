@@ -1,8 +1,10 @@
 """Shared helpers for the tfgpu-kernel end-to-end scenarios.
 
-Every scenario is a script run by cmd/tfgpu-kernel/e2e_test.go with
-/usr/bin/python3 (Debian's jupyter_client 7.4.9 and ipykernel 6.17). The
-contract between the two sides:
+Every scenario is a script run by cmd/tfgpu-kernel/e2e_test.go with the
+Python of a Jupyter stack (E2E_STACK): /usr/bin/python3 for "debian"
+(jupyter_client 7.4.9, ipykernel 6.17), a venv built from
+testdata/stacks/current.txt for "current" (jupyter_client 8.10, ipykernel
+7.4). The contract between the two sides:
 
 - environment in: E2E_KERNEL (kernelspec name, default "tfgpu"), E2E_WRAPPED
   ("1" when that kernelspec is the tfgpu-kernel supervisor, "0" for a stock
@@ -36,7 +38,7 @@ from jupyter_client.blocking import BlockingKernelClient
 KERNEL = os.environ.get("E2E_KERNEL", "tfgpu")
 WRAPPED = os.environ.get("E2E_WRAPPED", "1") == "1"
 TMP = os.environ.get("E2E_TMP") or tempfile.mkdtemp(prefix="tfgpu-e2e-")
-PY = "/usr/bin/python3"
+PY = sys.executable  # the stack's Python (E2E_STACK)
 
 PIDS = []  # every process created through a kernel, for the survivor check
 FACTS = {"kernel": KERNEL, "wrapped": WRAPPED}
