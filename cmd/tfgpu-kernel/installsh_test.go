@@ -91,4 +91,32 @@ func TestInstallScript(t *testing.T) {
 	if code != 0 || !ownLines(out) || strings.Count(out, "\n") != 1 || errOut != "" {
 		t.Errorf("second --uninstall: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
 	}
+
+	// A user whose Jupyter lives in a venv (the current stack's): --python
+	// that venv's python, and that Jupyter's `kernelspec list` shows the
+	// kernelspec, running the venv's Python.
+	vpy := stackPython(t, stackCurrent)
+	code, out, errOut = run("--prefix", prefix, "--python", vpy, "--no-deps")
+	if code != 0 {
+		t.Fatalf("install.sh --python %s: exit %d\nstdout:\n%s\nstderr:\n%s", vpy, code, out, errOut)
+	}
+	list := exec.Command(filepath.Join(filepath.Dir(vpy), "jupyter"), "kernelspec", "list", "--json")
+	list.Env = env
+	b, err := list.Output()
+	var specs struct {
+		Kernelspecs map[string]struct {
+			ResourceDir string `json:"resource_dir"`
+			Spec        struct{ Argv []string }
+		}
+	}
+	if err != nil || json.Unmarshal(b, &specs) != nil {
+		t.Fatalf("the venv's jupyter kernelspec list: %v\n%s", err, b)
+	}
+	ks, ok := specs.Kernelspecs["tfgpu"]
+	if !ok || !strings.Contains(strings.Join(ks.Spec.Argv, " "), "-- "+vpy+" -m ipykernel_launcher") {
+		t.Fatalf("the venv's Jupyter lists %s", b)
+	}
+	if code, out, errOut := run("--uninstall", "--prefix", prefix); code != 0 {
+		t.Errorf("--uninstall after the venv install: exit %d\n%s%s", code, out, errOut)
+	}
 }
