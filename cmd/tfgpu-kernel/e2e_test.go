@@ -637,6 +637,14 @@ func TestE2EWelcome(t *testing.T) {
 	})
 }
 
+// Kernel subshells (JEP 91) through the relay, on the stack whose
+// ipykernel has them (7.x): create, list, delete on control; a subshell's
+// cell answers while the main shell is busy (testdata/e2e/subshell.py).
+func TestE2ESubshells(t *testing.T) {
+	res := e2eSetupStack(t, stackCurrent).scenario(t, 60*time.Second, "subshell.py")
+	t.Logf("replies in order: %v", res.Facts["order"])
+}
+
 // Item 9: the jupyter_kernel_test conformance suite, a sample for every test.
 func TestE2EConformance(t *testing.T) {
 	eachStack(t, testConformance)
