@@ -23,30 +23,43 @@ import (
 //	           checked after each step
 //	nbconvert  `nbconvert --execute` of testdata/e2e/tfgpu_smoke.ipynb: its
 //	           outputs, and nothing of the kernel's tree left when it exits
+//	papermill  the same notebook through papermill (current stack)
+//
+// On the current stack the server is jupyter_server 2 (what JupyterLab 4
+// and Notebook 7 run on) instead of the classic notebook 6.4.
 //
 // The survivor check covers the server and everything it started: they all
 // carry the run's E2E_TAG.
 func TestE2EServer(t *testing.T) {
-	s := e2eSetup(t, "notebook", "nbconvert", "nbformat")
-	e2eRequireTool(t, "curl") // the REST scenario talks to the server as a user would
-	for _, sc := range []struct {
-		name    string
-		timeout time.Duration
-		stock   bool // also meaningful against a stock kernelspec
-	}{
-		{name: "rest", timeout: 180 * time.Second},
-		{name: "nbconvert", timeout: 180 * time.Second, stock: true},
-	} {
-		t.Run(sc.name, func(t *testing.T) {
-			if !s.wrapped && !sc.stock {
-				t.Skip("restart and shutdown checks through NVML and ps are the supervisor's")
-			}
-			f := gputest.New(t, 2, gputest.Full)
-			gs := *s
-			gs.env = append(append(append([]string{}, s.env...), f.Env()...), "E2E_TFGPU_BIN="+s.bin)
-			gs.scenario(t, sc.timeout, "server.py", sc.name)
-		})
-	}
+	eachStack(t, func(t *testing.T, stack string) {
+		mods := []string{"notebook", "nbconvert", "nbformat"}
+		scenarios := []struct {
+			name    string
+			timeout time.Duration
+			stock   bool // also meaningful against a stock kernelspec
+		}{
+			{name: "rest", timeout: 180 * time.Second},
+			{name: "nbconvert", timeout: 180 * time.Second, stock: true},
+		}
+		if stack == stackCurrent { // jupyter_server 2, and papermill
+			mods = append(mods, "jupyter_server", "papermill")
+			scenarios = append(scenarios, scenarios[1])
+			scenarios[2].name = "papermill"
+		}
+		s := e2eSetupStack(t, stack, mods...)
+		e2eRequireTool(t, "curl") // the REST scenario talks to the server as a user would
+		for _, sc := range scenarios {
+			t.Run(sc.name, func(t *testing.T) {
+				if !s.wrapped && !sc.stock {
+					t.Skip("restart and shutdown checks through NVML and ps are the supervisor's")
+				}
+				f := gputest.New(t, 2, gputest.Full)
+				gs := *s
+				gs.env = append(append(append([]string{}, s.env...), f.Env()...), "E2E_TFGPU_BIN="+s.bin)
+				gs.scenario(t, sc.timeout, "server.py", sc.name)
+			})
+		}
+	})
 }
 
 // e2eRequireTool is e2eSetup's rule for a command the scenarios run: fatal

@@ -52,7 +52,7 @@ import time
 import harness as h
 import server_helpers as sh
 
-SCENARIO = sys.argv[1] if len(sys.argv) > 1 else "rest"
+SCENARIO = sys.argv[1] if len(sys.argv) > 1 else "rest"  # rest, nbconvert, papermill
 HERE = os.path.dirname(os.path.abspath(__file__))
 BIN = os.environ["E2E_TFGPU_BIN"]
 RELEASE_S = 1.5
@@ -211,16 +211,38 @@ def kernel_lifecycle(srv):
 
 
 def nbconvert():
+    """`nbconvert --execute` (nbclient underneath) of the notebook."""
+    def argv(src, out_dir):
+        a = [h.PY, "-m", "nbconvert", "--to", "notebook", "--execute", "--output-dir", out_dir, "--output", "out",
+             "--ExecutePreprocessor.timeout=120", src]
+        if not h.WRAPPED:  # the stock comparison: the same notebook on that kernelspec
+            a.insert(-1, "--ExecutePreprocessor.kernel_name=" + h.KERNEL)
+        return a
+    run_notebook("nbconvert", argv)
+
+
+def papermill():
+    """papermill runs the notebook on the kernelspec its metadata names, as
+    scheduled notebook jobs do."""
+    def argv(src, out_dir):
+        a = [h.PY, "-m", "papermill", "--execution-timeout", "120", src, os.path.join(out_dir, "out.ipynb")]
+        if not h.WRAPPED:
+            a[3:3] = ["-k", h.KERNEL]
+        return a
+    run_notebook("papermill", argv)
+
+
+def run_notebook(tool, make_argv):
+    """Runs tfgpu_smoke.ipynb with tool (make_argv(src, out_dir) is its
+    command line, writing out_dir/out.ipynb): exit 0, the outputs, and
+    nothing of the kernel's tree left once the tool has exited."""
     src = os.path.join(HERE, "tfgpu_smoke.ipynb")
-    out_dir = os.path.join(h.TMP, "nbconvert")
+    out_dir = os.path.join(h.TMP, tool)
     os.makedirs(out_dir)
-    argv = [h.PY, "-m", "nbconvert", "--to", "notebook", "--execute", "--output-dir", out_dir, "--output", "out",
-            "--ExecutePreprocessor.timeout=120", src]
-    if not h.WRAPPED:  # the stock comparison: the same notebook on that kernelspec
-        argv.insert(-1, "--ExecutePreprocessor.kernel_name=" + h.KERNEL)
+    argv = make_argv(src, out_dir)
     # Output to files, not pipes: a process the kernel leaves behind must not
     # keep this scenario waiting for EOF.
-    logs = {n: os.path.join(out_dir, "nbconvert." + n) for n in ("stdout", "stderr")}
+    logs = {n: os.path.join(out_dir, tool + "." + n) for n in ("stdout", "stderr")}
     with open(logs["stdout"], "wb") as out, open(logs["stderr"], "wb") as err:
         p = h.spawn_helper(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err, cwd=out_dir)
     h.track(p.pid)
@@ -230,13 +252,13 @@ def nbconvert():
     except subprocess.TimeoutExpired:
         p.kill()
         p.wait(10)
-        raise AssertionError("nbconvert still running after 150 s")
+        raise AssertionError("%s still running after 150 s" % tool)
     took = time.monotonic() - t0
     with open(logs["stderr"], errors="replace") as f:
         stderr = f.read()
-    h.note(nbconvert_s=round(took, 3), nbconvert_exit=p.returncode,
-           nbconvert_warnings=[l for l in stderr.splitlines() if "level=WARN" in l or "level=ERROR" in l or "Warning" in l])
-    assert p.returncode == 0, "nbconvert exited %d:\n%s" % (p.returncode, stderr[-4000:])
+    h.note(**{tool + "_s": round(took, 3), tool + "_exit": p.returncode,
+              tool + "_warnings": [l for l in stderr.splitlines() if "level=WARN" in l or "level=ERROR" in l or "Warning" in l]})
+    assert p.returncode == 0, "%s exited %d:\n%s" % (tool, p.returncode, stderr[-4000:])
 
     with open(os.path.join(out_dir, "out.ipynb")) as f:
         nb = json.load(f)
@@ -262,12 +284,12 @@ def nbconvert():
     alive = h.survivors(pids)
     later = h.wait_dead(pids, 2.0)
     h.note(survivors_on_exit=h.describe(alive), survivors_after_2s=h.describe(later))
-    h.check(not alive, "processes alive when nbconvert exited: %s" % h.describe(alive))
-    h.check(not later, "processes alive 2 s after nbconvert exited: %s" % h.describe(later))
-    h.check(sh.ps_json(BIN) == [], "ps --json lists kernels after nbconvert exited: %s" % sh.ps_json(BIN))
+    h.check(not alive, "processes alive when %s exited: %s" % (tool, h.describe(alive)))
+    h.check(not later, "processes alive 2 s after %s exited: %s" % (tool, h.describe(later)))
+    h.check(sh.ps_json(BIN) == [], "ps --json lists kernels after %s exited: %s" % (tool, sh.ps_json(BIN)))
     for pid in later:  # what a stock kernel leaves must not leak into later tests
         os.kill(pid, signal.SIGKILL)
-    assert "level=ERROR" not in stderr, "errors in nbconvert's stderr:\n%s" % stderr[-4000:]
+    assert "level=ERROR" not in stderr, "errors in %s's stderr:\n%s" % (tool, stderr[-4000:])
 
 
-h.run({"rest": rest, "nbconvert": nbconvert}[SCENARIO])
+h.run({"rest": rest, "nbconvert": nbconvert, "papermill": papermill}[SCENARIO])

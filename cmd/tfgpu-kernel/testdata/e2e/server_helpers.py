@@ -36,8 +36,13 @@ class HTTPError(AssertionError):
     pass
 
 
+# The "current" stack's server is jupyter_server 2 (E2E_STACK).
+CURRENT = os.environ.get("E2E_STACK") == "current"
+
+
 class NotebookServer:
-    """Debian's jupyter-notebook 6.4.12 (`python3 -m notebook`) on 127.0.0.1,
+    """The stack's Jupyter server on 127.0.0.1: Debian's jupyter-notebook
+    6.4.12 (`python3 -m notebook`), or jupyter_server 2 on "current",
     with its own runtime, config and notebook directories under dir. It
     inherits os.environ: JUPYTER_PATH (the installed tfgpu kernelspec), the
     fake NVML's LD_LIBRARY_PATH, FAKE_NVML_* and PYTHONPATH, TFGPU_STATE_DIR,
@@ -64,10 +69,13 @@ class NotebookServer:
             port = free_port()
             self.url = "http://127.0.0.1:%d" % port
             argv = [h.PY, "-m", "notebook", "--no-browser", "--allow-root",  # the tests run as root
-                    "--ip=127.0.0.1", "--port=%d" % port, "--port-retries=0",
-                    "--NotebookApp.token=" + self.token,
-                    "--NotebookApp.notebook_dir=" + self.notebooks,
-                    "--NotebookApp.open_browser=False"]
+                    "--ip=127.0.0.1", "--port=%d" % port, "--port-retries=0"]
+            if CURRENT:  # jupyter_server 2, which JupyterLab 4 and Notebook 7 run on
+                argv[1:3] = ["-m", "jupyter_server"]
+                argv += ["--IdentityProvider.token=" + self.token, "--ServerApp.root_dir=" + self.notebooks]
+            else:  # Debian's classic notebook server 6.4.12
+                argv += ["--NotebookApp.token=" + self.token, "--NotebookApp.notebook_dir=" + self.notebooks,
+                         "--NotebookApp.open_browser=False"]
             with open(self.log_path, "ab") as logf:
                 self.proc = h.spawn_helper(argv, env=env, stdin=subprocess.DEVNULL, stdout=logf,
                                            stderr=subprocess.STDOUT, cwd=self.notebooks)
