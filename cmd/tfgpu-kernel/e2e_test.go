@@ -637,6 +637,14 @@ func TestE2EWelcome(t *testing.T) {
 	})
 }
 
+// `jupyter console --kernel tfgpu` on both stacks: typed code runs, and
+// exiting the console ends the kernel's tree (testdata/e2e/console.py).
+func TestE2EConsole(t *testing.T) {
+	eachStack(t, func(t *testing.T, stack string) {
+		e2eSetupStack(t, stack, "jupyter_console").scenario(t, 120*time.Second, "console.py")
+	})
+}
+
 // Kernel subshells (JEP 91) through the relay, on the stack whose
 // ipykernel has them (7.x): create, list, delete on control; a subshell's
 // cell answers while the main shell is busy (testdata/e2e/subshell.py).
