@@ -48,7 +48,8 @@ class NotebookServer:
     fake NVML's LD_LIBRARY_PATH, FAKE_NVML_* and PYTHONPATH, TFGPU_STATE_DIR,
     and E2E_TAG, so every supervisor it starts carries them."""
 
-    def __init__(self, dir):
+    def __init__(self, dir, app=None):
+        self.app = app  # "jupyterlab" or "notebook" (7) on the current stack; None: the plain server
         self.dir = dir
         self.runtime = os.path.join(dir, "runtime")  # connection files: kernel-<id>.json
         self.notebooks = os.path.join(dir, "notebooks")
@@ -71,7 +72,7 @@ class NotebookServer:
             argv = [h.PY, "-m", "notebook", "--no-browser", "--allow-root",  # the tests run as root
                     "--ip=127.0.0.1", "--port=%d" % port, "--port-retries=0"]
             if CURRENT:  # jupyter_server 2, which JupyterLab 4 and Notebook 7 run on
-                argv[1:3] = ["-m", "jupyter_server"]
+                argv[1:3] = ["-m", self.app or "jupyter_server"]
                 argv += ["--IdentityProvider.token=" + self.token, "--ServerApp.root_dir=" + self.notebooks]
             else:  # Debian's classic notebook server 6.4.12
                 argv += ["--NotebookApp.token=" + self.token, "--NotebookApp.notebook_dir=" + self.notebooks,

@@ -1,0 +1,45 @@
+//go:build linux
+
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/tfgpu/tfgpu-kernel/internal/gpu/gputest"
+	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
+)
+
+// JupyterLab 4.6 in Debian's headless chromium (testdata/e2e/browser.py,
+// driven by testdata/browser/lab.mjs): open a "TF-GPU (clean restart)"
+// notebook from the launcher, hold the fake GPU with an escaping holder,
+// restart through the menu and its dialog, a kernel killed from outside,
+// shut down; processes, NVML and ps checked after each step. Screenshots
+// of each step go to $TFGPU_ARTIFACTS/browser (default: the test's temp
+// directory, kept in the log).
+func TestE2EBrowser(t *testing.T) {
+	s := e2eSetupStack(t, stackCurrent, "jupyterlab", "jupyter_server")
+	for _, tool := range []string{"node", "/usr/bin/chromium"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			testutil.RequireOrSkip(t, "need %s (apt-get install nodejs chromium): %v", tool, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join("testdata", "browser", "node_modules", "playwright-core")); err != nil {
+		testutil.RequireOrSkip(t, "need playwright-core (npm ci --prefix cmd/tfgpu-kernel/testdata/browser): %v", err)
+	}
+	artifacts := t.TempDir()
+	if d := os.Getenv("TFGPU_ARTIFACTS"); d != "" {
+		artifacts = filepath.Join(d, "browser")
+		if err := os.MkdirAll(artifacts, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f := gputest.New(t, 2, gputest.Full)
+	gs := *s
+	gs.env = append(append(append([]string{}, s.env...), f.Env()...), "E2E_TFGPU_BIN="+s.bin, "E2E_ARTIFACTS="+artifacts)
+	res := gs.scenario(t, 300*time.Second, "browser.py")
+	t.Logf("screenshots in %s; facts: %v", artifacts, res.Facts)
+}

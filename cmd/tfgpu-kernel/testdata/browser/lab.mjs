@@ -1,0 +1,170 @@
+// Drives JupyterLab 4 in Debian's headless chromium, one command a line on
+// stdin, one JSON answer a line on stdout ("ok" or "error"), so that the
+// scenario (testdata/e2e/browser.py) checks processes, NVML and ps between
+// the steps a user takes:
+//
+//   open URL              the launcher; click "TF-GPU (clean restart)"
+//                         under Notebook; wait for the kernel to be idle
+//   run CODE_JSON         type the code into a new last cell, run it with
+//                         Shift+Enter, wait for idle; answer its output text
+//   start CODE_JSON       the same, without waiting
+//   waitoutput TEXT       until the cell run last shows TEXT; its output
+//   dismiss               the dialog Lab shows for a dead kernel: its text
+//   restart               Kernel → Restart Kernel… → the dialog's Restart;
+//                         wait for idle
+//   waitidle              wait for the kernel status to read idle again
+//   shutdown              Kernel → Shut Down Kernel (and its dialog)
+//   shot NAME             a screenshot NAME.png in the artifacts directory
+//   quit
+//
+// argv: ARTIFACTS_DIR. Chromium is /usr/bin/chromium, started with the
+// flags this machine's closed network needs (docs/testing.md).
+import { chromium } from "playwright-core";
+import readline from "node:readline";
+import path from "node:path";
+
+const artifacts = process.argv[2];
+const browser = await chromium.launch({
+  executablePath: "/usr/bin/chromium",
+  args: ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync"],
+});
+const page = await browser.newPage({ viewport: { width: 1400, height: 900 } });
+page.setDefaultTimeout(60000);
+
+const say = (o) => process.stdout.write(JSON.stringify(o) + "\n");
+
+// The notebook's kernel status, from the toolbar's kernel status button
+// (JupyterLab 4: "Kernel status: Idle" in its title) or the status bar.
+async function kernelStatus() {
+  return await page.evaluate(() => {
+    const el = document.querySelector(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Toolbar-kernelStatus, .jp-NotebookPanel:not(.lm-mod-hidden) [data-jp-item-name='executionProgress'] .jp-Notebook-ExecutionIndicator");
+    if (!el) return "";
+    return (el.getAttribute("data-status") || el.getAttribute("title") || el.textContent || "").toLowerCase();
+  });
+}
+
+async function waitIdle(timeout = 90000) {
+  const t0 = Date.now();
+  let s = "";
+  // At least once busy or restarting is not required: an idle that stays.
+  while (Date.now() - t0 < timeout) {
+    s = await kernelStatus();
+    if (s.includes("idle")) {
+      await page.waitForTimeout(300);
+      if ((await kernelStatus()).includes("idle")) return s;
+    }
+    await page.waitForTimeout(100);
+  }
+  throw new Error("kernel status not idle after " + timeout + " ms: " + JSON.stringify(s));
+}
+
+async function menu(top, item) {
+  await page.locator(".lm-MenuBar-itemLabel", { hasText: new RegExp("^" + top + "$") }).click();
+  await page.locator(".lm-Menu-itemLabel", { hasText: item }).first().click();
+}
+
+let lastCell = null; // the cell run last
+
+// start types code into the last cell and runs it with Shift+Enter.
+async function start(code) {
+  const cells = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Cell.jp-CodeCell");
+  const n = await cells.count();
+  const cell = cells.nth(n - 1);
+  await cell.locator(".cm-content").click();
+  await page.keyboard.press("Control+a");
+  await page.keyboard.press("Delete");
+  await page.keyboard.insertText(code);
+  await page.keyboard.press("Shift+Enter");
+  lastCell = cell;
+  return cell;
+}
+
+async function run(code) {
+  const cell = await start(code);
+  // Running a cell adds a new last one; wait for this one's prompt to show
+  // an execution count, then for idle.
+  await cell.locator(".jp-InputPrompt").filter({ hasText: /\[\d+\]/ }).waitFor({ timeout: 120000 });
+  await waitIdle();
+  return await cell.locator(".jp-OutputArea").innerText();
+}
+
+const commands = {
+  async open(url) {
+    await page.goto(url);
+    const card = page.locator(".jp-LauncherCard", { hasText: "TF-GPU (clean restart)" }).first();
+    await card.click();
+    await page.locator(".jp-NotebookPanel .jp-Cell").first().waitFor();
+    await waitIdle();
+    const title = await page.locator(".jp-DirListing-item.jp-mod-running, .lm-TabBar-tab.lm-mod-current .lm-TabBar-tabLabel").first().innerText();
+    return { title: title.trim() };
+  },
+  async run(codeJSON) {
+    return { output: await run(JSON.parse(codeJSON)) };
+  },
+  async start(codeJSON) {
+    await start(JSON.parse(codeJSON));
+    return {};
+  },
+  // waitoutput TEXT: until the last cell's output shows TEXT; its output.
+  async waitoutput(text) {
+    await lastCell.locator(".jp-OutputArea", { hasText: text }).waitFor({ timeout: 120000 });
+    return { output: await lastCell.locator(".jp-OutputArea").innerText() };
+  },
+  // dismiss: the "Kernel Restarting" dialog JupyterLab shows when the
+  // kernel died, answered with its button as a user does.
+  async dismiss() {
+    const ok = page.locator(".jp-Dialog .jp-Dialog-button.jp-mod-accept");
+    try {
+      await ok.waitFor({ timeout: 15000 });
+    } catch {
+      return { dialog: "" }; // Lab may have restarted the kernel before showing it
+    }
+    const text = await page.locator(".jp-Dialog").innerText();
+    await ok.click();
+    await ok.waitFor({ state: "detached" });
+    return { dialog: text };
+  },
+  async restart() {
+    await menu("Kernel", "Restart Kernel…");
+    await page.locator(".jp-Dialog .jp-Dialog-button.jp-mod-accept").click();
+    await page.waitForTimeout(200);
+    return { status: await waitIdle() };
+  },
+  async waitidle() {
+    return { status: await waitIdle() };
+  },
+  async shutdown() {
+    await menu("Kernel", "Shut Down Kernel");
+    const ok = page.locator(".jp-Dialog .jp-Dialog-button.jp-mod-accept");
+    if (await ok.count()) await ok.click();
+    await page.waitForTimeout(500);
+    return { status: await kernelStatus() };
+  },
+  async shot(name) {
+    const file = path.join(artifacts, name + ".png");
+    await page.screenshot({ path: file });
+    return { file };
+  },
+};
+
+const rl = readline.createInterface({ input: process.stdin });
+for await (const line of rl) {
+  const sp = line.indexOf(" ");
+  const cmd = sp < 0 ? line : line.slice(0, sp);
+  const arg = sp < 0 ? "" : line.slice(sp + 1);
+  if (cmd === "quit") break;
+  try {
+    const f = commands[cmd];
+    if (!f) throw new Error("unknown command " + cmd);
+    say({ ok: true, ...(await f(arg)) });
+  } catch (e) {
+    let file = "";
+    try {
+      file = path.join(artifacts, "error.png");
+      await page.screenshot({ path: file });
+    } catch {}
+    say({ ok: false, error: String(e && e.stack || e), screenshot: file });
+  }
+}
+await browser.close();

@@ -1,0 +1,176 @@
+"""JupyterLab 4 in a real browser (headless chromium, driven by
+testdata/browser/lab.mjs with playwright-core), as a user meets the
+kernel, on the current stack with the fake NVML:
+
+  1. the launcher's "TF-GPU (clean restart)" notebook; a cell holds 1 GiB
+     of GPU0 and starts a setsid'd holder of 512 MiB on GPU1;
+     ps shows the tree, its GPU memory and the notebook open in the browser;
+  2. Kernel → Restart Kernel… → Restart: once the status reads idle,
+     nothing of the old tree is alive, NVML lists none of it, ps shows the
+     new tree only; the cell runs again;
+  3. the kernel process killed from outside (SIGKILL) while a cell runs:
+     the cell shows why the kernel died, the server's restarter brings a
+     fresh kernel, and nothing of the old tree is left;
+  4. Kernel → Shut Down Kernel: nothing of the tree alive, NVML clear, no
+     ps row.
+
+A screenshot of each step goes to E2E_ARTIFACTS.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import time
+
+import harness as h
+import server_helpers as sh
+
+BIN = os.environ["E2E_TFGPU_BIN"]
+ARTIFACTS = os.environ["E2E_ARTIFACTS"]
+LAB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "browser", "lab.mjs")
+
+os.environ["TFGPU_STATE_DIR"] = os.path.join(h.TMP, "state")
+os.environ["FAKE_NVML_RELEASE_MS"] = "1000"
+
+HOLD = ("import holder, json, os\nholder.hold(0, 1024)\n"
+        "print('E2E-PIDS ' + json.dumps({'kernel': os.getpid(), 'escapee': holder.escape(1, 512, 'setsid')}))")
+
+
+class Browser:
+    def __init__(self):
+        # Chromium keeps dconf in XDG_RUNTIME_DIR; that one is the
+        # supervisors' (checked empty afterwards), so it gets its own.
+        run = os.path.join(h.TMP, "chromium-run")
+        os.makedirs(run, mode=0o700)
+        env = dict(os.environ, XDG_RUNTIME_DIR=run)
+        self.p = h.spawn_helper(["node", LAB, ARTIFACTS], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=open(os.path.join(ARTIFACTS, "browser.log"), "wb"), text=True)
+        h.track(self.p.pid)
+
+    def do(self, *cmd):
+        self.p.stdin.write(" ".join(cmd) + "\n")
+        self.p.stdin.flush()
+        line = self.p.stdout.readline()
+        assert line, "the browser driver ended (see browser.log)"
+        r = json.loads(line)
+        assert r["ok"], "browser %s: %s (screenshot %s)" % (cmd[0], r.get("error"), r.get("screenshot"))
+        return r
+
+    def close(self):
+        try:
+            self.p.stdin.write("quit\n")
+            self.p.stdin.close()
+            self.p.wait(30)
+        except Exception:
+            self.p.kill()
+
+
+def pids_of(output, what):
+    line = [l for l in output.splitlines() if l.startswith("E2E-PIDS ")]
+    assert line, "%s: no pids in the cell's output %r" % (what, output)
+    pids = json.loads(line[0][len("E2E-PIDS "):])
+    h.track(*pids.values())
+    return pids
+
+
+def the_session(srv):
+    _, sessions = srv.curl("GET", "/api/sessions")
+    assert len(sessions) == 1, "sessions: %s" % sessions
+    return sessions[0]
+
+
+def tree(kernel_pid):
+    sup = sh.ppid(kernel_pid)
+    pids = {sup, *h.descendants(sup)}
+    h.track(*pids)
+    return sup, pids
+
+
+def check_running(kid, nb_path, sup, pids, what, old=()):
+    row = sh.ps_row(BIN, kid)
+    assert row, "%s: no ps row for kernel %s" % (what, kid)
+    listed = set(row["pids"] or [])
+    h.note(**{"ps_" + what: {k: row.get(k) for k in ("supervisor_pid", "session", "pids", "state", "gpu")}})
+    assert row["supervisor_pid"] == sup, "%s: ps supervisor %s, want %d" % (what, row["supervisor_pid"], sup)
+    assert set(pids) <= listed, "%s: ps pids %s lack %s" % (what, sorted(listed), sorted(set(pids) - listed))
+    assert not listed & set(old), "%s: ps lists the old tree: %s" % (what, sorted(listed & set(old)))
+    assert row["session"].endswith(nb_path), "%s: ps notebook %r, the browser has %r open" % (what, row["session"], nb_path)
+    gpu = {g["index"]: g["used_bytes"] for g in row["gpu"] or [] if g["used_bytes"]}
+    assert gpu == {0: 1024 << 20, 1: 512 << 20}, "%s: ps gpu %s" % (what, row["gpu"])
+
+
+def check_gone(old, what, kid=None, within=0.0):
+    """Nothing of old alive (within seconds: the UI does not say when the
+    server has finished a shutdown), NVML lists none of it, and with kid,
+    ps has no row for the kernel."""
+    alive, waited = sh.poll(lambda: not h.survivors(old), within, 0.05)
+    alive = h.survivors(old)
+    h.note(**{what + "_tree_gone_after_s": round(waited, 3)})
+    assert not alive, "%s: processes of the old tree alive: %s" % (what, h.describe(alive))
+    _, waited = sh.poll(lambda: not sh.listed_pids() & old, 10, 0.1)
+    assert not sh.listed_pids() & old, "%s: NVML still lists %s" % (what, sorted(sh.listed_pids() & old))
+    h.note(**{what + "_nvml_clear_after_s": round(waited, 3)})
+    if kid is not None:
+        _, _ = sh.poll(lambda: sh.ps_row(BIN, kid) is None, 10, 0.1)
+        assert sh.ps_row(BIN, kid) is None, "%s: ps still has a row for %s" % (what, kid)
+
+
+def main():
+    srv = sh.NotebookServer(os.path.join(h.TMP, "server"), app="jupyterlab")
+    srv.start()
+    b = Browser()
+    try:
+        steps(srv, b)
+    except BaseException:
+        h.log("---- tail of the server log ----\n" + srv.log()[-6000:])
+        raise
+    finally:
+        b.close()
+        srv.stop()
+
+
+def steps(srv, b):
+    b.do("open", srv.url + "/lab?token=" + srv.token)
+    sess = the_session(srv)
+    kid, nb_path = sess["kernel"]["id"], sess["path"]
+    h.note(notebook=nb_path, kernel_id=kid)
+
+    first = pids_of(b.do("run", json.dumps(HOLD))["output"], "holding cell")
+    sup, old = tree(first["kernel"])
+    old |= set(first.values())
+    check_running(kid, nb_path, sup, first.values(), "running")
+    b.do("shot", "1-running")
+
+    t0 = time.monotonic()
+    b.do("restart")
+    h.note(restart_to_idle_s=round(time.monotonic() - t0, 3))
+    check_gone(old, "restart")
+    second = pids_of(b.do("run", json.dumps(HOLD))["output"], "cell after the restart")
+    sup2, tree2 = tree(second["kernel"])
+    tree2 |= set(second.values())
+    check_running(kid, nb_path, sup2, second.values(), "after_restart", old=old)
+    b.do("shot", "2-restarted")
+
+    b.do("start", json.dumps("import time; time.sleep(600)"))
+    time.sleep(1.0)
+    os.kill(second["kernel"], signal.SIGKILL)
+    died = b.do("waitoutput", "the kernel died")["output"]
+    h.note(death_notice=died)
+    assert "signal SIGKILL" in died and "Jupyter will start a fresh kernel" in died, "the cell says %r" % died
+    b.do("shot", "3-died")
+    dialog = b.do("dismiss")["dialog"]
+    h.note(death_dialog=dialog)
+    check_gone(tree2, "death")
+    third = pids_of(b.do("run", json.dumps(HOLD))["output"], "cell after the death")
+    sup3, tree3 = tree(third["kernel"])
+    tree3 |= set(third.values())
+    check_running(kid, nb_path, sup3, third.values(), "after_death", old=old | tree2)
+    b.do("shot", "4-after-death")
+
+    b.do("shutdown")
+    check_gone(tree3 | {sup3}, "shutdown", kid, within=10)
+    b.do("shot", "5-shut-down")
+
+
+h.run(main)
