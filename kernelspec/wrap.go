@@ -181,7 +181,8 @@ func FindSpec(ctx context.Context, py Python, name string) (Foreign, error) {
 // WrapJSON renders kernel.json for a kernelspec that runs f's argv, unchanged,
 // under the supervisor. It keeps f's language, interrupt_mode (default
 // "signal"), env (over DefaultEnv, under o.Env) and metadata (debugger
-// true when theirs does not say and their argv runs ipykernel), and
+// true when theirs does not say and their argv runs ipykernel; not their
+// supported_encryption, which the supervisor cannot honour yet), and
 // records what it wraps in metadata.tfgpu.
 func WrapJSON(o Options, f Foreign) ([]byte, error) {
 	argv, err := runArgv(o, f.Argv)
@@ -214,6 +215,10 @@ func WrapJSON(o Options, f Foreign) ([]byte, error) {
 	for k, v := range f.Metadata {
 		md[k] = v
 	}
+	// The supervisor's outer sockets do not speak CurveZMQ (yet): declaring
+	// theirs would have jupyter_client (transport_encryption auto or
+	// required) write keys the supervisor refuses (exit 2).
+	delete(md, "supported_encryption")
 	if _, ok := md["debugger"]; !ok && slices.ContainsFunc(f.Argv, func(a string) bool { return strings.Contains(a, "ipykernel") }) {
 		md["debugger"] = true // ipykernel speaks the debug protocol; other kernels may not
 	}

@@ -32,6 +32,9 @@ func TestWrapGolden(t *testing.T) {
 		{name: "minimal", opts: Options{ // no display name, interrupt_mode, env or metadata
 			Binary: "/b/tfgpu-kernel",
 		}},
+		{name: "ipykernel7", opts: Options{ // ipykernel 7.4's own: supported_encryption is not declared for the wrapper
+			Binary: "/b/tfgpu-kernel",
+		}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -275,6 +275,9 @@ func TestBadConnectionFileExits2(t *testing.T) {
 		{"not json", write("bad.json", "{not json"), "bad.json"},
 		{"missing port", write("noport.json", strings.Replace(string(data), `"shell_port"`, `"shell_portx"`, 1)), "shell_port"},
 		{"unknown scheme", write("scheme.json", strings.Replace(string(data), "hmac-sha256", "hmac-foo", 1)), "hmac-foo"},
+		// jupyter_client >= 8.9 with transport_encryption auto/required
+		// writes CurveZMQ keys: an encryption the supervisor cannot do.
+		{"curve keys", write("curve.json", strings.Replace(string(data), "{", `{"curve_publickey": "rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7", "curve_secretkey": "JTKVSB%%)wK0E.X)V>+}o?pNmC{O&4W4b!Ni{Lh6",`, 1)), "CurveZMQ"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var stderr testutil.Buffer

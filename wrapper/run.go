@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"strings"
 
 	"golang.org/x/sys/unix"
 
@@ -92,6 +93,10 @@ func (s *supervisor) prepare(ctx context.Context) (int, bool) {
 	}
 	if s.signer, err = jmsg.NewSigner(ci.SignatureScheme, ci.Key); err != nil {
 		return s.usage("connection file %s: %v", cfg.ConnFile, err)
+	}
+	if enc := encryption(ci); enc != "" {
+		return s.usage("connection file %s asks for CurveZMQ transport encryption (%s), which tfgpu-kernel cannot do yet; "+
+			"run the server with transport_encryption disabled for this kernel", cfg.ConnFile, enc)
 	}
 	s.id = jmsg.KernelID(cfg.ConnFile)
 	s.log = cfg.Log.With("kernel", record.ShortID(s.id))
@@ -222,4 +227,19 @@ func (s *supervisor) limitMemory(limit int64) {
 		}
 	}
 	s.log.Warn("memory limit not applied; the kernel runs without one", "limit", cgroup.FormatSize(limit), "why", err)
+}
+
+// encryption names the transport-encryption fields of a connection file
+// (what jupyter_client >= 8.9 writes for transport_encryption auto or
+// required when the kernelspec declares supported_encryption), "" when
+// there are none. The outer sockets do not speak CurveZMQ: serving such a
+// file in plain text would leave the client's handshake hanging.
+func encryption(ci *jmsg.ConnInfo) string {
+	var fields []string
+	for _, k := range []string{"curve_publickey", "curve_secretkey", "curve_serverkey"} {
+		if _, ok := ci.Extra[k]; ok {
+			fields = append(fields, k)
+		}
+	}
+	return strings.Join(fields, ", ")
 }
