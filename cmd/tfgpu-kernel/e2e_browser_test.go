@@ -13,15 +13,16 @@ import (
 	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
 
-// JupyterLab 4.6 in Debian's headless chromium (testdata/e2e/browser.py,
-// driven by testdata/browser/lab.mjs): open a "TF-GPU (clean restart)"
-// notebook from the launcher, hold the fake GPU with an escaping holder,
+// JupyterLab 4.6 and Notebook 7.6 in Debian's headless chromium
+// (testdata/e2e/browser.py, driven by testdata/browser/lab.mjs): open a
+// "TF-GPU (clean restart)" notebook from Lab's launcher or Notebook's New
+// menu, hold the fake GPU with an escaping holder,
 // restart through the menu and its dialog, a kernel killed from outside,
 // shut down; processes, NVML and ps checked after each step. Screenshots
 // of each step go to $TFGPU_ARTIFACTS/browser (default: the test's temp
 // directory, kept in the log).
 func TestE2EBrowser(t *testing.T) {
-	s := e2eSetupStack(t, stackCurrent, "jupyterlab", "jupyter_server")
+	s := e2eSetupStack(t, stackCurrent, "jupyterlab", "notebook", "jupyter_server")
 	for _, tool := range []string{"node", "/usr/bin/chromium"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			testutil.RequireOrSkip(t, "need %s (apt-get install nodejs chromium): %v", tool, err)
@@ -37,9 +38,14 @@ func TestE2EBrowser(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	f := gputest.New(t, 2, gputest.Full)
-	gs := *s
-	gs.env = append(append(append([]string{}, s.env...), f.Env()...), "E2E_TFGPU_BIN="+s.bin, "E2E_ARTIFACTS="+artifacts)
-	res := gs.scenario(t, 300*time.Second, "browser.py")
-	t.Logf("screenshots in %s; facts: %v", artifacts, res.Facts)
+	for _, ui := range []string{"lab", "notebook"} {
+		t.Run(ui, func(t *testing.T) {
+			f := gputest.New(t, 2, gputest.Full)
+			gs := *s
+			gs.env = append(append(append([]string{}, s.env...), f.Env()...),
+				"E2E_TFGPU_BIN="+s.bin, "E2E_ARTIFACTS="+artifacts, "E2E_UI="+ui)
+			res := gs.scenario(t, 300*time.Second, "browser.py")
+			t.Logf("screenshots %s-*.png in %s; facts: %v", ui, artifacts, res.Facts)
+		})
+	}
 }

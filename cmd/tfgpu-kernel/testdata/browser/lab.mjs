@@ -5,6 +5,8 @@
 //
 //   open URL              the launcher; click "TF-GPU (clean restart)"
 //                         under Notebook; wait for the kernel to be idle
+//   opennb URL            Notebook 7 instead: its tree's New → TF-GPU, in
+//                         the new tab it opens
 //   run CODE_JSON         type the code into a new last cell, run it with
 //                         Shift+Enter, wait for idle; answer its output text
 //   start CODE_JSON       the same, without waiting
@@ -29,7 +31,8 @@ const browser = await chromium.launch({
   args: ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
     "--disable-background-networking", "--disable-component-update", "--disable-sync"],
 });
-const page = await browser.newPage({ viewport: { width: 1400, height: 900 } });
+const context = await browser.newContext({ viewport: { width: 1400, height: 900 } });
+let page = await context.newPage();
 page.setDefaultTimeout(60000);
 
 const say = (o) => process.stdout.write(JSON.stringify(o) + "\n");
@@ -98,6 +101,19 @@ const commands = {
     await waitIdle();
     const title = await page.locator(".jp-DirListing-item.jp-mod-running, .lm-TabBar-tab.lm-mod-current .lm-TabBar-tabLabel").first().innerText();
     return { title: title.trim() };
+  },
+  // opennb URL: Notebook 7's file tree; New → "TF-GPU (clean restart)"
+  // opens the notebook in a new tab, which the later commands drive.
+  async opennb(url) {
+    await page.goto(url);
+    await page.getByText("New", { exact: true }).first().click();
+    const opened = context.waitForEvent("page");
+    await page.locator(".lm-Menu-itemLabel", { hasText: "TF-GPU (clean restart)" }).first().click();
+    page = await opened;
+    page.setDefaultTimeout(60000);
+    await page.locator(".jp-NotebookPanel .jp-Cell").first().waitFor();
+    await waitIdle();
+    return { url: page.url() };
   },
   async run(codeJSON) {
     return { output: await run(JSON.parse(codeJSON)) };

@@ -116,8 +116,11 @@ def check_gone(old, what, kid=None, within=0.0):
         assert sh.ps_row(BIN, kid) is None, "%s: ps still has a row for %s" % (what, kid)
 
 
+UI = os.environ.get("E2E_UI", "lab")  # "lab": JupyterLab 4; "notebook": Notebook 7
+
+
 def main():
-    srv = sh.NotebookServer(os.path.join(h.TMP, "server"), app="jupyterlab")
+    srv = sh.NotebookServer(os.path.join(h.TMP, "server"), app={"lab": "jupyterlab", "notebook": "notebook"}[UI])
     srv.start()
     b = Browser()
     try:
@@ -131,7 +134,10 @@ def main():
 
 
 def steps(srv, b):
-    b.do("open", srv.url + "/lab?token=" + srv.token)
+    if UI == "lab":
+        b.do("open", srv.url + "/lab?token=" + srv.token)
+    else:
+        b.do("opennb", srv.url + "/tree?token=" + srv.token)
     sess = the_session(srv)
     kid, nb_path = sess["kernel"]["id"], sess["path"]
     h.note(notebook=nb_path, kernel_id=kid)
@@ -140,7 +146,7 @@ def steps(srv, b):
     sup, old = tree(first["kernel"])
     old |= set(first.values())
     check_running(kid, nb_path, sup, first.values(), "running")
-    b.do("shot", "1-running")
+    b.do("shot", UI + "-1-running")
 
     t0 = time.monotonic()
     b.do("restart")
@@ -150,7 +156,7 @@ def steps(srv, b):
     sup2, tree2 = tree(second["kernel"])
     tree2 |= set(second.values())
     check_running(kid, nb_path, sup2, second.values(), "after_restart", old=old)
-    b.do("shot", "2-restarted")
+    b.do("shot", UI + "-2-restarted")
 
     b.do("start", json.dumps("import time; time.sleep(600)"))
     time.sleep(1.0)
@@ -158,7 +164,7 @@ def steps(srv, b):
     died = b.do("waitoutput", "the kernel died")["output"]
     h.note(death_notice=died)
     assert "signal SIGKILL" in died and "Jupyter will start a fresh kernel" in died, "the cell says %r" % died
-    b.do("shot", "3-died")
+    b.do("shot", UI + "-3-died")
     dialog = b.do("dismiss")["dialog"]
     h.note(death_dialog=dialog)
     check_gone(tree2, "death")
@@ -166,11 +172,11 @@ def steps(srv, b):
     sup3, tree3 = tree(third["kernel"])
     tree3 |= set(third.values())
     check_running(kid, nb_path, sup3, third.values(), "after_death", old=old | tree2)
-    b.do("shot", "4-after-death")
+    b.do("shot", UI + "-4-after-death")
 
     b.do("shutdown")
     check_gone(tree3 | {sup3}, "shutdown", kid, within=10)
-    b.do("shot", "5-shut-down")
+    b.do("shot", UI + "-5-shut-down")
 
 
 h.run(main)
