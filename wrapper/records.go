@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 	"time"
 
@@ -44,7 +43,7 @@ func (s *supervisor) sweep() (warning string) {
 		attrs := []any{"dead_kernel", st.KernelID, "dead_supervisor", st.SupervisorPID, "processes", f.Killed}
 		switch {
 		case errors.Is(err, record.ErrRefused):
-			s.log.Warn("refused to act on a kernel record", append(attrs, "file", filepath.Join(s.dir.Path(), st.KernelID+".json"), "why", err)...)
+			s.log.Warn("refused to act on a kernel record", append(attrs, "file", st.File(), "why", err)...)
 			continue
 		case err != nil:
 			s.log.Error("cannot finish a kernel whose supervisor died", append(attrs, "err", err)...)

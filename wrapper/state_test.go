@@ -39,7 +39,12 @@ func TestFinishAKernelWhoseSupervisorIsStopped(t *testing.T) {
 			if !st.SupervisorStopped() {
 				time.Sleep(50 * time.Millisecond)
 			}
-			n, err := record.Finish(os.Getenv("TFGPU_STATE_DIR"), st, 5*time.Second)
+			d, err := record.OpenDir(os.Getenv("TFGPU_STATE_DIR"), false, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer d.Close()
+			n, err := d.Finish(st, 5*time.Second)
 			if err != nil {
 				t.Fatal(err)
 			}

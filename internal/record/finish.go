@@ -77,16 +77,6 @@ func (d *Dir) FinishKernel(st State, o FinishOptions) (Finished, error) {
 // field is checked first (check.go); a field that does not check out is
 // not acted on, and the error (wrapping ErrRefused) says which. It returns
 // how many processes were killed.
-func Finish(dir string, st State, timeout time.Duration) (int, error) {
-	d, err := OpenDir(dir, false, true)
-	if err != nil {
-		return 0, err
-	}
-	defer d.Close()
-	return d.Finish(st, timeout)
-}
-
-// Finish is the package's Finish in the open directory d.
 func (d *Dir) Finish(st State, timeout time.Duration) (int, error) {
 	if !ValidKernelID(st.KernelID) {
 		return 0, refused("kernel id %q", Printable(st.KernelID))

@@ -93,6 +93,9 @@ func ownPrivateDir(dir string) bool {
 
 func stateName(id string) string { return id + ".json" }
 
+// File is the path of the record's file (Dir is set by States).
+func (st State) File() string { return filepath.Join(st.Dir, stateName(st.KernelID)) }
+
 // Write records st in d, atomically.
 func (d *Dir) Write(st State) error {
 	b, err := json.MarshalIndent(st, "", "  ")
@@ -166,12 +169,15 @@ func refusedFile(path string, err error) error {
 // pid is a live process of the record's owner: a supervisor wrongly taken
 // for dead would have its running kernel finished by the next start.
 func (st State) SupervisorAlive() bool {
-	if st.SupervisorStart == 0 {
+	start := st.SupervisorStart
+	if start == 0 {
 		p, err := cgroup.ReadProc(st.SupervisorPID)
-		return st.SupervisorPID > 1 && st.thisBoot() && err == nil && p.Alive() &&
-			cgroup.ProcOwner(st.SupervisorPID) == st.Owner
+		if err != nil {
+			return false
+		}
+		start = p.Start // whatever runs there now, if it is the owner's
 	}
-	return st.owns(st.SupervisorPID, st.SupervisorStart)
+	return st.owns(st.SupervisorPID, start)
 }
 
 // SupervisorStopped reports whether the supervisor is stopped (SIGSTOP,
