@@ -33,8 +33,6 @@ LAB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "browser", 
 os.environ["TFGPU_STATE_DIR"] = os.path.join(h.TMP, "state")
 os.environ["FAKE_NVML_RELEASE_MS"] = "1000"
 
-HOLD = ("import holder, json, os\nholder.hold(0, 1024)\n"
-        "print('E2E-PIDS ' + json.dumps({'kernel': os.getpid(), 'escapee': holder.escape(1, 512, 'setsid')}))")
 
 
 class Browser:
@@ -66,45 +64,17 @@ class Browser:
             self.p.kill()
 
 
-def pids_of(output, what):
-    line = [l for l in output.splitlines() if l.startswith("E2E-PIDS ")]
-    assert line, "%s: no pids in the cell's output %r" % (what, output)
-    pids = json.loads(line[0][len("E2E-PIDS "):])
-    h.track(*pids.values())
-    return pids
-
-
 def the_session(srv):
     _, sessions = srv.curl("GET", "/api/sessions")
     assert len(sessions) == 1, "sessions: %s" % sessions
     return sessions[0]
 
 
-def tree(kernel_pid):
-    sup = sh.ppid(kernel_pid)
-    pids = {sup, *h.descendants(sup)}
-    h.track(*pids)
-    return sup, pids
-
-
-def check_running(kid, nb_path, sup, pids, what, old=()):
-    row = sh.ps_row(BIN, kid)
-    assert row, "%s: no ps row for kernel %s" % (what, kid)
-    listed = set(row["pids"] or [])
-    h.note(**{"ps_" + what: {k: row.get(k) for k in ("supervisor_pid", "session", "pids", "state", "gpu")}})
-    assert row["supervisor_pid"] == sup, "%s: ps supervisor %s, want %d" % (what, row["supervisor_pid"], sup)
-    assert set(pids) <= listed, "%s: ps pids %s lack %s" % (what, sorted(listed), sorted(set(pids) - listed))
-    assert not listed & set(old), "%s: ps lists the old tree: %s" % (what, sorted(listed & set(old)))
-    assert row["session"].endswith(nb_path), "%s: ps notebook %r, the browser has %r open" % (what, row["session"], nb_path)
-    gpu = {g["index"]: g["used_bytes"] for g in row["gpu"] or [] if g["used_bytes"]}
-    assert gpu == {0: 1024 << 20, 1: 512 << 20}, "%s: ps gpu %s" % (what, row["gpu"])
-
-
 def check_gone(old, what, kid=None, within=0.0):
     """Nothing of old alive (within seconds: the UI does not say when the
     server has finished a shutdown), NVML lists none of it, and with kid,
     ps has no row for the kernel."""
-    alive, waited = sh.poll(lambda: not h.survivors(old), within, 0.05)
+    _, waited = sh.poll(lambda: not h.survivors(old), within, 0.05)
     alive = h.survivors(old)
     h.note(**{what + "_tree_gone_after_s": round(waited, 3)})
     assert not alive, "%s: processes of the old tree alive: %s" % (what, h.describe(alive))
@@ -142,20 +112,20 @@ def steps(srv, b):
     kid, nb_path = sess["kernel"]["id"], sess["path"]
     h.note(notebook=nb_path, kernel_id=kid)
 
-    first = pids_of(b.do("run", json.dumps(HOLD))["output"], "holding cell")
-    sup, old = tree(first["kernel"])
+    first = sh.hold_pids(b.do("run", json.dumps(sh.HOLD))["output"], "holding cell")
+    sup, old = sh.tree(srv, first["kernel"], "first")
     old |= set(first.values())
-    check_running(kid, nb_path, sup, first.values(), "running")
+    sh.check_ps(BIN, kid, sup, first.values(), "running", notebook=nb_path)
     b.do("shot", UI + "-1-running")
 
     t0 = time.monotonic()
     b.do("restart")
     h.note(restart_to_idle_s=round(time.monotonic() - t0, 3))
     check_gone(old, "restart")
-    second = pids_of(b.do("run", json.dumps(HOLD))["output"], "cell after the restart")
-    sup2, tree2 = tree(second["kernel"])
+    second = sh.hold_pids(b.do("run", json.dumps(sh.HOLD))["output"], "cell after the restart")
+    sup2, tree2 = sh.tree(srv, second["kernel"], "second")
     tree2 |= set(second.values())
-    check_running(kid, nb_path, sup2, second.values(), "after_restart", old=old)
+    sh.check_ps(BIN, kid, sup2, second.values(), "after_restart", old=old, notebook=nb_path)
     b.do("shot", UI + "-2-restarted")
 
     b.do("start", json.dumps("import time; time.sleep(600)"))
@@ -168,10 +138,10 @@ def steps(srv, b):
     dialog = b.do("dismiss")["dialog"]
     h.note(death_dialog=dialog)
     check_gone(tree2, "death")
-    third = pids_of(b.do("run", json.dumps(HOLD))["output"], "cell after the death")
-    sup3, tree3 = tree(third["kernel"])
+    third = sh.hold_pids(b.do("run", json.dumps(sh.HOLD))["output"], "cell after the death")
+    sup3, tree3 = sh.tree(srv, third["kernel"], "third")
     tree3 |= set(third.values())
-    check_running(kid, nb_path, sup3, third.values(), "after_death", old=old | tree2)
+    sh.check_ps(BIN, kid, sup3, third.values(), "after_death", old=old | tree2, notebook=nb_path)
     b.do("shot", UI + "-4-after-death")
 
     b.do("shutdown")

@@ -62,51 +62,12 @@ RELEASE_S = 1.5
 os.environ["TFGPU_STATE_DIR"] = os.path.join(h.TMP, "state")
 os.environ["FAKE_NVML_RELEASE_MS"] = str(int(RELEASE_S * 1000))
 
-MIB = 1 << 20
-WANT_GPU = {0: 1024 * MIB, 1: 512 * MIB}  # what HOLD holds, by device
-
-# A cell that holds GPU0 in the kernel and starts a holder of GPU1 in a
-# session of its own (outside the process group Jupyter signals).
-HOLD = r'''
-import holder, json, os
-holder.hold(0, 1024)
-print("E2E-PIDS " + json.dumps({"kernel": os.getpid(), "escapee": holder.escape(1, 512, "setsid")}))
-'''
+HOLD = sh.HOLD
 
 
 def hold(kc, what):
     r = h.ok(h.execute(kc, HOLD, timeout=60), what)
-    line = [l for l in r["stdout"].splitlines() if l.startswith("E2E-PIDS ")]
-    assert line, "%s: no pids printed: %r %r" % (what, r["stdout"], r["stderr"])
-    pids = json.loads(line[0][len("E2E-PIDS "):])
-    h.track(*pids.values())
-    return pids, r
-
-
-def tree(srv, kernel_pid, what):
-    """The supervisor of kernel_pid (checked to be tfgpu-kernel run, started
-    by the server) and every live process under it, all tracked."""
-    sup = sh.ppid(kernel_pid)
-    cmd = h.cmdline(sup)
-    assert os.path.basename(cmd.split()[0]) == "tfgpu-kernel" and " run " in cmd, "%s: the kernel's parent %d is %r" % (what, sup, cmd)
-    assert sh.ppid(sup) == srv.proc.pid, "%s: the supervisor %d is not the server's child" % (what, sup)
-    pids = {sup, *h.descendants(sup)}
-    h.track(*pids)
-    return sup, pids
-
-
-def check_ps(kernel_id, sup, pids, what, old=()):
-    """ps --json has one row for kernel_id, of supervisor sup, listing pids
-    (and none of old), with WANT_GPU on the devices."""
-    row = sh.ps_row(BIN, kernel_id)
-    assert row, "%s: ps --json has no row for kernel %s: %s" % (what, kernel_id, sh.ps_json(BIN))
-    listed = set(row["pids"] or [])
-    gpu = {g["index"]: g["used_bytes"] for g in row["gpu"] or [] if g["used_bytes"]}
-    h.note(**{"ps_" + what: {k: row.get(k) for k in ("supervisor_pid", "kernel_pid", "pids", "state", "gpu")}})
-    assert row["supervisor_pid"] == sup, "%s: ps supervisor_pid %s, want %d" % (what, row["supervisor_pid"], sup)
-    assert set(pids) <= listed, "%s: ps pids %s lack %s" % (what, sorted(listed), sorted(set(pids) - listed))
-    assert not listed & set(old), "%s: ps still lists pids of the old tree: %s" % (what, sorted(listed & set(old)))
-    assert gpu == WANT_GPU, "%s: ps gpu %s, want used_bytes %s" % (what, row["gpu"], WANT_GPU)
+    return sh.hold_pids(r["stdout"], what), r
 
 
 # ------------------------------------------------------------ rest
@@ -150,11 +111,11 @@ def kernel_lifecycle(srv):
     sh.wait_kernel_info(conn)
     kc = h.client_for(conn)
     first, _ = hold(kc, "holding cell")
-    sup, old = tree(srv, first["kernel"], "first kernel")
+    sup, old = sh.tree(srv, first["kernel"], "first kernel")
     old |= set(first.values())
     seen = sh.listed_pids()
     assert set(first.values()) <= seen, "NVML lists %s, want the kernel and the escapee %s" % (sorted(seen), first)
-    check_ps(kid, sup, first.values(), "before_restart")
+    sh.check_ps(BIN, kid, sup, first.values(), "before_restart")
     h.note(old_tree=h.describe(sorted(old)))
 
     # Restart as the notebook UI does it. notebook 6.4.12 answers the POST
@@ -182,9 +143,9 @@ def kernel_lifecycle(srv):
     second, r = hold(kc, "holding cell after the restart")
     assert "still held" not in r["stderr"], "the first cell after the restart was warned: %r" % r["stderr"]
     assert second["kernel"] not in old, "the kernel after the restart is the old one (%d)" % second["kernel"]
-    sup2, tree2 = tree(srv, second["kernel"], "kernel after the restart")
+    sup2, tree2 = sh.tree(srv, second["kernel"], "kernel after the restart")
     tree2 |= set(second.values())
-    check_ps(kid, sup2, second.values(), "after_restart", old=old)
+    sh.check_ps(BIN, kid, sup2, second.values(), "after_restart", old=old)
     h.note(deleted_tree=h.describe(sorted(tree2)))
 
     # Shutdown, as closing the notebook's kernel does it.

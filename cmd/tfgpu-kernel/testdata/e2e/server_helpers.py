@@ -1,4 +1,4 @@
-"""Helpers for server.py: the Jupyter Notebook server a scenario starts and
+"""Helpers for server.py and browser.py: the Jupyter server a scenario starts and
 drives with curl, and the two ways a user checks the GPU from outside (NVML
 through ctypes, `tfgpu-kernel ps --json`).
 
@@ -206,3 +206,55 @@ def poll(cond, timeout, interval=0.05):
         if v or time.monotonic() - t0 >= timeout:
             return v, time.monotonic() - t0
         time.sleep(interval)
+
+
+# ------------------------------------------------------------ the kernel's tree
+
+MIB = 1 << 20
+WANT_GPU = {0: 1024 * MIB, 1: 512 * MIB}  # what HOLD holds, by device
+
+# A cell that holds GPU0 in the kernel and starts a holder of GPU1 in a
+# session of its own (outside the process group Jupyter signals).
+HOLD = r'''
+import holder, json, os
+holder.hold(0, 1024)
+print("E2E-PIDS " + json.dumps({"kernel": os.getpid(), "escapee": holder.escape(1, 512, "setsid")}))
+'''
+
+
+def hold_pids(output, what):
+    """The pids HOLD printed in output, tracked."""
+    line = [l for l in output.splitlines() if l.startswith("E2E-PIDS ")]
+    assert line, "%s: no pids printed: %r" % (what, output)
+    pids = json.loads(line[0][len("E2E-PIDS "):])
+    h.track(*pids.values())
+    return pids
+
+
+def tree(srv, kernel_pid, what):
+    """The supervisor of kernel_pid (checked to be tfgpu-kernel run, started
+    by the server srv) and every live process under it, all tracked."""
+    sup = ppid(kernel_pid)
+    cmd = h.cmdline(sup)
+    assert os.path.basename(cmd.split()[0]) == "tfgpu-kernel" and " run " in cmd, "%s: the kernel's parent %d is %r" % (what, sup, cmd)
+    assert ppid(sup) == srv.proc.pid, "%s: the supervisor %d is not the server's child" % (what, sup)
+    pids = {sup, *h.descendants(sup)}
+    h.track(*pids)
+    return sup, pids
+
+
+def check_ps(bin, kernel_id, sup, pids, what, old=(), notebook=None):
+    """ps --json has one row for kernel_id, of supervisor sup, listing pids
+    (and none of old), with WANT_GPU on the devices, and, given notebook,
+    that notebook's path."""
+    row = ps_row(bin, kernel_id)
+    assert row, "%s: ps --json has no row for kernel %s: %s" % (what, kernel_id, ps_json(bin))
+    listed = set(row["pids"] or [])
+    gpu = {g["index"]: g["used_bytes"] for g in row["gpu"] or [] if g["used_bytes"]}
+    h.note(**{"ps_" + what: {k: row.get(k) for k in ("supervisor_pid", "kernel_pid", "session", "pids", "state", "gpu")}})
+    assert row["supervisor_pid"] == sup, "%s: ps supervisor_pid %s, want %d" % (what, row["supervisor_pid"], sup)
+    assert set(pids) <= listed, "%s: ps pids %s lack %s" % (what, sorted(listed), sorted(set(pids) - listed))
+    assert not listed & set(old), "%s: ps still lists pids of the old tree: %s" % (what, sorted(listed & set(old)))
+    assert gpu == WANT_GPU, "%s: ps gpu %s, want used_bytes %s" % (what, row["gpu"], WANT_GPU)
+    if notebook is not None:
+        assert row["session"].endswith(notebook), "%s: ps notebook %r, the browser has %r open" % (what, row["session"], notebook)
