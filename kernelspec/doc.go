@@ -10,7 +10,9 @@
 //	<tfgpu-kernel> run [RunFlags…] -f {connection_file} -- <python> -m ipykernel_launcher -f {connection_file}
 //
 // with interrupt_mode "signal" (the supervisor forwards SIGINT to the
-// kernel's process group), metadata.debugger true, env
+// kernel's process group), metadata.debugger true,
+// metadata.supported_encryption ["curve"] (the supervisor's outer sockets
+// speak CurveZMQ when the connection file has keys), env
 // TF_FORCE_GPU_ALLOW_GROWTH=true unless the caller overrides it, and
 // metadata.tfgpu recording the supervisor version and the Python. Keys are
 // written in a fixed order with two-space indentation, so the file is stable
@@ -19,7 +21,8 @@
 // # Wrapping an existing kernelspec
 //
 // With Options.Wrap (`install --wrap KERNELSPEC`) the kernel.json runs
-// another kernelspec's argv, unchanged, under the supervisor:
+// another kernelspec's argv under the supervisor, unchanged but for a bare
+// "python" argv[0] (see Foreign.Python):
 //
 //	<tfgpu-kernel> run [RunFlags…] -f {connection_file} -- <their argv…>
 //

@@ -38,6 +38,7 @@ func Install(o Options) (Result, error) {
 		if w, py, err = findWrapped(ctx, o); err != nil {
 			return Result{}, err
 		}
+		w.Python = py.Executable // "" when none was found (a directory given)
 		f = &w
 		if o.Name == "" {
 			o.Name = WrapName(w.Name)

@@ -82,10 +82,18 @@ type spec struct {
 	Language      string            `json:"language"`
 	InterruptMode string            `json:"interrupt_mode"`
 	Env           map[string]string `json:"env"` // encoding/json sorts map keys
-	// Metadata is "debugger", "tfgpu" (a *tfgpuTag) and, for a wrapped
+	// Metadata is "debugger", "supported_encryption", "tfgpu" (a
+	// *tfgpuTag) and, for a wrapped
 	// spec, the wrapped spec's other keys as they were (json.RawMessage).
 	Metadata map[string]any `json:"metadata"`
 }
+
+// SupportedEncryption is what every kernelspec of ours declares in
+// metadata.supported_encryption: the supervisor's outer sockets speak
+// CurveZMQ when jupyter_client (>= 8.9, transport_encryption auto or
+// required) writes keys into the connection file, whatever the kernel
+// inside can do (its sockets are the supervisor's private ones).
+var SupportedEncryption = []string{"curve"}
 
 // tfgpuTag marks a kernelspec as ours; Uninstall only removes specs with it.
 type tfgpuTag struct {
@@ -119,7 +127,7 @@ func KernelJSON(o Options, py Python) ([]byte, error) {
 		Language:      "python",
 		InterruptMode: "signal",
 		Env:           env,
-		Metadata: map[string]any{"debugger": true, "tfgpu": &tfgpuTag{
+		Metadata: map[string]any{"debugger": true, "supported_encryption": SupportedEncryption, "tfgpu": &tfgpuTag{
 			Version: version(o), Python: py.Executable, IPykernel: py.IPykernel,
 		}},
 	})

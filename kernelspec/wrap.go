@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 )
@@ -45,7 +46,17 @@ type Foreign struct {
 	InterruptMode string // "" when kernel.json has none
 	Env           map[string]string
 	Metadata      map[string]json.RawMessage // kept as written
+
+	// Python, when set, replaces an argv[0] of "python", "python3" or
+	// "python3.N": jupyter_client launches such a spec with its own
+	// sys.executable, and behind the supervisor the name would instead be
+	// looked up on PATH (pyenv's Python, not the venv's). Install sets it
+	// to the Python whose jupyter_client found the spec.
+	Python string
 }
+
+// barePython matches the argv[0] jupyter_client replaces with sys.executable.
+var barePython = regexp.MustCompile(`^python(3(\.[0-9]+)?)?$`)
 
 // WrapName is the default name of the kernelspec wrapping wrap (a name or a
 // directory): "<name>-tfgpu".
@@ -178,14 +189,19 @@ func FindSpec(ctx context.Context, py Python, name string) (Foreign, error) {
 	return parseSpec(key, r.Dir, data)
 }
 
-// WrapJSON renders kernel.json for a kernelspec that runs f's argv, unchanged,
-// under the supervisor. It keeps f's language, interrupt_mode (default
+// WrapJSON renders kernel.json for a kernelspec that runs f's argv (a bare
+// "python" resolved, see Foreign.Python) under the supervisor. It keeps
+// f's language, interrupt_mode (default
 // "signal"), env (over DefaultEnv, under o.Env) and metadata (debugger
-// true when theirs does not say and their argv runs ipykernel; not their
-// supported_encryption, which the supervisor cannot honour yet), and
-// records what it wraps in metadata.tfgpu.
+// true when theirs does not say and their argv runs ipykernel;
+// supported_encryption what the supervisor speaks, see
+// SupportedEncryption), and records what it wraps in metadata.tfgpu.
 func WrapJSON(o Options, f Foreign) ([]byte, error) {
-	argv, err := runArgv(o, f.Argv)
+	theirs := f.Argv
+	if f.Python != "" && len(theirs) > 0 && barePython.MatchString(theirs[0]) {
+		theirs = append([]string{f.Python}, theirs[1:]...)
+	}
+	argv, err := runArgv(o, theirs)
 	if err != nil {
 		return nil, err
 	}
@@ -215,10 +231,9 @@ func WrapJSON(o Options, f Foreign) ([]byte, error) {
 	for k, v := range f.Metadata {
 		md[k] = v
 	}
-	// The supervisor's outer sockets do not speak CurveZMQ (yet): declaring
-	// theirs would have jupyter_client (transport_encryption auto or
-	// required) write keys the supervisor refuses (exit 2).
-	delete(md, "supported_encryption")
+	// The outer sockets are the supervisor's, so what is supported is what
+	// it speaks, whatever theirs said.
+	md["supported_encryption"] = SupportedEncryption
 	if _, ok := md["debugger"]; !ok && slices.ContainsFunc(f.Argv, func(a string) bool { return strings.Contains(a, "ipykernel") }) {
 		md["debugger"] = true // ipykernel speaks the debug protocol; other kernels may not
 	}

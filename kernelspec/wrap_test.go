@@ -18,8 +18,9 @@ import (
 // and compares it with testdata/wrap-NAME.kernel.json (go test -update rewrites).
 func TestWrapGolden(t *testing.T) {
 	tests := []struct {
-		name string // wrap-src/NAME.kernel.json → wrap-NAME.kernel.json
-		opts Options
+		name   string // wrap-src/NAME.kernel.json → wrap-NAME.kernel.json
+		opts   Options
+		python string // the Python that found it (Foreign.Python)
 	}{
 		{name: "condaenv", opts: Options{ // their env over DefaultEnv, --env over theirs, run flags
 			Binary: "/usr/local/bin/tfgpu-kernel", Version: "v0.3.0",
@@ -32,9 +33,9 @@ func TestWrapGolden(t *testing.T) {
 		{name: "minimal", opts: Options{ // no display name, interrupt_mode, env or metadata
 			Binary: "/b/tfgpu-kernel",
 		}},
-		{name: "ipykernel7", opts: Options{ // ipykernel 7.4's own: supported_encryption is not declared for the wrapper
-			Binary: "/b/tfgpu-kernel",
-		}},
+		{name: "ipykernel7", opts: Options{ // ipykernel 7.4's own: supported_encryption is the supervisor's, not theirs;
+			Binary: "/b/tfgpu-kernel", // argv[0] "python" is the venv's that found it, as jupyter_client would run it
+		}, python: "/opt/venv/bin/python3.12"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -43,6 +44,7 @@ func TestWrapGolden(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			f.Python = tc.python
 			got, err := WrapJSON(tc.opts, f)
 			if err != nil {
 				t.Fatal(err)
@@ -59,10 +61,14 @@ func TestWrapGolden(t *testing.T) {
 			if !isOurs(got) {
 				t.Errorf("wrapper not marked as ours")
 			}
-			// Their argv, unchanged, after "--".
+			// Their argv, unchanged after "--" but for a bare "python"
+			// (jupyter_client's rule, see Foreign.Python).
 			var in, out struct{ Argv []string }
 			_ = json.Unmarshal(src, &in)
 			_ = json.Unmarshal(got, &out)
+			if tc.python != "" {
+				in.Argv[0] = tc.python
+			}
 			if tail := out.Argv[len(out.Argv)-len(in.Argv):]; !equal(tail, in.Argv) || out.Argv[len(out.Argv)-len(in.Argv)-1] != "--" {
 				t.Errorf("argv = %q, want … -- %q", out.Argv, in.Argv)
 			}

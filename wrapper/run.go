@@ -2,6 +2,7 @@ package wrapper
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"os"
@@ -94,9 +95,9 @@ func (s *supervisor) prepare(ctx context.Context) (int, bool) {
 	if s.signer, err = jmsg.NewSigner(ci.SignatureScheme, ci.Key); err != nil {
 		return s.usage("connection file %s: %v", cfg.ConnFile, err)
 	}
-	if enc := encryption(ci); enc != "" {
-		return s.usage("connection file %s asks for CurveZMQ transport encryption (%s), which tfgpu-kernel cannot do yet; "+
-			"run the server with transport_encryption disabled for this kernel", cfg.ConnFile, enc)
+	curve, err := curveKeys(ci)
+	if err != nil {
+		return s.usage("connection file %s: %v", cfg.ConnFile, err)
 	}
 	s.id = jmsg.KernelID(cfg.ConnFile)
 	s.log = cfg.Log.With("kernel", record.ShortID(s.id))
@@ -132,6 +133,10 @@ func (s *supervisor) prepare(ctx context.Context) (int, bool) {
 	s.onExit(s.reserve.release)
 	if s.cfg.shared == nil {
 		s.cfg.shared = zmtp.NewShared(cfg.Limits, s.log)
+	}
+	if curve != nil {
+		s.cfg.shared.UseCurve(curve)
+		s.log.Info("transport encryption: the outer sockets speak CurveZMQ")
 	}
 	if s.outer, err = relay.Bind(ctx, ci, s.cfg.shared, s.log); err != nil {
 		return s.usage("connection file %s: %v", cfg.ConnFile, err)
@@ -229,17 +234,50 @@ func (s *supervisor) limitMemory(limit int64) {
 	s.log.Warn("memory limit not applied; the kernel runs without one", "limit", cgroup.FormatSize(limit), "why", err)
 }
 
-// encryption names the transport-encryption fields of a connection file
-// (what jupyter_client >= 8.9 writes for transport_encryption auto or
-// required when the kernelspec declares supported_encryption), "" when
-// there are none. The outer sockets do not speak CurveZMQ: serving such a
-// file in plain text would leave the client's handshake hanging.
-func encryption(ci *jmsg.ConnInfo) string {
-	var fields []string
-	for _, k := range []string{"curve_publickey", "curve_secretkey", "curve_serverkey"} {
-		if _, ok := ci.Extra[k]; ok {
-			fields = append(fields, k)
+// curveKeys reads the CurveZMQ key pair jupyter_client (>= 8.9, with
+// transport_encryption auto or required, for a kernelspec that declares
+// supported_encryption ["curve"]) writes into the connection file: nil when
+// there is none. The outer sockets then speak CURVE with it; the kernel's
+// own, inner sockets do not (docs/design.md#transport-encryption). Half a
+// pair, a key that is not Z85, or a curve field jupyter_client does not
+// write is an error naming the field, never a key.
+func curveKeys(ci *jmsg.ConnInfo) (*zmtp.CurveKeys, error) {
+	var pub, sec string
+	var have []string
+	for k, raw := range ci.Extra {
+		if !strings.HasPrefix(k, "curve_") {
+			continue
 		}
+		var v string
+		switch k {
+		case "curve_publickey":
+			v = "public"
+		case "curve_secretkey":
+			v = "secret"
+		default:
+			return nil, fmt.Errorf("asks for transport encryption through %q, which tfgpu-kernel does not know "+
+				"(it speaks CurveZMQ with curve_publickey and curve_secretkey)", record.Printable(k))
+		}
+		var text string
+		if err := json.Unmarshal(raw, &text); err != nil {
+			return nil, fmt.Errorf("%s: not a string", k)
+		}
+		if v == "public" {
+			pub = text
+		} else {
+			sec = text
+		}
+		have = append(have, k)
 	}
-	return strings.Join(fields, ", ")
+	switch {
+	case len(have) == 0:
+		return nil, nil
+	case len(have) == 1:
+		return nil, fmt.Errorf("has %s without its pair (curve_publickey and curve_secretkey go together)", have[0])
+	}
+	keys, err := zmtp.ParseCurveKeys(pub, sec)
+	if err != nil {
+		return nil, fmt.Errorf("transport encryption: %v", err)
+	}
+	return keys, nil
 }

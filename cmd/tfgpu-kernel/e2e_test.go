@@ -37,6 +37,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -651,6 +652,36 @@ func TestE2EConsole(t *testing.T) {
 func TestE2ESubshells(t *testing.T) {
 	res := e2eSetupStack(t, stackCurrent).scenario(t, 60*time.Second, "subshell.py")
 	t.Logf("replies in order: %v", res.Facts["order"])
+}
+
+// Transport encryption (jupyter_client >= 8.9, transport_encryption
+// "required"; see testdata/e2e/encryption.py): through the installed
+// kernelspec, and through `install --wrap` of ipykernel 7's own python3
+// spec, which declares supported_encryption itself.
+func TestE2ETransportEncryption(t *testing.T) {
+	s := e2eSetupStack(t, stackCurrent)
+	if !s.wrapped {
+		t.Skip("transport encryption of the wrapped spec is the supervisor's")
+	}
+	prefix := filepath.Join(t.TempDir(), "wrap")
+	install := exec.Command(s.bin, "install", "--wrap", "python3", "--name", "py3-curve", "--prefix", prefix, "--python", s.python)
+	install.Env = s.env
+	if out, err := install.CombinedOutput(); err != nil {
+		t.Fatalf("install --wrap python3: %v\n%s", err, out)
+	}
+	spec, err := os.ReadFile(filepath.Join(prefix, "share", "jupyter", "kernels", "py3-curve", "kernel.json"))
+	if err != nil || !strings.Contains(string(spec), `"supported_encryption": [`) {
+		t.Fatalf("wrapped kernelspec does not declare supported_encryption (%v):\n%s", err, spec)
+	}
+	w := *s
+	w.env = slices.Clone(s.env)
+	for i, kv := range w.env {
+		if v, ok := strings.CutPrefix(kv, "JUPYTER_PATH="); ok {
+			w.env[i] = "JUPYTER_PATH=" + filepath.Join(prefix, "share", "jupyter") + string(os.PathListSeparator) + v
+		}
+	}
+	res := w.scenario(t, 180*time.Second, "encryption.py", s.kernel, "py3-curve")
+	t.Logf("facts: %v", res.Facts)
 }
 
 // Item 9: the jupyter_kernel_test conformance suite, a sample for every test.

@@ -22,8 +22,9 @@ Write the Jupyter kernelspec that runs ipykernel under tfgpu-kernel, so
 binary by its absolute path.
 
 With --wrap, write a new kernelspec that runs an existing one (e.g. a conda
-env's kernel) under tfgpu-kernel: its argv unchanged, its env, language,
-interrupt_mode, metadata and logos kept; named "<KERNELSPEC>-tfgpu" and shown
+env's kernel) under tfgpu-kernel: its argv unchanged (but a bare "python",
+which Jupyter would run as its own Python, is the --python one), its env,
+language, interrupt_mode, metadata and logos kept; named "<KERNELSPEC>-tfgpu" and shown
 as "<its display name> (clean restart)" unless --name / --display-name say
 otherwise. KERNELSPEC is a name as 'jupyter kernelspec list' shows it (found
 through the jupyter_client of --python, or of the default Python), or a

@@ -39,6 +39,7 @@ type conn struct {
 	raw  syscall.RawConn // nil when the conn has no fd (tests with net.Pipe)
 	rd   *bufio.Reader
 	in   *inbound // accepted conns only
+	seal *sealer  // CURVE: what is queued is sealed first
 	door *Door    // nil when dialed
 	sh   *Shared  // the door's; for dialed conns a private one with defaults
 	lim  *Limits
@@ -190,9 +191,21 @@ func (c *conn) closedErr() error {
 	return &net.OpError{Op: "write", Net: "zmtp", Err: net.ErrClosed}
 }
 
-// enqueue appends piece: by reference when large, else copied into the
-// buffer of ours at the queue's end. Called with mu held.
+// enqueue queues piece of the plain ZMTP stream: as it is, or on a CURVE
+// connection sealed, frame by frame. Called with mu held.
 func (c *conn) enqueue(piece []byte) {
+	if c.seal == nil {
+		c.enqueueWire(piece)
+		return
+	}
+	if err := c.seal.feed(piece, c.enqueueWire); err != nil {
+		c.closeLocked("seal: " + err.Error())
+	}
+}
+
+// enqueueWire appends piece: by reference when large, else copied into the
+// buffer of ours at the queue's end. Called with mu held.
+func (c *conn) enqueueWire(piece []byte) {
 	if len(piece) == 0 {
 		return
 	}

@@ -269,10 +269,9 @@ func (d *Door) admit(nc net.Conn) string {
 	return ""
 }
 
-// handshake does the server side of the ZMTP 3.0 NULL handshake with one
-// peer under HandshakeTimeout: our greeting and READY out in one write,
-// then the peer's greeting and READY, checked. A peer that passes becomes
-// a conn for zmq4; one that does not is closed, and logged (rate-limited).
+// handshake does the server side of the ZMTP 3.0 handshake with one peer
+// under HandshakeTimeout (see shake). A peer that passes becomes a conn for
+// zmq4; one that does not is closed, and logged (rate-limited).
 func (d *Door) handshake(nc net.Conn) {
 	c, err := d.shake(nc)
 	d.mu.Lock()
@@ -301,11 +300,18 @@ func (d *Door) handshake(nc net.Conn) {
 	}
 }
 
+// shake: NULL sends our greeting and READY in one write, then checks the
+// peer's greeting and READY. CURVE sends our greeting, checks the peer's,
+// then HELLO → WELCOME, INITIATE → READY (RFC 26), and the conn seals and
+// opens every frame from then on.
 func (d *Door) shake(nc net.Conn) (*conn, error) {
 	lim := &d.sh.lim
+	mech := d.sh.Mechanism()
 	_ = nc.SetDeadline(time.Now().Add(lim.HandshakeTimeout))
-	out := AppendGreeting(nil, true)
-	out = AppendReady(out, d.socketType, nil)
+	out := AppendGreetingMech(nil, mech, true)
+	if mech == MechNull {
+		out = AppendReady(out, d.socketType, nil)
+	}
 	if _, err := nc.Write(out); err != nil {
 		return nil, err
 	}
@@ -327,13 +333,32 @@ func (d *Door) shake(nc net.Conn) (*conn, error) {
 	if err != nil {
 		return nil, unexpected(err)
 	}
-	if _, err := ParseGreeting(g); err != nil {
-		return nil, err
-	}
-	_, _ = rd.Discard(GreetingLen)
-	r, err := readReady(rd)
+	pg, err := ParseGreeting(g)
 	if err != nil {
 		return nil, err
+	}
+	if pg.Mechanism != mech {
+		return nil, protoErr("mechanism %s; this socket speaks %s", pg.Mechanism, mech)
+	}
+	_, _ = rd.Discard(GreetingLen)
+
+	var r Ready
+	var cs *curveServer
+	if mech == MechCurve {
+		if pg.AsServer {
+			return nil, protoErr("CURVE peer claims to be the server")
+		}
+		if r, cs, err = d.shakeCurve(nc, rd); err != nil {
+			return nil, err
+		}
+	} else {
+		body, err := readCommandFrame(rd, maxReady)
+		if err != nil {
+			return nil, err
+		}
+		if r, err = ParseReady(body); err != nil {
+			return nil, err
+		}
 	}
 	if !compatible(d.socketType, r.SocketType) {
 		return nil, protoErr("a %s cannot connect to a %s", printable(r.SocketType), d.socketType)
@@ -348,39 +373,84 @@ func (d *Door) shake(nc net.Conn) (*conn, error) {
 	} else {
 		c.subs = map[string]int{}
 	}
-	c.in = &inbound{rd: rd, pub: d.socketType == "PUB", lim: lim, budget: d.sh,
+	plain := rd
+	if cs != nil {
+		c.seal = &sealer{cs: cs}
+		plain = bufio.NewReaderSize(&opener{rd: rd, cs: cs, lim: lim, sh: d.sh}, readBuffer)
+	}
+	c.in = &inbound{rd: plain, pub: d.socketType == "PUB", lim: lim, budget: d.sh,
 		hooks: inboundHooks{ping: c.pingReceived, pong: c.pongReceived, subscribe: c.subscribe}}
 	c.in.pending = prelude(r.SocketType, c.identity, c.in.pub)
 	_ = nc.SetDeadline(time.Time{})
 	return c, nil
 }
 
-// readReady reads the peer's READY command.
-func readReady(rd *bufio.Reader) (Ready, error) {
+// shakeCurve does the CurveZMQ commands of the handshake, after the
+// greetings, and returns what the client's INITIATE says of it.
+func (d *Door) shakeCurve(nc net.Conn, rd *bufio.Reader) (Ready, *curveServer, error) {
+	cs, err := newCurveServer(d.sh.curve)
+	if err != nil {
+		return Ready{}, nil, err
+	}
+	body, err := readCommandFrame(rd, helloSize)
+	if err != nil {
+		return Ready{}, nil, err
+	}
+	welcome, err := cs.hello(body)
+	if err != nil {
+		return Ready{}, nil, err
+	}
+	if _, err := nc.Write(append(AppendFrameHeader(nil, FlagCommand, len(welcome)), welcome...)); err != nil {
+		return Ready{}, nil, err
+	}
+	if body, err = readCommandFrame(rd, initiateMin+maxReady); err != nil {
+		return Ready{}, nil, err
+	}
+	meta, err := cs.initiate(body)
+	if err != nil {
+		return Ready{}, nil, err
+	}
+	r, err := parseReadyMetadata(meta)
+	if err != nil {
+		return Ready{}, nil, err
+	}
+	ready, err := cs.ready(AppendProperty(nil, "Socket-Type", []byte(d.socketType)))
+	if err != nil {
+		return Ready{}, nil, err
+	}
+	if _, err := nc.Write(append(AppendFrameHeader(nil, FlagCommand, len(ready)), ready...)); err != nil {
+		return Ready{}, nil, err
+	}
+	return r, cs, nil
+}
+
+// readCommandFrame reads one command frame of at most max bytes and
+// returns its body.
+func readCommandFrame(rd *bufio.Reader, max int) ([]byte, error) {
 	first, err := rd.Peek(1)
 	if err != nil {
-		return Ready{}, err
+		return nil, err
 	}
 	hb, err := rd.Peek(HeaderLen(first[0]))
 	if err != nil {
-		return Ready{}, unexpected(err)
+		return nil, unexpected(err)
 	}
 	h, err := ParseFrameHeader(hb)
 	if err != nil {
-		return Ready{}, err
+		return nil, err
 	}
 	if !h.Command() {
-		return Ready{}, protoErr("a message before READY")
+		return nil, protoErr("a message before the handshake's end")
 	}
-	if h.Size > maxReady {
-		return Ready{}, protoErr("READY of %d bytes", h.Size)
+	if h.Size > uint64(max) {
+		return nil, protoErr("handshake command of %d bytes", h.Size)
 	}
 	_, _ = rd.Discard(h.Len)
 	body := make([]byte, h.Size)
 	if _, err := io.ReadFull(rd, body); err != nil {
-		return Ready{}, unexpected(err)
+		return nil, unexpected(err)
 	}
-	return ParseReady(body)
+	return body, nil
 }
 
 // prelude is what zmq4 reads first from a handshaken conn: a canonical

@@ -162,7 +162,7 @@ func (in *inbound) next() error {
 	// The header goes to zmq4 only once the frame is known to be
 	// deliverable: zmq4 allocates the size it declares as it reads it.
 	if h.Size > stageAbove {
-		if in.body, err = in.readStaged(h.Size); err != nil {
+		if in.body, err = readStaged(in.rd, h.Size, in.hold); err != nil {
 			return err
 		}
 	} else {
@@ -274,38 +274,38 @@ func (in *inbound) subscribe(topic []byte, on bool) error {
 	return in.hooks.subscribe(topic, on)
 }
 
-// readStaged reads a frame body of size bytes into a buffer that grows
-// with what arrives (doubling from 64 KiB), never to more than size, and
-// counts what it holds in the receive budget.
-func (in *inbound) readStaged(size uint64) ([]byte, error) {
-	buf := make([]byte, 0, min(size, 2*stageAbove))
-	if err := in.hold(int64(cap(buf))); err != nil {
-		return nil, err
-	}
-	for uint64(len(buf)) < size {
-		if len(buf) == cap(buf) {
-			grown := make([]byte, len(buf), min(size, uint64(2*cap(buf))))
-			if err := in.hold(int64(cap(grown) - cap(buf))); err != nil {
-				return nil, err
-			}
-			copy(grown, buf)
-			buf = grown
-		}
-		n, err := in.rd.Read(buf[len(buf):cap(buf)])
-		buf = buf[:len(buf)+n]
-		if err != nil && uint64(len(buf)) < size {
-			return nil, unexpected(err)
-		}
-	}
-	return buf, nil
-}
-
 // unexpected turns an EOF in the middle of a frame into ErrUnexpectedEOF.
 func unexpected(err error) error {
 	if errors.Is(err, io.EOF) {
 		return io.ErrUnexpectedEOF
 	}
 	return err
+}
+
+// readStaged reads a body of size bytes into a buffer that grows with what
+// arrives (doubling from stageAbove, at most 2×stageAbove at first), never
+// to more than size; hold is told of every byte of room taken.
+func readStaged(rd io.Reader, size uint64, hold func(int64) error) ([]byte, error) {
+	buf := make([]byte, 0, min(size, 2*stageAbove))
+	if err := hold(int64(cap(buf))); err != nil {
+		return nil, err
+	}
+	for uint64(len(buf)) < size {
+		if len(buf) == cap(buf) {
+			grown := make([]byte, len(buf), min(size, uint64(2*cap(buf))))
+			if err := hold(int64(cap(grown) - cap(buf))); err != nil {
+				return nil, err
+			}
+			copy(grown, buf)
+			buf = grown
+		}
+		n, err := rd.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err != nil && uint64(len(buf)) < size {
+			return nil, unexpected(err)
+		}
+	}
+	return buf, nil
 }
 
 // reason is a short description of why a read ended, for logs: never

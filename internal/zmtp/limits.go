@@ -113,9 +113,10 @@ const (
 // Shared is what all the sockets of one relay share: the limits, the
 // logger, and the totals the limits are checked against.
 type Shared struct {
-	lim Limits
-	log *slog.Logger
-	rl  *rateLog
+	lim   Limits
+	log   *slog.Logger
+	rl    *rateLog
+	curve *CurveKeys // nil: the NULL mechanism
 
 	conns     atomic.Int64 // connections of every door, in handshake or established
 	queued    atomic.Int64 // bytes queued for peers of every door
@@ -134,6 +135,19 @@ func NewShared(lim Limits, lg *slog.Logger) *Shared {
 		lg = slog.New(slog.DiscardHandler)
 	}
 	return &Shared{lim: lim.withDefaults(), log: lg, rl: newRateLog(lg, 10*time.Second)}
+}
+
+// UseCurve has every door of s speak CurveZMQ as a server with keys, and
+// refuse clients that do not; nil means the NULL mechanism, the default.
+// Call it before the doors are bound.
+func (s *Shared) UseCurve(keys *CurveKeys) { s.curve = keys }
+
+// Mechanism is the security mechanism the doors of s speak.
+func (s *Shared) Mechanism() string {
+	if s.curve != nil {
+		return MechCurve
+	}
+	return MechNull
 }
 
 // Limits returns the limits in force (defaults filled in).

@@ -41,8 +41,9 @@ type Greeting struct {
 }
 
 // ParseGreeting checks the 64 bytes a peer opens with. Only ZMTP 3.x with
-// the NULL mechanism is accepted; a 1.0 or 2.0 peer (libzmq < 4) is refused
-// rather than downgraded to.
+// the NULL or CURVE mechanism is accepted (the caller checks it is the one
+// it speaks); a 1.0 or 2.0 peer (libzmq < 4) is refused rather than
+// downgraded to.
 func ParseGreeting(b []byte) (Greeting, error) {
 	if len(b) < GreetingLen {
 		return Greeting{}, protoErr("greeting of %d bytes", len(b))
@@ -62,7 +63,7 @@ func ParseGreeting(b []byte) (Greeting, error) {
 		mech = mech[:i]
 	}
 	g.Mechanism = string(mech)
-	if g.Mechanism != "NULL" {
+	if g.Mechanism != MechNull && g.Mechanism != MechCurve {
 		return g, protoErr("mechanism %q is not supported", printable(g.Mechanism))
 	}
 	if b[32] > 1 {
@@ -71,11 +72,22 @@ func ParseGreeting(b []byte) (Greeting, error) {
 	return g, nil
 }
 
+// The security mechanisms a door speaks.
+const (
+	MechNull  = "NULL"
+	MechCurve = "CURVE"
+)
+
 // AppendGreeting appends a ZMTP 3.0 NULL greeting.
 func AppendGreeting(b []byte, asServer bool) []byte {
+	return AppendGreetingMech(b, MechNull, asServer)
+}
+
+// AppendGreetingMech appends a ZMTP 3.0 greeting for mechanism.
+func AppendGreetingMech(b []byte, mechanism string, asServer bool) []byte {
 	var g [GreetingLen]byte
 	g[0], g[9], g[10], g[11] = 0xFF, 0x7F, 3, 0
-	copy(g[12:32], "NULL")
+	copy(g[12:32], mechanism)
 	if asServer {
 		g[32] = 1
 	}
@@ -222,6 +234,12 @@ func ParseReady(body []byte) (Ready, error) {
 	if name != "READY" {
 		return Ready{}, protoErr("%s instead of READY", printable(name))
 	}
+	return parseReadyMetadata(data)
+}
+
+// parseReadyMetadata reads the properties of a NULL READY or a CURVE
+// INITIATE: the peer's socket type and routing identity.
+func parseReadyMetadata(data []byte) (Ready, error) {
 	props, err := ParseMetadata(data)
 	if err != nil {
 		return Ready{}, err

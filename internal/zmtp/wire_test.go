@@ -26,7 +26,8 @@ func TestParseGreeting(t *testing.T) {
 		{"no signature", greeting(func(g []byte) { g[0] = 0 }), false},
 		{"no footer", greeting(func(g []byte) { g[9] = 0 }), false},
 		{"ZMTP 2.0", greeting(func(g []byte) { g[10] = 1 }), false},
-		{"CURVE", greeting(func(g []byte) { copy(g[12:32], "CURVE\x00\x00\x00") }), false},
+		{"CURVE", greeting(func(g []byte) { copy(g[12:32], "CURVE\x00\x00\x00") }), true}, // the door checks it is its own
+		{"PLAIN", greeting(func(g []byte) { copy(g[12:32], "PLAIN\x00\x00\x00") }), false},
 		{"mechanism garbage after NUL", greeting(func(g []byte) { g[20] = 'x' }), false},
 		{"as-server 7", greeting(func(g []byte) { g[32] = 7 }), false},
 	} {

@@ -156,14 +156,16 @@ def spawn_helper(argv, **kw):
 # ---------------------------------------------------------------- kernels
 
 
-def start_kernel(kernel_name=None, interrupt_mode=None, ready_timeout=60):
+def start_kernel(kernel_name=None, interrupt_mode=None, ready_timeout=60, transport_encryption=None):
     """Start a kernel the way Jupyter does (KernelManager + kernelspec) and a
     connected, ready BlockingKernelClient. The supervisor's (and kernel's)
-    stdout/stderr go to a log file in E2E_TMP; its tail is printed on failure."""
+    stdout/stderr go to a log file in E2E_TMP; its tail is printed on failure.
+    transport_encryption ("auto", "required") is jupyter_client >= 8.9's."""
     # Named as jupyter_server names them: the supervisor takes the kernel's
     # identity from "kernel-<id>.json", and restarts reuse the file.
     conn = os.path.join(TMP, "kernel-%s.json" % uuid.uuid4())
-    km = KernelManager(kernel_name=kernel_name or KERNEL, connection_file=conn)
+    kw = {"transport_encryption": transport_encryption} if transport_encryption else {}
+    km = KernelManager(kernel_name=kernel_name or KERNEL, connection_file=conn, **kw)
     if interrupt_mode:
         km.kernel_spec.interrupt_mode = interrupt_mode
     n = len(_KMS)
