@@ -271,7 +271,9 @@ func (t *V1Tree) TaskCount() (int, error) {
 
 // Kill empties the freezer cgroup, then runs the sweep. Each round writes
 // FROZEN to freezer.state and polls (v1 has no event file for it) until it
-// reads FROZEN, so that no process of the cgroup can fork or run; SIGKILLs
+// reads FROZEN, so that no process of the cgroup can fork or run (for at
+// most freezeWait: a freeze that has not completed by then does not stop
+// the round, it only loses its guarantee to the next round); SIGKILLs
 // every process in cgroup.procs; writes THAWED, so that the frozen
 // processes run and die (a frozen process does not act on SIGKILL); and
 // polls cgroup.procs until it is empty (a process leaves it when it exits,
@@ -301,6 +303,10 @@ func (t *V1Tree) Kill(ctx context.Context) (int, error) {
 	return killed, nil
 }
 
+// freezeWait bounds one round's wait for FROZEN. A freeze that takes
+// longer does not hold the kill up: the round kills and thaws anyway.
+const freezeWait = 500 * time.Millisecond
+
 func (t *V1Tree) killCgroup(ctx context.Context) (int, error) {
 	signalled := map[int]struct{}{}
 	self := os.Getpid()
@@ -318,9 +324,17 @@ func (t *V1Tree) killCgroup(ctx context.Context) (int, error) {
 		if err := writeFile(filepath.Join(t.dir, "freezer.state"), "FROZEN"); err != nil {
 			return len(signalled), fmt.Errorf("freeze: %w", err)
 		}
-		// Even when ctx ends before the freeze completes: kill what is
-		// there and thaw, then report the ctx.
-		frozenErr := t.waitFrozen(ctx)
+		// Even when the freeze does not complete (a task in an
+		// uninterruptible sleep holds FREEZING; a loaded host makes it
+		// slow): kill what is there and thaw. Within ctx another round
+		// follows and catches what forked meanwhile; when ctx has ended
+		// the error says so.
+		fctx, cancel := context.WithTimeout(ctx, freezeWait)
+		frozenErr := t.waitFrozen(fctx)
+		cancel()
+		if frozenErr != nil && ctx.Err() == nil {
+			frozenErr = nil // not frozen in time: a round without the freeze's guarantee
+		}
 		pids, err = readProcs(t.dir)
 		var sigErr error
 		for _, pid := range pids {
@@ -342,11 +356,11 @@ func (t *V1Tree) killCgroup(ctx context.Context) (int, error) {
 			return len(signalled), err
 		}
 		if frozenErr != nil {
-			return len(signalled), t.leftErr(frozenErr, sigErr)
+			return len(signalled), t.leftErr(fmt.Errorf("freezing: %w", frozenErr), sigErr)
 		}
 		again, err := t.waitEmpty(ctx, signalled)
 		if err != nil {
-			return len(signalled), t.leftErr(err, sigErr)
+			return len(signalled), t.leftErr(fmt.Errorf("waiting for them to exit: %w", err), sigErr)
 		}
 		if !again {
 			return len(signalled), nil
@@ -354,10 +368,19 @@ func (t *V1Tree) killCgroup(ctx context.Context) (int, error) {
 	}
 }
 
-// leftErr says how many processes are still in the cgroup.
+// leftErr says how many processes are still in the cgroup, and the first
+// few with their states (D: in the kernel, uninterruptible; T: stopped).
 func (t *V1Tree) leftErr(err, sigErr error) error {
 	left, _ := readProcs(t.dir)
-	err = fmt.Errorf("%d processes left: %w", len(left), err)
+	var some []string
+	for _, pid := range left[:min(len(left), 5)] {
+		state := "?"
+		if p, perr := ReadProc(pid); perr == nil {
+			state = string(p.State)
+		}
+		some = append(some, fmt.Sprintf("%d %s", pid, state))
+	}
+	err = fmt.Errorf("%d processes left (%s): %w", len(left), strings.Join(some, ", "), err)
 	if sigErr != nil {
 		err = fmt.Errorf("%w (first signal error: %w)", err, sigErr)
 	}
