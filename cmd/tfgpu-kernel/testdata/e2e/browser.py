@@ -90,7 +90,11 @@ UI = os.environ.get("E2E_UI", "lab")  # "lab": JupyterLab 4; "notebook": Noteboo
 
 
 def main():
-    srv = sh.NotebookServer(os.path.join(h.TMP, "server"), app={"lab": "jupyterlab", "notebook": "notebook"}[UI])
+    # JupyterLab's server encrypts its kernels' traffic (the supervisor speaks
+    # CURVE), Notebook 7's does not: the same steps pass either way.
+    srv = sh.NotebookServer(os.path.join(h.TMP, "server"), app={"lab": "jupyterlab", "notebook": "notebook"}[UI],
+                            transport_encryption="required" if UI == "lab" else None)
+    h.note(transport_encryption=srv.transport_encryption)
     srv.start()
     b = Browser()
     try:

@@ -74,7 +74,9 @@ def hold(kc, what):
 
 
 def rest():
-    srv = sh.NotebookServer(os.path.join(h.TMP, "server"))
+    # On the current stack the server runs as a careful admin of a shared box
+    # would run it: kernels' traffic encrypted (the supervisor speaks CURVE).
+    srv = sh.NotebookServer(os.path.join(h.TMP, "server"), transport_encryption="required" if sh.CURRENT else None)
     srv.start()
     try:
         kernel_lifecycle(srv)
@@ -107,6 +109,11 @@ def kernel_lifecycle(srv):
     conn = srv.connection_file(kid)
     assert os.path.exists(conn), "no connection file %s" % conn
     h.note(kernel_id=kid)
+    with open(conn) as f:
+        keys = "curve_publickey" in json.load(f)
+    h.note(transport_encryption=keys)
+    assert keys == bool(srv.transport_encryption), "CURVE keys in the connection file: %s, want %s" % (
+        keys, bool(srv.transport_encryption))
 
     sh.wait_kernel_info(conn)
     kc = h.client_for(conn)

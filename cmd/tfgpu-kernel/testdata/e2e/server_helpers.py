@@ -48,8 +48,9 @@ class NotebookServer:
     fake NVML's LD_LIBRARY_PATH, FAKE_NVML_* and PYTHONPATH, TFGPU_STATE_DIR,
     and E2E_TAG, so every supervisor it starts carries them."""
 
-    def __init__(self, dir, app=None):
+    def __init__(self, dir, app=None, transport_encryption=None):
         self.app = app  # "jupyterlab" or "notebook" (7) on the current stack; None: the plain server
+        self.transport_encryption = transport_encryption  # jupyter_client >= 8.9's KernelManager trait (current)
         self.dir = dir
         self.runtime = os.path.join(dir, "runtime")  # connection files: kernel-<id>.json
         self.notebooks = os.path.join(dir, "notebooks")
@@ -74,6 +75,8 @@ class NotebookServer:
             if CURRENT:  # jupyter_server 2, which JupyterLab 4 and Notebook 7 run on
                 argv[1:3] = ["-m", self.app or "jupyter_server"]
                 argv += ["--IdentityProvider.token=" + self.token, "--ServerApp.root_dir=" + self.notebooks]
+                if self.transport_encryption:
+                    argv.append("--KernelManager.transport_encryption=" + self.transport_encryption)
             else:  # Debian's classic notebook server 6.4.12
                 argv += ["--NotebookApp.token=" + self.token, "--NotebookApp.notebook_dir=" + self.notebooks,
                          "--NotebookApp.open_browser=False"]
