@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"time"
 )
@@ -27,7 +28,14 @@ type Python struct {
 	Prefix     string // sys.prefix: root of the --sys-prefix kernelspec dir
 	IPykernel  string // ipykernel.__version__
 	Version    string // platform.python_version()
+	// Protocol is the kernel_protocol_version ipykernel's own kernelspec
+	// declares (ipykernel.kernelspec.get_kernel_dict; "5.5" since 7.2,
+	// none in 6.x), "" when it declares none or a malformed one.
+	Protocol string
 }
+
+// protocolPat is the shape of a kernel_protocol_version: "MAJOR.MINOR".
+var protocolPat = regexp.MustCompile(`^[0-9]{1,3}\.[0-9]{1,3}$`)
 
 // probeScript prints one JSON line; an ipykernel import error is reported,
 // not raised, so the caller can say why a candidate was rejected.
@@ -38,6 +46,11 @@ try:
     r["ipykernel"] = ipykernel.__version__
 except Exception as e:
     r["error"] = "%s: %s" % (type(e).__name__, e)
+try:
+    from ipykernel.kernelspec import get_kernel_dict
+    r["protocol"] = str(get_kernel_dict().get("kernel_protocol_version", ""))
+except Exception:
+    pass
 sys.stdout.write("\n" + json.dumps(r) + "\n")
 `
 
@@ -60,12 +73,15 @@ func ProbePython(ctx context.Context, path string) (Python, error) {
 		return Python{}, fmt.Errorf("python %s: %w", abs, err)
 	}
 	var r struct {
-		Executable, Prefix, IPykernel, Version, Error string
+		Executable, Prefix, IPykernel, Version, Protocol, Error string
 	}
 	if err := json.Unmarshal([]byte(out), &r); err != nil {
 		return Python{}, fmt.Errorf("python %s: unexpected probe output %q: %w", abs, out, err)
 	}
 	py := Python{Executable: r.Executable, Prefix: r.Prefix, IPykernel: r.IPykernel, Version: r.Version}
+	if protocolPat.MatchString(r.Protocol) {
+		py.Protocol = r.Protocol
+	}
 	if !filepath.IsAbs(py.Executable) { // sys.executable may be "" (embedded)
 		py.Executable = abs
 	}

@@ -82,6 +82,10 @@ type spec struct {
 	Language      string            `json:"language"`
 	InterruptMode string            `json:"interrupt_mode"`
 	Env           map[string]string `json:"env"` // encoding/json sorts map keys
+	// KernelProtocolVersion is what the kernel inside declares (ipykernel's
+	// own spec, or the wrapped one): the relay passes kernel_info_reply
+	// and iopub through unchanged, so the protocol is the kernel's.
+	KernelProtocolVersion string `json:"kernel_protocol_version,omitempty"`
 	// Metadata is "debugger", "supported_encryption", "tfgpu" (a
 	// *tfgpuTag) and, for a wrapped
 	// spec, the wrapped spec's other keys as they were (json.RawMessage).
@@ -122,11 +126,12 @@ func KernelJSON(o Options, py Python) ([]byte, error) {
 		display = DefaultDisplayName
 	}
 	return encodeSpec(spec{
-		Argv:          argv,
-		DisplayName:   display,
-		Language:      "python",
-		InterruptMode: "signal",
-		Env:           env,
+		Argv:                  argv,
+		DisplayName:           display,
+		Language:              "python",
+		InterruptMode:         "signal",
+		Env:                   env,
+		KernelProtocolVersion: py.Protocol,
 		Metadata: map[string]any{"debugger": true, "supported_encryption": SupportedEncryption, "tfgpu": &tfgpuTag{
 			Version: version(o), Python: py.Executable, IPykernel: py.IPykernel,
 		}},

@@ -19,6 +19,7 @@ func TestSpecGolden(t *testing.T) {
 		name   string
 		golden string
 		opts   Options
+		python *Python // testPython when nil
 	}{
 		{name: "default", golden: "default.kernel.json",
 			opts: Options{Binary: "/usr/local/bin/tfgpu-kernel", Version: "v0.1.0"}},
@@ -31,10 +32,17 @@ func TestSpecGolden(t *testing.T) {
 			}},
 		{name: "no version", golden: "noversion.kernel.json",
 			opts: Options{Binary: "/b/tfgpu-kernel"}},
+		{name: "ipykernel 7: its kernel_protocol_version", golden: "ipykernel7.kernel.json",
+			opts:   Options{Binary: "/b/tfgpu-kernel"},
+			python: &Python{Executable: "/opt/venv/bin/python", Prefix: "/opt/venv", IPykernel: "7.4.0", Protocol: "5.5"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := KernelJSON(tc.opts, testPython)
+			py := testPython
+			if tc.python != nil {
+				py = *tc.python
+			}
+			got, err := KernelJSON(tc.opts, py)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -44,6 +44,7 @@ type Foreign struct {
 	DisplayName   string
 	Language      string
 	InterruptMode string // "" when kernel.json has none
+	Protocol      string // kernel_protocol_version; "" when none (or not "MAJOR.MINOR")
 	Env           map[string]string
 	Metadata      map[string]json.RawMessage // kept as written
 
@@ -108,6 +109,7 @@ func parseSpec(name, dir string, data []byte) (Foreign, error) {
 		InterruptMode string                     `json:"interrupt_mode"`
 		Env           map[string]string          `json:"env"`
 		Metadata      map[string]json.RawMessage `json:"metadata"`
+		Protocol      any                        `json:"kernel_protocol_version"`
 	}
 	kj := filepath.Join(dir, "kernel.json")
 	if err := json.Unmarshal(data, &s); err != nil {
@@ -121,10 +123,14 @@ func parseSpec(name, dir string, data []byte) (Foreign, error) {
 	case !slices.Contains(s.Argv, "{connection_file}"):
 		return Foreign{}, invalid(nil, "cannot wrap %q: its argv has no \"{connection_file}\" argument for the supervisor to replace (%s)", name, kj)
 	}
-	return Foreign{
+	f := Foreign{
 		Name: name, Dir: dir, Argv: s.Argv, DisplayName: s.DisplayName, Language: s.Language,
 		InterruptMode: s.InterruptMode, Env: s.Env, Metadata: s.Metadata,
-	}, nil
+	}
+	if p, ok := s.Protocol.(string); ok && protocolPat.MatchString(p) {
+		f.Protocol = p // anything else is left out: jupyter_client reads it as a string
+	}
+	return f, nil
 }
 
 // findScript asks jupyter_client for a kernelspec by name: the same search
@@ -192,7 +198,8 @@ func FindSpec(ctx context.Context, py Python, name string) (Foreign, error) {
 // WrapJSON renders kernel.json for a kernelspec that runs f's argv (a bare
 // "python" resolved, see Foreign.Python) under the supervisor. It keeps
 // f's language, interrupt_mode (default
-// "signal"), env (over DefaultEnv, under o.Env) and metadata (debugger
+// "signal"), kernel_protocol_version, env (over DefaultEnv, under o.Env)
+// and metadata (debugger
 // true when theirs does not say and their argv runs ipykernel;
 // supported_encryption what the supervisor speaks, see
 // SupportedEncryption), and records what it wraps in metadata.tfgpu.
@@ -240,6 +247,7 @@ func WrapJSON(o Options, f Foreign) ([]byte, error) {
 	md["tfgpu"] = &tfgpuTag{Version: version(o), Wraps: f.Name, WrapsDir: f.Dir}
 	return encodeSpec(spec{
 		Argv: argv, DisplayName: display, Language: f.Language, InterruptMode: mode, Env: env, Metadata: md,
+		KernelProtocolVersion: f.Protocol,
 	})
 }
 

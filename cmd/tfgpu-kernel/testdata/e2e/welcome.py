@@ -48,6 +48,19 @@ def main():
     speaks = version >= (7, 2)
     h.note(ipykernel=r["stdout"].strip(), protocol=info.get("protocol_version"), welcomes=speaks)
 
+    # The kernelspec declares the protocol the kernel inside declares in its
+    # own spec (5.5 with welcomes since ipykernel 7.2, none before): the relay
+    # passes kernel_info_reply and iopub through, so the protocol is the
+    # kernel's. (ipykernel 7.4's kernel_info_reply itself says 5.3: upstream.)
+    from ipykernel.kernelspec import get_kernel_dict
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    declared = KernelSpecManager().get_kernel_spec(h.KERNEL).to_dict().get("kernel_protocol_version") or ""
+    bare = get_kernel_dict().get("kernel_protocol_version", "")
+    h.note(spec_protocol=declared, bare_spec_protocol=bare)
+    h.check(declared == bare, "kernelspec %s declares kernel_protocol_version %r; the kernel's own spec %r" % (h.KERNEL, declared, bare))
+    h.check(speaks == (declared >= "5.5"), "welcomes %s, but the kernelspec declares protocol %r" % (speaks, declared))
+
     ci = km.get_connection_info()
     key = ci["key"] if isinstance(ci["key"], bytes) else ci["key"].encode()
     ctx = zmq.Context()
