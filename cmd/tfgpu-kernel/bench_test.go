@@ -53,12 +53,26 @@ func benchJupyterPython(tb testing.TB) {
 // exactly these two argvs whatever install's defaults become.
 func benchSetup(tb testing.TB, dir string) []string {
 	tb.Helper()
+	return benchSetupWith(tb, dir, benchPython, "")
+}
+
+// benchSetupWith is benchSetup for another Python (its ipykernel runs in
+// both kernelspecs, and bench.py runs with it) and, when encryption is set
+// ("required"), jupyter_client's transport_encryption: both kernelspecs
+// declare supported_encryption, so both kernels' clients speak CurveZMQ
+// (ipykernel ≥ 7.3 does it itself).
+func benchSetupWith(tb testing.TB, dir, python, encryption string) []string {
+	tb.Helper()
 	bin := filepath.Join(dir, "tfgpu-kernel")
 	build := exec.Command("go", "build", "-ldflags=-extldflags=-Wl,-z,lazy", "-o", bin, ".")
 	if out, err := build.CombinedOutput(); err != nil {
 		tb.Fatalf("go build: %v\n%s", err, out)
 	}
-	kernelArgv := []string{benchPython, "-m", "ipykernel_launcher", "-f", "{connection_file}"}
+	kernelArgv := []string{python, "-m", "ipykernel_launcher", "-f", "{connection_file}"}
+	metadata := map[string]any{"debugger": true}
+	if encryption != "" {
+		metadata["supported_encryption"] = []string{"curve"}
+	}
 	specs := map[string][]string{
 		"tfgpu":  append([]string{bin, "run", "-f", "{connection_file}", "--"}, kernelArgv...),
 		"direct": kernelArgv,
@@ -76,7 +90,7 @@ func benchSetup(tb testing.TB, dir string) []string {
 			"display_name":   "bench " + name,
 			"language":       "python",
 			"interrupt_mode": "signal",
-			"metadata":       map[string]any{"debugger": true},
+			"metadata":       metadata,
 		}, "", " ")
 		if err != nil {
 			tb.Fatal(err)
@@ -98,6 +112,8 @@ func benchSetup(tb testing.TB, dir string) []string {
 		"BENCH_WRAPPED_KERNEL=tfgpu",
 		"BENCH_DIRECT_KERNEL=direct",
 		"BENCH_LOG_DIR="+filepath.Join(dir, "logs"),
+		"BENCH_ENCRYPTION="+encryption,
+		"BENCH_PYTHON="+python,
 		"PYTHONUNBUFFERED=1",
 	)
 }
@@ -138,7 +154,13 @@ func benchRun(tb testing.TB, env []string, dir string, quick bool, timeout time.
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	var stdout strings.Builder
-	cmd := exec.CommandContext(ctx, benchPython, script)
+	python := benchPython
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "BENCH_PYTHON="); ok {
+			python = v
+		}
+	}
+	cmd := exec.CommandContext(ctx, python, script)
 	cmd.Env = env
 	cmd.Dir = dir
 	cmd.Stdout = &stdout
@@ -184,6 +206,20 @@ func BenchmarkKernel(b *testing.B) {
 		} else if ok && f.Wrapped != nil {
 			b.ReportMetric(*f.Wrapped, u)
 		}
+	}
+}
+
+// BenchmarkKernelCurve is BenchmarkKernel on the current stack (ipykernel
+// 7.4, jupyter_client 8.10) with transport_encryption "required": the
+// supervisor's CurveZMQ doors against ipykernel's own CURVE sockets.
+//
+//	go test ./cmd/tfgpu-kernel -run '^$' -bench KernelCurve -benchtime 1x -timeout 20m
+func BenchmarkKernelCurve(b *testing.B) {
+	py := stackPython(b, stackCurrent)
+	dir := b.TempDir()
+	env := benchSetupWith(b, dir, py, "required")
+	for i := 0; i < b.N; i++ {
+		benchRun(b, env, dir, false, 15*time.Minute)
 	}
 }
 

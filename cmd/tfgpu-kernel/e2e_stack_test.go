@@ -35,7 +35,7 @@ var (
 
 // stackPython is the Python of a stack, the current stack's venv built
 // first if it is not yet (fatal in CI where it cannot be, a skip elsewhere).
-func stackPython(t *testing.T, stack string) string {
+func stackPython(t testing.TB, stack string) string {
 	t.Helper()
 	if stack == stackDebian {
 		return "/usr/bin/python3"

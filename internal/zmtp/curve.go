@@ -11,6 +11,8 @@ import (
 	"golang.org/x/crypto/curve25519"
 	"golang.org/x/crypto/nacl/box"
 	"golang.org/x/crypto/nacl/secretbox"
+	"golang.org/x/crypto/poly1305" //nolint:staticcheck // Poly1305 as NaCl's secretbox uses it, for sealing in place
+	"golang.org/x/crypto/salsa20/salsa"
 )
 
 // CurveZMQ (ZeroMQ RFC 26) as a server: the handshake and the MESSAGE
@@ -213,23 +215,43 @@ func (s *curveServer) ready(metadata []byte) ([]byte, error) {
 	return box.SealAfterPrecomputation(out, metadata, nonce("CurveZMQREADY---", short[:]), &s.shared), nil
 }
 
-// sealFrame returns the whole wire frame, header included, of a MESSAGE
-// carrying plain: the inner flags byte, then the frame's body.
-func (s *curveServer) sealFrame(plain []byte) ([]byte, error) {
+// messageFrame starts the wire frame of a MESSAGE carrying a frame of
+// size bytes with flags: header, command name, room for the nonce and the
+// tag, the inner flags byte. The caller appends the frame's body, then
+// calls sealMessage. One buffer, sized once: the frame's bytes are copied
+// into it once and encrypted where they lie.
+func messageFrame(flags byte, size uint64) []byte {
+	wire := 16 + box.Overhead + 1 + size
+	out := make([]byte, 0, 9+wire)
+	out = AppendFrameHeader(out, 0, int(wire))
+	out = append(out, "\x07MESSAGE"...)
+	out = append(out, make([]byte, 8+box.Overhead)...)
+	var inner byte
+	if flags&FlagMore != 0 {
+		inner |= boxMore
+	}
+	if flags&FlagCommand != 0 {
+		inner |= boxCommand
+	}
+	return append(out, inner)
+}
+
+// sealMessage seals a frame messageFrame started and the caller filled:
+// our next nonce goes in, the rest is encrypted in place.
+func (s *curveServer) sealMessage(frame []byte) error {
 	short, err := s.next()
 	if err != nil {
-		return nil, err
+		return err
 	}
-	size := 16 + box.Overhead + len(plain)
-	out := make([]byte, 0, 9+size)
-	out = AppendFrameHeader(out, 0, size)
-	out = append(out, "\x07MESSAGE"...)
-	out = append(out, short[:]...)
-	return box.SealAfterPrecomputation(out, plain, nonce("CurveZMQMESSAGES", short[:]), &s.shared), nil
+	at := HeaderLen(frame[0]) + 8 // the nonce, then the tag and the box
+	copy(frame[at:], short[:])
+	sealInPlace(frame[at+8:], nonce("CurveZMQMESSAGES", short[:]), &s.shared)
+	return nil
 }
 
 // open returns the ZMTP flags and body of the frame a MESSAGE body
-// carries. Reserved inner flag bits are ignored, as libzmq ignores them.
+// carries, decrypted in place (payload aliases body). Reserved inner flag
+// bits are ignored, as libzmq ignores them.
 func (s *curveServer) open(body []byte) (flags byte, payload []byte, err error) {
 	if len(body) < messageMin || !bytes.HasPrefix(body, []byte("\x07MESSAGE")) {
 		return 0, nil, protoErr("CURVE: not a MESSAGE")
@@ -237,7 +259,7 @@ func (s *curveServer) open(body []byte) (flags byte, payload []byte, err error) 
 	if err := s.shortNonce(body[8:16]); err != nil {
 		return 0, nil, err
 	}
-	plain, ok := box.OpenAfterPrecomputation(nil, body[16:], nonce("CurveZMQMESSAGEC", body[8:16]), &s.shared)
+	plain, ok := openInPlace(body[16:], nonce("CurveZMQMESSAGEC", body[8:16]), &s.shared)
 	if !ok || len(plain) < 1 {
 		return 0, nil, protoErr("CURVE MESSAGE does not open")
 	}
@@ -256,4 +278,67 @@ func allZero(b []byte) bool {
 		v |= c
 	}
 	return v == 0
+}
+
+// sealInPlace is NaCl's secretbox (XSalsa20-Poly1305, what
+// box.SealAfterPrecomputation computes) over b[16:], written where it lies,
+// with the tag into b[:16]: a large iopub output is not copied again to be
+// encrypted. TestSealInPlace holds it to box.SealAfterPrecomputation.
+func sealInPlace(b []byte, nonce *[24]byte, key *[32]byte) {
+	x := newXSalsa20(nonce, key)
+	x.xor(b[16:])
+	var tag [16]byte
+	poly1305.Sum(&tag, b[16:], &x.polyKey)
+	copy(b[:16], tag[:])
+}
+
+// openInPlace checks the tag b[:16] over b[16:] and decrypts b[16:] where
+// it lies; it returns the plaintext (b[16:]) and whether the tag matched
+// (nothing is decrypted when it does not).
+func openInPlace(b []byte, nonce *[24]byte, key *[32]byte) ([]byte, bool) {
+	if len(b) < 16 {
+		return nil, false
+	}
+	x := newXSalsa20(nonce, key)
+	var tag [16]byte
+	copy(tag[:], b[:16])
+	if !poly1305.Verify(&tag, b[16:], &x.polyKey) {
+		return nil, false
+	}
+	x.xor(b[16:])
+	return b[16:], true
+}
+
+// xsalsa20 is one message's XSalsa20 state as secretbox uses it: the
+// subkey and counter derived from the nonce (HSalsa20), and the first
+// keystream block, whose first 32 bytes are the Poly1305 key and whose
+// other 32 encrypt the message's first 32 bytes.
+type xsalsa20 struct {
+	subKey  [32]byte
+	counter [16]byte
+	block   [64]byte
+	polyKey [32]byte
+}
+
+func newXSalsa20(nonce *[24]byte, key *[32]byte) *xsalsa20 {
+	x := &xsalsa20{}
+	var hNonce [16]byte
+	copy(hNonce[:], nonce[:16])
+	salsa.HSalsa20(&x.subKey, &hNonce, key, &salsa.Sigma)
+	copy(x.counter[:], nonce[16:])
+	salsa.XORKeyStream(x.block[:], x.block[:], &x.counter, &x.subKey)
+	copy(x.polyKey[:], x.block[:32])
+	return x
+}
+
+// xor encrypts (or decrypts) m in place: its first 32 bytes with the rest
+// of the first block, the others from block 1 on.
+func (x *xsalsa20) xor(m []byte) {
+	for i := range min(32, len(m)) {
+		m[i] ^= x.block[32+i]
+	}
+	if len(m) > 32 {
+		x.counter[8] = 1
+		salsa.XORKeyStream(m[32:], m[32:], &x.counter, &x.subKey)
+	}
 }

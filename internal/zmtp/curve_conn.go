@@ -15,7 +15,7 @@ import "bufio"
 type sealer struct {
 	cs    *curveServer
 	hdr   []byte // header bytes of the frame in progress
-	plain []byte // the inner flags byte, then the body so far; nil in a header
+	frame []byte // its MESSAGE frame so far (messageFrame); nil in a header
 	left  uint64 // body bytes still to come
 }
 
@@ -23,7 +23,7 @@ type sealer struct {
 // frame, a buffer of its own.
 func (s *sealer) feed(p []byte, emit func([]byte)) error {
 	for len(p) > 0 {
-		if s.plain == nil {
+		if s.frame == nil {
 			need := 1
 			if len(s.hdr) > 0 {
 				need = HeaderLen(s.hdr[0])
@@ -38,28 +38,19 @@ func (s *sealer) feed(p []byte, emit func([]byte)) error {
 			if err != nil { // our own writers only: a bug, not a peer
 				return err
 			}
-			var inner byte
-			if h.More() {
-				inner |= boxMore
-			}
-			if h.Command() {
-				inner |= boxCommand
-			}
 			s.hdr, s.left = s.hdr[:0], h.Size
-			s.plain = make([]byte, 1, 1+min(h.Size, 1<<20))
-			s.plain[0] = inner
+			s.frame = messageFrame(h.Flags, h.Size)
 		} else {
 			n := min(uint64(len(p)), s.left)
-			s.plain = append(s.plain, p[:n]...)
+			s.frame = append(s.frame, p[:n]...)
 			p, s.left = p[n:], s.left-n
 		}
-		if s.plain != nil && s.left == 0 {
-			frame, err := s.cs.sealFrame(s.plain)
-			if err != nil {
+		if s.frame != nil && s.left == 0 {
+			if err := s.cs.sealMessage(s.frame); err != nil {
 				return err
 			}
-			s.plain = nil
-			emit(frame)
+			emit(s.frame)
+			s.frame = nil
 		}
 	}
 	return nil

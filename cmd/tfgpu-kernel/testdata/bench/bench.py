@@ -12,6 +12,8 @@ Environment in:
   BENCH_WRAPPED_KERNEL  kernelspec of the supervisor (default "tfgpu")
   BENCH_DIRECT_KERNEL   kernelspec of the plain ipykernel (default "direct")
   BENCH_LOG_DIR         where the kernels' stdout/stderr go (default: a temp dir)
+  BENCH_ENCRYPTION      "required": both kernels with jupyter_client's
+                        transport_encryption (CurveZMQ; the current stack)
   BENCH_RESTART_MODES   e.g. "v2,v1,none": only restart to ready, of kernelspecs
                         <wrapped>-<mode> (the supervisor with --cgroup <mode>)
                         against the direct kernel
@@ -42,6 +44,7 @@ WRAPPED_SPEC = os.environ.get("BENCH_WRAPPED_KERNEL", "tfgpu")
 DIRECT_SPEC = os.environ.get("BENCH_DIRECT_KERNEL", "direct")
 LOG_DIR = os.environ.get("BENCH_LOG_DIR") or tempfile.mkdtemp(prefix="tfgpu-bench-")
 JSON_OUT = os.environ.get("TFGPU_BENCH_JSON", "")
+ENCRYPTION = os.environ.get("BENCH_ENCRYPTION", "")  # jupyter_client >= 8.9's transport_encryption
 
 MB = 1 << 20
 if QUICK:
@@ -122,7 +125,8 @@ class Kernel:
         self.pids = set()  # every process seen in this kernel's tree, all generations
         self.iopub_bytes = 0  # every iopub frame byte our SUB received
         self.logf = open(os.path.join(LOG_DIR, label + ".log"), "ab")
-        self.km = KernelManager(kernel_name=spec)
+        kw = {"transport_encryption": ENCRYPTION} if ENCRYPTION else {}
+        self.km = KernelManager(kernel_name=spec, **kw)
         self.session = self.km.session
         self.shell = self.iopub = None
 
@@ -136,6 +140,8 @@ class Kernel:
 
     def start(self):
         self.km.start_kernel(stdout=self.logf, stderr=self.logf)
+        if ENCRYPTION and not self.km.curve_publickey:
+            raise RuntimeError("%s: transport_encryption=%s but no CURVE keys" % (self.label, ENCRYPTION))
         self.wait_for_ready()
         self.track()
         self.shell = self.km.connect_shell()
@@ -144,6 +150,10 @@ class Kernel:
         # machine does not make the kernel's PUB drop messages: every figure
         # is for all the output, and any loss that remains is reported.
         self.iopub = self.km.context.socket(zmq.SUB)
+        if ENCRYPTION:  # as jupyter_client's own sockets do (connect.py)
+            self.iopub.curve_secretkey = self.km.curve_secretkey
+            self.iopub.curve_publickey = self.km.curve_publickey
+            self.iopub.curve_serverkey = self.km.curve_publickey
         self.iopub.setsockopt(zmq.RCVHWM, 0)
         self.iopub.setsockopt(zmq.SUBSCRIBE, b"")
         self.iopub.connect(self.km._make_url("iopub"))
