@@ -84,6 +84,12 @@ func (o *opener) Read(p []byte) (int, error) {
 	}
 	n := copy(p, o.payload)
 	o.payload = o.payload[n:]
+	if len(o.payload) == 0 {
+		// Let the opened frame go: an emptied slice still holds its
+		// array, a whole staged MESSAGE (up to MaxMessage), uncounted
+		// in the receive budget, until the client's next frame.
+		o.payload = nil
+	}
 	return n, nil
 }
 

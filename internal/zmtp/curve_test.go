@@ -11,6 +11,7 @@ import (
 	"io"
 	mrand "math/rand/v2"
 	"net"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -386,6 +387,24 @@ func (p *curvePeer) recvMessageWithin(d time.Duration) ([][]byte, error) {
 	return p.recvMessage(false)
 }
 
+// brief is a message for a test's failure line: sizes, and the start of
+// each frame.
+func brief(frames [][]byte) string {
+	var b strings.Builder
+	b.WriteString("[")
+	for i, f := range frames {
+		if i > 0 {
+			b.WriteString(" ")
+		}
+		if len(f) > 40 {
+			fmt.Fprintf(&b, "%q…(%d bytes)", f[:40], len(f))
+		} else {
+			fmt.Fprintf(&b, "%q", f)
+		}
+	}
+	return b.String() + "]"
+}
+
 func newCurveKeys(tb testing.TB) *CurveKeys {
 	tb.Helper()
 	pub, sec, err := box.GenerateKey(rand.Reader)
@@ -470,14 +489,14 @@ func roundTripCurve(t testing.TB, b *bound, p *curvePeer, id string, strict bool
 		t.Fatalf("router got nothing from %s: %v", id, err)
 	}
 	if len(m.Frames) != 3 || string(m.Frames[0]) != id || string(m.Frames[1]) != "hello" || string(m.Frames[2]) != token {
-		t.Fatalf("router got %q, want [%q hello %q]", m.Frames, id, token)
+		t.Fatalf("router got %s, want [%q hello %q]", brief(m.Frames), id, token)
 	}
 	if err := b.sock.SendMulti(zmq4.NewMsgFrom([]byte(id), []byte("reply"), []byte(token))); err != nil {
 		t.Fatal(err)
 	}
 	r, err := p.recvMessageWithin(5 * time.Second)
 	if err != nil || len(r) != 2 || string(r[0]) != "reply" || string(r[1]) != token {
-		t.Fatalf("%s got %q %v", id, r, err)
+		t.Fatalf("%s got %s %v", id, brief(r), err)
 	}
 }
 
@@ -641,7 +660,7 @@ func TestCurveDoorRelays(t *testing.T) {
 	}
 	m, err := recvWithinTB(b.sock, 5*time.Second)
 	if err != nil || len(m.Frames) != 3 || string(m.Frames[0]) != "curve-1" || string(m.Frames[1]) != "first" || string(m.Frames[2]) != "second" {
-		t.Fatalf("router got %q %v", m.Frames, err)
+		t.Fatalf("router got %s %v", brief(m.Frames), err)
 	}
 	if err := b.sock.SendMulti(zmq4.NewMsgFrom([]byte("curve-1"), []byte("r1"), nil, []byte("r3"))); err != nil {
 		t.Fatal(err)
@@ -677,28 +696,55 @@ func TestCurveDoorRelays(t *testing.T) {
 		t.Fatalf("client got %d frames, %v", len(r), err)
 	}
 
-	// Many messages of mixed sizes, both ways, in order; every frame the
-	// client gets is a MESSAGE whose nonce grew (recv checks).
-	var sent [][]byte
-	for i := range 200 {
-		f := make([]byte, (i*7919)%(150<<10))
-		rand.Read(f)
-		sent = append(sent, f)
-		if err := p.sendMsg([]byte(fmt.Sprint(i)), f); err != nil {
-			t.Fatal(err)
+	// Many messages of mixed sizes, both ways at once, in order; every
+	// frame the client gets is a MESSAGE whose nonce grew (recv checks).
+	// The door's side writes while the client is busy sending, so the
+	// sealed frames queue up behind each other.
+	const n = 200
+	sent := make([][]byte, n)
+	for i := range sent {
+		sent[i] = make([]byte, (i*7919)%(150<<10))
+		rand.Read(sent[i])
+	}
+	routerDone := make(chan error, 1)
+	go func() {
+		for i := range n {
+			if err := b.sock.SendMulti(zmq4.NewMsgFrom([]byte("curve-1"), []byte(fmt.Sprint(i)), sent[i])); err != nil {
+				routerDone <- err
+				return
+			}
+			m, err := b.sock.Recv()
+			if err != nil || len(m.Frames) != 3 || string(m.Frames[1]) != fmt.Sprint(i) || !bytes.Equal(m.Frames[2], sent[i]) {
+				routerDone <- fmt.Errorf("router message %d: %d frames, %v", i, len(m.Frames), err)
+				return
+			}
 		}
-		if err := b.sock.SendMulti(zmq4.NewMsgFrom([]byte("curve-1"), []byte(fmt.Sprint(i)), f)); err != nil {
+		routerDone <- nil
+	}()
+	clientDone := make(chan error, 1)
+	go func() {
+		for i := range n {
+			r, err := p.recvMessageWithin(10 * time.Second)
+			if err != nil || len(r) != 2 || string(r[0]) != fmt.Sprint(i) || !bytes.Equal(r[1], sent[i]) {
+				clientDone <- fmt.Errorf("client message %d: %d frames, %v", i, len(r), err)
+				return
+			}
+		}
+		clientDone <- nil
+	}()
+	for i := range n {
+		if err := p.sendMsg([]byte(fmt.Sprint(i)), sent[i]); err != nil {
 			t.Fatal(err)
 		}
 	}
-	for i := range 200 {
-		m, err := recvWithinTB(b.sock, 5*time.Second)
-		if err != nil || len(m.Frames) != 3 || string(m.Frames[1]) != fmt.Sprint(i) || !bytes.Equal(m.Frames[2], sent[i]) {
-			t.Fatalf("router message %d: %d frames, %v", i, len(m.Frames), err)
-		}
-		r, err := p.recvMessageWithin(5 * time.Second)
-		if err != nil || len(r) != 2 || string(r[0]) != fmt.Sprint(i) || !bytes.Equal(r[1], sent[i]) {
-			t.Fatalf("client message %d: %d frames, %v", i, len(r), err)
+	for _, ch := range []chan error{routerDone, clientDone} {
+		select {
+		case err := <-ch:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("the exchange did not finish")
 		}
 	}
 	p.c.Close()
@@ -859,10 +905,6 @@ func TestCurveDoorRefusesBadHandshakes(t *testing.T) {
 			p.handshake("PUB", nil)
 			return errors.New("refused after READY")
 		}},
-		{"INITIATE claiming the bystander's identity", func(p *curvePeer) error {
-			p.handshake("DEALER", []byte("bystander"))
-			return errors.New("refused after READY")
-		}},
 		{"identity of 256 bytes", func(p *curvePeer) error {
 			return p.handshake("DEALER", bytes.Repeat([]byte("i"), 256))
 		}},
@@ -1000,7 +1042,7 @@ func TestCurveDoorClosesTamperedMessages(t *testing.T) {
 			if first != "" {
 				m, err := recvWithinTB(b.sock, 5*time.Second)
 				if err != nil || len(m.Frames) != 2 || string(m.Frames[1]) != first {
-					t.Fatalf("router got %q %v, want [tamper %s]", m.Frames, err, first)
+					t.Fatalf("router got %s %v, want [tamper %s]", brief(m.Frames), err, first)
 				}
 			}
 			if !p.closedWithin(3 * time.Second) {
@@ -1060,7 +1102,7 @@ func TestCurveDoorPingPong(t *testing.T) {
 	select {
 	case m := <-got:
 		if len(m) != 1 || string(m[0]) != "for the owner" {
-			t.Fatalf("owner got %q", m)
+			t.Fatalf("owner got %s", brief(m))
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("the owner lost its reply")
@@ -1096,40 +1138,81 @@ func TestCurvePubDoor(t *testing.T) {
 	for _, want := range []string{"kernel.a.status", "kernel.a.stream"} {
 		m, err := p.recvMessageWithin(5 * time.Second)
 		if err != nil || len(m) != 2 || string(m[0]) != want || string(m[1]) != "body of "+want {
-			t.Fatalf("subscriber got %q %v, want %s", m, err, want)
+			t.Fatalf("subscriber got %s %v, want %s", brief(m), err, want)
 		}
 	}
 	if m, err := p.recvMessageWithin(300 * time.Millisecond); err == nil {
-		t.Fatalf("subscriber got %q off its topics", m)
+		t.Fatalf("subscriber got %s off its topics", brief(m))
 	}
 	for _, want := range topics {
 		m, err := q.recvMessageWithin(5 * time.Second)
 		if err != nil || len(m) != 2 || string(m[0]) != want {
-			t.Fatalf(`"" subscriber got %q %v, want %s`, m, err, want)
+			t.Fatalf(`"" subscriber got %s %v, want %s`, brief(m), err, want)
 		}
 	}
 	// A large message reaches a subscriber whole.
 	big := make([]byte, 1<<20)
 	rand.Read(big)
 	b.sock.SendMulti(zmq4.NewMsgFrom([]byte("kernel.a.big"), big))
-	if m, err := p.recvMessageWithin(10 * time.Second); err != nil || len(m) != 2 || !bytes.Equal(m[1], big) {
-		t.Fatalf("large message: %d frames %v", len(m), err)
+	for _, sub := range []*curvePeer{p, q} {
+		if m, err := sub.recvMessageWithin(10 * time.Second); err != nil || len(m) != 2 || !bytes.Equal(m[1], big) {
+			t.Fatalf("large message: %s %v", brief(m), err)
+		}
 	}
 	// Cancelling stops the flow.
 	p.sendMsg([]byte("\x00kernel.a"))
 	waitFor(t, "the cancel", func() bool { return len(b.door.Topics()) == 1 })
 	b.sock.SendMulti(zmq4.NewMsgFrom([]byte("kernel.a.late"), []byte("x")))
-	if m, err := q.recvMessageWithin(5 * time.Second); err != nil || string(m[0]) != "kernel.a.late" {
-		t.Fatalf(`"" subscriber got %q %v`, m, err)
+	if m, err := q.recvMessageWithin(5 * time.Second); err != nil || len(m) == 0 || string(m[0]) != "kernel.a.late" {
+		t.Fatalf(`"" subscriber got %s %v`, brief(m), err)
 	}
 	if m, err := p.recvMessageWithin(300 * time.Millisecond); err == nil {
-		t.Fatalf("a cancelled subscriber got %q", m)
+		t.Fatalf("a cancelled subscriber got %s", brief(m))
 	}
 	// A DEALER is no subscriber.
 	d := dialCurve(t, b.addr, keys.Public)
 	d.handshake("DEALER", nil)
 	if !d.closedWithin(3 * time.Second) {
 		t.Fatal("the PUB door kept a DEALER")
+	}
+}
+
+// The opener lets an opened frame go once the reader zmq4 reads through
+// has taken it: a client that sent one large message and then nothing
+// must not keep the supervisor holding it (it once held it, uncounted in
+// the receive budget, until that client's next frame).
+func TestCurveOpenerLetsLargeFramesGo(t *testing.T) {
+	const size = 32 << 20
+	heap := func() int64 {
+		runtime.GC()
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return int64(m.HeapInuse)
+	}
+	cs, cc := curvePair(t, "ROUTER")
+	before := heap()
+	pr, pw := io.Pipe() // keeps nothing of what went through
+	go func(m []byte) {
+		pw.Write(m)
+		pw.Close()
+	}(cc.sealMessage(make([]byte, size)))
+	sh := NewShared(Limits{}, nil)
+	o := &opener{rd: bufio.NewReaderSize(pr, readBuffer), cs: cs, lim: &sh.lim, sh: sh}
+	in := &inbound{rd: bufio.NewReaderSize(o, readBuffer), lim: &sh.lim, budget: sh}
+	n, err := io.Copy(io.Discard, in) // zmq4 takes the frame; the client then sends nothing
+	if n != size+9 || !errors.Is(err, io.EOF) {
+		t.Fatalf("read %d bytes, %v; want the frame (%d bytes) and EOF", n, err, size+9)
+	}
+	held := heap() - before
+	runtime.KeepAlive(o)
+	runtime.KeepAlive(in)
+	t.Logf("heap held after the frame was read: %d MiB", held>>20)
+	if held > size/4 {
+		t.Fatalf("%d MiB still held after a %d MiB frame was read", held>>20, size>>20)
+	}
+	if r := sh.receiving.Load(); r != 0 {
+		t.Fatalf("%d bytes left in the receive budget", r)
 	}
 }
 
