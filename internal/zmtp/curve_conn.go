@@ -96,15 +96,7 @@ func (o *opener) Read(p []byte) (int, error) {
 // next reads and opens one MESSAGE frame. The outer frame's flags are
 // ignored (libzmq sends MESSAGE frames with none): the inner ones count.
 func (o *opener) next() error {
-	first, err := o.rd.Peek(1)
-	if err != nil {
-		return err
-	}
-	hb, err := o.rd.Peek(HeaderLen(first[0]))
-	if err != nil {
-		return unexpected(err)
-	}
-	h, err := ParseFrameHeader(hb)
+	h, _, err := peekHeader(o.rd)
 	if err != nil {
 		return err
 	}

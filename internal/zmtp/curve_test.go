@@ -500,10 +500,6 @@ func roundTripCurve(t testing.TB, b *bound, p *curvePeer, id string, strict bool
 	}
 }
 
-func recvWithinTB(s zmq4.Socket, d time.Duration) (zmq4.Msg, error) {
-	return recvMatching(s, d, func(zmq4.Msg) bool { return true })
-}
-
 // newCurveRouter is a CURVE ROUTER door with one established client
 // (routing identity "bystander") that the tests check keeps working.
 func newCurveRouter(t *testing.T, lim Limits) (*bound, *CurveKeys, *curvePeer) {
@@ -658,7 +654,7 @@ func TestCurveDoorRelays(t *testing.T) {
 	if err := p.sendMsg([]byte("first"), []byte("second")); err != nil {
 		t.Fatal(err)
 	}
-	m, err := recvWithinTB(b.sock, 5*time.Second)
+	m, err := recvWithin(t, b.sock, 5*time.Second)
 	if err != nil || len(m.Frames) != 3 || string(m.Frames[0]) != "curve-1" || string(m.Frames[1]) != "first" || string(m.Frames[2]) != "second" {
 		t.Fatalf("router got %s %v", brief(m.Frames), err)
 	}
@@ -682,7 +678,7 @@ func TestCurveDoorRelays(t *testing.T) {
 	if err := p.sendMsg([]byte("big"), big, []byte("tail")); err != nil {
 		t.Fatal(err)
 	}
-	m, err = recvWithinTB(b.sock, 10*time.Second)
+	m, err = recvWithin(t, b.sock, 10*time.Second)
 	if err != nil || len(m.Frames) != 4 || string(m.Frames[1]) != "big" || !bytes.Equal(m.Frames[2], big) || string(m.Frames[3]) != "tail" {
 		t.Fatalf("router got %d frames, %v", len(m.Frames), err)
 	}
@@ -921,13 +917,27 @@ func TestCurveDoorRefusesBadHandshakes(t *testing.T) {
 			if err := tc.run(p); err == nil {
 				t.Fatal("the handshake completed")
 			}
-			if !p.closedWithin(3 * time.Second) {
-				t.Fatal("the door kept the connection")
-			}
-			waitConns(t, b, 1)
-			curveRoundTrip(t, b, by, "bystander")
+			closedAlone(t, b, p, by)
 		})
 	}
+	goodClientServed(t, b, keys)
+}
+
+// closedAlone checks that the door closed p, and only p: the bystander
+// still gets through, and the ROUTER's next message is the bystander's, so
+// nothing of what p sent reached it.
+func closedAlone(t *testing.T, b *bound, p, bystander *curvePeer) {
+	t.Helper()
+	if !p.closedWithin(3 * time.Second) {
+		t.Fatal("the door kept the connection")
+	}
+	waitConns(t, b, 1)
+	curveRoundTrip(t, b, bystander, "bystander")
+}
+
+// goodClientServed checks that a new, well-behaved client is served.
+func goodClientServed(t *testing.T, b *bound, keys *CurveKeys) {
+	t.Helper()
 	good := dialCurve(t, b.addr, keys.Public)
 	good.mustHandshake(t, "DEALER", []byte("good"))
 	curveRoundTrip(t, b, good, "good")
@@ -1040,23 +1050,15 @@ func TestCurveDoorClosesTamperedMessages(t *testing.T) {
 			first, out := tc.bytes(p)
 			p.send(out)
 			if first != "" {
-				m, err := recvWithinTB(b.sock, 5*time.Second)
+				m, err := recvWithin(t, b.sock, 5*time.Second)
 				if err != nil || len(m.Frames) != 2 || string(m.Frames[1]) != first {
 					t.Fatalf("router got %s %v, want [tamper %s]", brief(m.Frames), err, first)
 				}
 			}
-			if !p.closedWithin(3 * time.Second) {
-				t.Fatal("the door kept the connection")
-			}
-			waitConns(t, b, 1)
-			// Strict: the ROUTER's next message is the bystander's, so
-			// nothing of the tampered one reached it.
-			curveRoundTrip(t, b, by, "bystander")
+			closedAlone(t, b, p, by)
 		})
 	}
-	good := dialCurve(t, b.addr, keys.Public)
-	good.mustHandshake(t, "DEALER", []byte("good"))
-	curveRoundTrip(t, b, good, "good")
+	goodClientServed(t, b, keys)
 }
 
 // PINGs and PONGs are sealed both ways, with the COMMAND flag inside: the

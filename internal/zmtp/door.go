@@ -427,15 +427,7 @@ func (d *Door) shakeCurve(nc net.Conn, rd *bufio.Reader) (Ready, *curveServer, e
 // readCommandFrame reads one command frame of at most max bytes and
 // returns its body.
 func readCommandFrame(rd *bufio.Reader, max int) ([]byte, error) {
-	first, err := rd.Peek(1)
-	if err != nil {
-		return nil, err
-	}
-	hb, err := rd.Peek(HeaderLen(first[0]))
-	if err != nil {
-		return nil, unexpected(err)
-	}
-	h, err := ParseFrameHeader(hb)
+	h, _, err := peekHeader(rd)
 	if err != nil {
 		return nil, err
 	}

@@ -176,24 +176,7 @@ func zmqClient(t *testing.T, typ zmq4.SocketType, addr string, opts ...zmq4.Opti
 
 func recvWithin(t *testing.T, s zmq4.Socket, d time.Duration) (zmq4.Msg, error) {
 	t.Helper()
-	ch := make(chan zmq4.Msg, 1)
-	errc := make(chan error, 1)
-	go func() {
-		m, err := s.Recv()
-		if err != nil {
-			errc <- err
-			return
-		}
-		ch <- m
-	}()
-	select {
-	case m := <-ch:
-		return m, nil
-	case err := <-errc:
-		return zmq4.Msg{}, err
-	case <-time.After(d):
-		return zmq4.Msg{}, errors.New("timeout")
-	}
+	return recvMatching(s, d, func(zmq4.Msg) bool { return true })
 }
 
 // roundTrip checks a zmq4 DEALER can talk through the ROUTER door.

@@ -132,15 +132,7 @@ func (in *inbound) hold(n int64) error {
 // handled whole; a message frame is checked and either set up for zmq4 or,
 // on iopub, consumed.
 func (in *inbound) next() error {
-	first, err := in.rd.Peek(1)
-	if err != nil {
-		return err
-	}
-	hb, err := in.rd.Peek(HeaderLen(first[0]))
-	if err != nil {
-		return unexpected(err)
-	}
-	h, err := ParseFrameHeader(hb)
+	h, hb, err := peekHeader(in.rd)
 	if err != nil {
 		return err
 	}
@@ -272,6 +264,20 @@ func (in *inbound) subscribe(topic []byte, on bool) error {
 		return nil
 	}
 	return in.hooks.subscribe(topic, on)
+}
+
+// peekHeader parses the frame header at the front of rd, leaving it there
+// (h.Len bytes, also returned as hb, valid until rd is read again).
+func peekHeader(rd *bufio.Reader) (h FrameHeader, hb []byte, err error) {
+	first, err := rd.Peek(1)
+	if err != nil {
+		return h, nil, err
+	}
+	if hb, err = rd.Peek(HeaderLen(first[0])); err != nil {
+		return h, nil, unexpected(err)
+	}
+	h, err = ParseFrameHeader(hb)
+	return h, hb, err
 }
 
 // unexpected turns an EOF in the middle of a frame into ErrUnexpectedEOF.
