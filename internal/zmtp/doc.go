@@ -33,6 +33,12 @@
 //     A second connection claiming it is refused when the holder answers a
 //     PING within [Limits].ProbeTimeout, and takes over when it does not.
 //     Empty identities and those starting with a zero byte get a random one.
+//   - CurveZMQ (RFC 26), when [Shared.UseCurve] has the server's key pair
+//     (curve.go, curve_conn.go): the handshake on the handshake goroutine,
+//     then every frame sealed on its way out (a sealer fed what the conn
+//     queues, encrypting each frame in the one buffer it is queued in) and
+//     opened on its way in (an opener under inbound, so the opened frames
+//     get the same checks). zmq4 sees plain ZMTP either way.
 //
 // A peer that breaks a rule loses its connection and nothing else: its
 // goroutines end, its descriptor closes, its queue, subscriptions, identity
@@ -40,9 +46,10 @@
 // once per 10 s, with the peer's address and never a byte of its messages
 // beyond a printable command name.
 //
-// Assumptions: peers speak ZMTP 3.x with the NULL mechanism (libzmq ≥ 4,
-// pyzmq, zmq4); the door announces ZMTP 3.0, as zmq4 does, so libzmq sends
-// subscriptions as messages, but 3.1 commands are understood too. Callers
+// Assumptions: peers speak ZMTP 3.x with the NULL mechanism, or CURVE when
+// the doors do (libzmq ≥ 4, pyzmq, zmq4); the door announces ZMTP 3.0, as
+// zmq4 does, so libzmq sends subscriptions as messages, but 3.1 commands
+// are understood too. Callers
 // never modify a frame after sending it (see conn). Dialed connections (to
 // the kernel) are trusted: their reads are not checked.
 //
