@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"testing"
@@ -318,6 +319,48 @@ func FuzzCurveMessages(f *testing.F) {
 	pub := bindCurveDoor(f, "PUB", lim, fuzzCurveKeys)
 	rb := dialCurve(f, router.addr, fuzzCurveKeys.Public)
 	rb.mustHandshake(f, "DEALER", []byte("bystander"))
+	// The ROUTER is read all along, as the relay reads it: messages the
+	// fuzzed clients get through are dropped, the bystander's kept for its
+	// round trip. (Unread, zmq4's queue fills and holds the door's reader
+	// up, so a rule broken further on is never seen: a harness artifact.)
+	byMsgs := make(chan zmq4.Msg, 16)
+	go func() { // ends when the socket closes
+		for {
+			m, err := router.sock.Recv()
+			if err != nil {
+				return
+			}
+			if len(m.Frames) > 0 && string(m.Frames[0]) == "bystander" {
+				select {
+				case byMsgs <- m:
+				default:
+				}
+			}
+		}
+	}()
+	bystanderRoundTrip := func(t *testing.T) {
+		token := fmt.Sprintf("ping at %d", time.Now().UnixNano())
+		if err := rb.sendMsg([]byte("hello"), []byte(token)); err != nil {
+			t.Fatal(err)
+		}
+		for timeout := time.After(5 * time.Second); ; {
+			select {
+			case m := <-byMsgs:
+				if len(m.Frames) != 3 || string(m.Frames[2]) != token {
+					continue
+				}
+			case <-timeout:
+				t.Fatal("the ROUTER got nothing from the bystander")
+			}
+			break
+		}
+		if err := router.sock.SendMulti(zmq4.NewMsgFrom([]byte("bystander"), []byte("reply"), []byte(token))); err != nil {
+			t.Fatal(err)
+		}
+		if r, err := rb.recvMessageWithin(5 * time.Second); err != nil || len(r) != 2 || string(r[1]) != token {
+			t.Fatalf("the bystander got %s %v", brief(r), err)
+		}
+	}
 	pb := dialCurve(f, pub.addr, fuzzCurveKeys.Public)
 	pb.mustHandshake(f, "SUB", nil)
 	if err := pb.sendMsg([]byte("\x01bystander.")); err != nil {
@@ -414,7 +457,7 @@ func FuzzCurveMessages(f *testing.F) {
 
 		// The door's other client is unaffected.
 		if typ == "ROUTER" {
-			curveRoundTripAmid(t, b, by, "bystander")
+			bystanderRoundTrip(t)
 		} else {
 			published++
 			topic := []byte("bystander." + string(rune('a'+published%26)))

@@ -469,13 +469,6 @@ func curveRoundTrip(t testing.TB, b *bound, p *curvePeer, id string) {
 	roundTripCurve(t, b, p, id, true)
 }
 
-// curveRoundTripAmid is curveRoundTrip where other clients' messages may
-// reach the ROUTER first (they are skipped).
-func curveRoundTripAmid(t testing.TB, b *bound, p *curvePeer, id string) {
-	t.Helper()
-	roundTripCurve(t, b, p, id, false)
-}
-
 func roundTripCurve(t testing.TB, b *bound, p *curvePeer, id string, strict bool) {
 	t.Helper()
 	token := fmt.Sprintf("ping from %s at %d", id, time.Now().UnixNano())
