@@ -199,6 +199,7 @@ func BenchmarkKernel(b *testing.B) {
 	units := map[string]string{
 		"pass": "pass-ratio", "stream": "stream-ratio", "display": "display-ratio", "restart": "restart-ratio",
 		"rss_idle": "rss-idle-MB", "rss_after": "rss-after-MB", "rss_peak": "rss-peak-MB", "cpu_idle": "idle-cpu-ms",
+		"cpu_stream": "relay-cpu-ms/100MB", "cpu_display": "relay-cpu-ms/10k-display", "wakeups_idle": "idle-wakeups",
 	}
 	for _, f := range res.Figures {
 		if u, ok := units[f.Key]; ok && f.Ratio != nil {
@@ -268,7 +269,8 @@ func TestBenchSmoke(t *testing.T) {
 	if len(res.Errors) > 0 || !res.Quick {
 		t.Fatalf("bench.py reported errors %q (quick=%v)\n%s", res.Errors, res.Quick, out)
 	}
-	want := []string{"pass", "stream", "display", "restart", "rss_idle", "rss_after", "rss_peak", "cpu_idle"}
+	want := []string{"pass", "stream", "display", "restart", "rss_idle", "rss_after", "rss_peak",
+		"cpu_idle", "cpu_stream", "cpu_display", "wakeups_idle"}
 	got := map[string]benchFigure{}
 	for _, f := range res.Figures {
 		got[f.Key] = f
@@ -283,7 +285,7 @@ func TestBenchSmoke(t *testing.T) {
 		if !benchHasLine(out, f.Figure, 6) {
 			t.Errorf("no table line for %q in\n%s", f.Figure, out)
 		}
-		if strings.HasPrefix(k, "rss_") || k == "cpu_idle" {
+		if strings.HasPrefix(k, "rss_") || strings.HasPrefix(k, "cpu_") || k == "wakeups_idle" {
 			continue // supervisor-only figures have no direct value or ratio
 		}
 		if f.Direct == nil || f.Ratio == nil || *f.Wrapped <= 0 || *f.Direct <= 0 {

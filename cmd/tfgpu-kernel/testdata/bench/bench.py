@@ -53,9 +53,13 @@ if QUICK:
 else:
     # (tp_warm + tp_reps) x tp_mb > 1 GB relayed by the supervisor before "RSS after".
     CFG = dict(lat_warm=20, lat_n=300, tp_mb=200, tp_warm=1, tp_reps=7, disp_n=20000, disp_warm=1,
-               disp_reps=5, restart_reps=5, idle_s=5.0)
+               disp_reps=5, restart_reps=5, idle_s=10.0)
 
 TICK = os.sysconf("SC_CLK_TCK")
+# Relay CPU budgets (issue #13): half of what the supervisor spent on 2026-12-03
+# before the direct sends (docs/benchmarks.md#relay-cpu).
+CPU_STREAM_BUDGET = 1e9
+CPU_DISPLAY_BUDGET = 1e9
 CELL_TIMEOUT = 300.0
 T0 = time.monotonic()
 
@@ -84,6 +88,21 @@ def alive(pid):
 def cpu_seconds(pid):
     st = proc_stat(pid)
     return (int(st[11]) + int(st[12])) / TICK  # utime, stime (fields 14, 15)
+
+
+def wakeups(pid):
+    """Context switches of all of pid's threads so far: a process that sleeps
+    without timers gains none while idle."""
+    n = 0
+    for t in os.listdir("/proc/%d/task" % pid):
+        try:
+            with open("/proc/%d/task/%s/status" % (pid, t)) as f:
+                for line in f:
+                    if line.startswith(("voluntary_ctxt_switches:", "nonvoluntary_ctxt_switches:")):
+                        n += int(line.split()[1])
+        except OSError:
+            pass  # a thread that ended meanwhile
+    return n
 
 
 def status_kb(pid, key):
@@ -472,14 +491,14 @@ def main():
 
         # 6 + 5a: supervisor idle CPU and idle RSS, before any traffic but the start.
         time.sleep(1.0)
-        c0 = cpu_seconds(sup)
+        c0, w0 = cpu_seconds(sup), wakeups(sup)
         kpid = {k.label: k.ipykernel_pid() for k in kernels}
         kc0 = {k.label: cpu_seconds(kpid[k.label]) for k in kernels}  # ipykernel, for scale
         time.sleep(CFG["idle_s"])
-        cpu = cpu_seconds(sup) - c0
+        cpu, wake = cpu_seconds(sup) - c0, wakeups(sup) - w0
         kcpu = {k.label: cpu_seconds(kpid[k.label]) - kc0[k.label] for k in kernels}
         rss_idle = status_kb(sup, "VmRSS")
-        log("supervisor idle: %.3f s CPU in %.1f s, VmRSS %d kB" % (cpu, CFG["idle_s"], rss_idle))
+        log("supervisor idle: %.3f s CPU and %d wake-ups in %.1f s, VmRSS %d kB" % (cpu, wake, CFG["idle_s"], rss_idle))
 
         # 1: pass round trip
         log("pass round trip: %d warm-up + %d each" % (CFG["lat_warm"], CFG["lat_n"]))
@@ -492,9 +511,18 @@ def main():
         tp_code = ("import sys\n_s = 'q' * %d\nfor _ in range(%d):\n"
                    "    sys.stdout.write(_s)\n    sys.stdout.flush()\ndel _s\n" % (MB, n_mb))
         lost = {}
+        relay_cpu = {"stream": [], "display": []}  # the supervisor's CPU s per wrapped run
+
+        def sup_cpu(key, k, run):
+            """run(), and for the wrapped kernel note the supervisor's CPU seconds."""
+            c = cpu_seconds(sup) if k is W else None
+            out = run()
+            if c is not None:
+                relay_cpu[key].append(cpu_seconds(sup) - c)
+            return out
 
         def tp_run(k):
-            dt, chars, _ = k.run_cell(tp_code)
+            dt, chars, _ = sup_cpu("stream", k, lambda: k.run_cell(tp_code))
             if chars != n_mb * MB:
                 lost.setdefault(k.label, []).append(n_mb * MB - chars)
             log("  %s: %d MB stream in %.3f s (%.1f MB/s)%s" % (
@@ -516,7 +544,7 @@ def main():
         disp_lost = {}
 
         def disp_run(k):
-            dt, _, n = k.run_cell(disp_code)
+            dt, _, n = sup_cpu("display", k, lambda: k.run_cell(disp_code))
             if n != n_disp:
                 disp_lost.setdefault(k.label, []).append(n_disp - n)
             log("  %s: %d display_data in %.3f s%s" % (k.label, n, dt, "" if n == n_disp else " LOST %d" % (n_disp - n)))
@@ -541,7 +569,11 @@ def main():
         rst = interleaved(kernels, CFG["restart_reps"], Kernel.restart)
         rst = {k: [x * 1000 for x in v] for k, v in rst.items()}
 
+        # The warm-up runs are measured too: CPU per unit of work does not warm up.
+        cpu_stream = [c * 100 / n_mb * 1000 for c in relay_cpu["stream"]]
+        cpu_disp = [c * 10000 / n_disp * 1000 for c in relay_cpu["display"]]
         results["samples"] = {
+            "relay_cpu_stream_ms_per_100MB": cpu_stream, "relay_cpu_display_ms_per_10k": cpu_disp,
             "pass_ms": lat, "stream_s": tp, "stream_MBps": tp_mbs, "display_s": disp, "restart_ms": rst,
         }
 
@@ -562,9 +594,15 @@ def main():
                     relayed_MB=relayed_mb)
         emit_figure("rss_peak", "supervisor VmHWM (peak RSS) through all of that", hwm / 1024, None, None,
                     "<= 40 MB", hwm <= 40 * 1024, "MB")
+        emit_figure("cpu_stream", "supervisor CPU per 100 MB of stream, median", med(cpu_stream), None, None,
+                    "<= %.0f ms (half of 2026-12-03's)" % CPU_STREAM_BUDGET, med(cpu_stream) <= CPU_STREAM_BUDGET, "ms")
+        emit_figure("cpu_display", "supervisor CPU per 10 000 display_data, median", med(cpu_disp), None, None,
+                    "<= %.0f ms (half of 2026-12-03's)" % CPU_DISPLAY_BUDGET, med(cpu_disp) <= CPU_DISPLAY_BUDGET, "ms")
         emit_figure("cpu_idle", "supervisor CPU while idle %.0f s" % CFG["idle_s"], cpu * 1000, None, None,
                     "~0 (<= 10 ms)", cpu <= 0.010, "ms",
                     ipykernel_idle_cpu_ms={k: v * 1000 for k, v in kcpu.items()})
+        emit_figure("wakeups_idle", "supervisor wake-ups (context switches) while idle %.0f s" % CFG["idle_s"],
+                    wake, None, None, "0", wake == 0, "")
     except BaseException as e:  # noqa: BLE001 — always report and always reap
         fail("%s: %s" % (type(e).__name__, e))
         traceback.print_exc()
