@@ -1,8 +1,11 @@
 package wrapper
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"os"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -49,10 +52,23 @@ func (s *supervisor) enter(p phase) {
 	}
 }
 
-// afterReplyGrace is how long a kernel that has sent its shutdown_reply
-// may take to exit by itself: what it does then (ipykernel terminates its
-// children one by one, for seconds) is the tree kill's job.
+// afterReplyGrace is how long a kernel alone in its tree that has sent its
+// shutdown_reply may take to exit by itself (its exit handlers run). A
+// kernel with children is not waited for (leaderHasCompany).
 const afterReplyGrace = 100 * time.Millisecond
+
+// leaderHasCompany reports whether the kernel's process has other
+// processes in its tree, or children it has not reaped. After its
+// shutdown_reply, ipykernel then terminates them one by one, waiting 10 ms,
+// 30 ms, 100 ms, … up to 10 s between rounds while any child, a zombie
+// included, is left, before it publishes its last message and exits.
+func (s *supervisor) leaderHasCompany() bool {
+	if pids, err := s.tree.Pids(); err == nil && len(pids) > 1 {
+		return true
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", s.kpid, s.kpid))
+	return err == nil && len(bytes.TrimSpace(b)) > 0
+}
 
 // loop is the supervisor's one event loop; every case is a lifecycle
 // event, and every way out is the one stop path (stop.go) with its cause.
@@ -78,7 +94,19 @@ func (s *supervisor) loop(ctx context.Context, exited <-chan cgroup.ExitStatus) 
 				grace = time.After(s.cfg.ShutdownGrace)
 			case ev.Kind == relay.ShutdownReply && req != nil:
 				req.replied = true
+				if s.leaderHasCompany() {
+					// ipykernel now terminates its children one by one
+					// and waits for each, zombies it never reaps included
+					// (for seconds): that is the tree kill's job, done at once.
+					return s.stop(cause{reason: "shutdown", request: req})
+				}
 				grace = time.After(min(afterReplyGrace, time.Until(req.at.Add(s.cfg.ShutdownGrace))))
+			case ev.Kind == relay.ShutdownBroadcast && req != nil:
+				// The kernel's last word is out (its reply, sent before it
+				// on control, may still be in the relay: stop waits for
+				// it): what the kernel does after it, exiting the
+				// interpreter, is the tree kill's to end.
+				return s.stop(cause{reason: "shutdown", request: req})
 			}
 
 		case st := <-exited:

@@ -74,7 +74,9 @@ func (s *supervisor) stop(c cause) int {
 		drain = drainAfterDeath
 	}
 	s.enter(stopped)
-	s.outer.Drain(drain)
+	if !s.outer.Drain(drain) {
+		s.log.Debug("clients did not take the last messages in time", "waited", drain)
+	}
 	if c.died {
 		return c.exit.Code()
 	}
@@ -147,7 +149,7 @@ func (s *supervisor) answerShutdown(req *shutdownRequest) {
 	for !req.replied {
 		select {
 		case ev := <-s.events:
-			req.replied = ev.Kind == relay.ShutdownReply
+			req.replied = req.replied || ev.Kind == relay.ShutdownReply
 		case <-deadline:
 			s.relay.ReplyShutdown(req.Event)
 			return

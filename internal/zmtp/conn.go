@@ -50,6 +50,13 @@ type conn struct {
 	cond     *sync.Cond // progress, close: wakes holdUp and probes
 	fw       framer     // follows what zmq4 writes
 	swallow  int        // control messages of zmq4's own handshake still to swallow
+	// established: zmq4 has written its handshake (greeting and READY), so
+	// messages may follow (sendMsg); handshake counts those written so far
+	// on a dialed conn, whose link is told when it is established.
+	established bool
+	handshake   int
+	link        *Link
+	hdr         []byte // sendMsg's frame header scratch
 	queue    [][]byte   // accepted, not yet written
 	owned    bool       // the last segment of queue is a buffer of ours (appendable)
 	spare    []byte     // a buffer of ours, written out, for the next small pieces
@@ -123,13 +130,76 @@ func (c *conn) Read(p []byte) (int, error) {
 
 // Write takes p into the queue and returns at once; see conn.
 func (c *conn) Write(p []byte) (int, error) {
-	n := len(p)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
 		return 0, c.closedErr()
 	}
+	ended, err := c.take(p)
+	if err != nil {
+		return 0, err
+	}
+	c.kick(ended)
+	return len(p), nil
+}
+
+// sendMsg queues one whole message, the frames as they are (large ones by
+// reference), as zmq4 would write it, and tries to write it out at once:
+// the relay's direct path (docs/design.md#relay-and-transport), which
+// saves the hand-off to a writer goroutine of zmq4's. Until zmq4 has
+// written its own handshake on the conn (see established) the message is
+// not taken and errNotEstablished says so: the conn is not yet connected
+// as far as its socket is concerned.
+func (c *conn) sendMsg(frames [][]byte) error {
+	if len(frames) == 0 {
+		return errNoFrames
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return c.closedErr()
+	}
+	if !c.established {
+		return errNotEstablished
+	}
 	ended := false
+	for i, f := range frames {
+		var flags byte
+		if i < len(frames)-1 {
+			flags = FlagMore
+		}
+		c.hdr = AppendFrameHeader(c.hdr[:0], flags, len(f))
+		e1, err := c.take(c.hdr)
+		if err != nil {
+			return err
+		}
+		e2, err := c.take(f)
+		if err != nil {
+			return err
+		}
+		ended = ended || e1 || e2
+	}
+	c.kick(ended)
+	return nil
+}
+
+var (
+	errNoFrames       = errors.New("zmtp: a message without frames")
+	errNotEstablished = errors.New("zmtp: connection not established yet")
+)
+
+// kick tries one write when a message ended and no flusher runs. Called
+// with mu held.
+func (c *conn) kick(ended bool) {
+	if ended && !c.flushing && len(c.queue) > 0 {
+		c.writeNow()
+	}
+}
+
+// take follows p through the framer and queues what is to go out (see
+// conn), and reports whether a message ended in it. Called with mu held;
+// it may wait (holdUp) at a message's start.
+func (c *conn) take(p []byte) (ended bool, err error) {
 	for len(p) > 0 {
 		s := c.fw.step(p)
 		piece := p[:s.n]
@@ -137,15 +207,25 @@ func (c *conn) Write(p []byte) (int, error) {
 		if c.swallow > 0 { // zmq4's greeting and READY: ours went out in the handshake
 			if s.end {
 				c.swallow--
+				c.established = c.swallow == 0
 			}
 			continue
+		}
+		if s.control && s.end && !c.established {
+			// A dialed conn: zmq4's greeting, then its READY.
+			if c.handshake++; c.handshake == 2 {
+				c.established = true
+				if c.link != nil {
+					c.link.up(c)
+				}
+			}
 		}
 		if s.start && !s.control {
 			if c.door != nil && c.door.hold {
 				c.holdUp()
 			}
 			if c.closed {
-				return 0, c.closedErr()
+				return ended, c.closedErr()
 			}
 			c.dropping = c.full()
 			c.deciding = !c.dropping && c.subs != nil
@@ -178,10 +258,7 @@ func (c *conn) Write(p []byte) (int, error) {
 			c.pongs = c.pongs[:0]
 		}
 	}
-	if ended && !c.flushing && len(c.queue) > 0 {
-		c.writeNow()
-	}
-	return n, nil
+	return ended, nil
 }
 
 func (c *conn) closedErr() error {
@@ -235,7 +312,7 @@ func (c *conn) enqueueWire(piece []byte) {
 func (c *conn) dequeued(n int64) {
 	c.queued -= n
 	if c.door != nil {
-		c.sh.queued.Add(-n)
+		c.sh.unqueued(n)
 	}
 	if n > 0 {
 		c.progress = time.Now()
@@ -587,13 +664,9 @@ func (c *conn) closeLocked(why string) {
 	if c.door != nil {
 		go c.door.forget(c, subs) // takes the door's lock; never under ours
 	}
-}
-
-// pending reports whether bytes are queued or being written.
-func (c *conn) pending() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return !c.closed && c.queued > 0
+	if c.link != nil {
+		c.link.down(c)
+	}
 }
 
 // String is for logs: never includes data.

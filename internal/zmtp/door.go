@@ -46,6 +46,9 @@ type Door struct {
 	heldN    int                    // writers held up now (hold)
 	heldFree chan struct{}          // closed when heldN drops to 0
 
+	sendMu sync.Mutex // serialises Send
+	fan    []*conn    // Send's snapshot of conns, under sendMu
+
 	// PUB: how many connections subscribe to each topic, and who is told
 	// when a topic gains its first subscriber (OnSubscribe).
 	topics      map[string]int
@@ -549,22 +552,6 @@ func (d *Door) WaitRoom(ctx context.Context) {
 	case <-ch:
 	case <-ctx.Done():
 	}
-}
-
-// Pending reports whether any connection of the door has bytes queued.
-func (d *Door) Pending() bool {
-	d.mu.Lock()
-	all := make([]*conn, 0, len(d.conns))
-	for c := range d.conns {
-		all = append(all, c)
-	}
-	d.mu.Unlock()
-	for _, c := range all {
-		if c.pending() {
-			return true
-		}
-	}
-	return false
 }
 
 // removeStaleSocket unlinks a socket file left by a process that was

@@ -2,6 +2,7 @@ package zmtp
 
 import (
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -122,6 +123,9 @@ type Shared struct {
 	queued    atomic.Int64 // bytes queued for peers of every door
 	receiving atomic.Int64 // bytes of inbound messages not yet complete
 	dropped   atomic.Int64 // messages dropped for peers that stopped reading
+
+	idleMu sync.Mutex
+	idle   chan struct{} // closed when queued drops to 0, for Drain
 }
 
 // Dropped returns how many messages were dropped for peers that did not

@@ -42,7 +42,8 @@ type Relay struct {
 	log    *slog.Logger
 	signer *jmsg.Signer
 	outer  *Outer
-	inner  [5]zmq4.Socket
+	inner  [5]zmq4.Socket // the kernel's messages are received here
+	links  [5]*zmtp.Link  // and messages to the kernel sent here
 	ctx    context.Context
 	cancel context.CancelFunc
 
@@ -88,8 +89,9 @@ type Event struct {
 type EventKind int
 
 const (
-	ShutdownRequest EventKind = iota // a verified shutdown_request went to the kernel
-	ShutdownReply                    // the kernel's shutdown_reply went to the client
+	ShutdownRequest   EventKind = iota // a verified shutdown_request went to the kernel
+	ShutdownReply                      // the kernel's shutdown_reply went to the client
+	ShutdownBroadcast                  // the kernel's shutdown_reply on iopub, its last word, went out
 )
 
 // execRequest is enough of an execute_request to answer it if the kernel
@@ -145,8 +147,8 @@ func Bind(ctx context.Context, ci *jmsg.ConnInfo, sh *zmtp.Shared, lg *slog.Logg
 func (o *Outer) Close() { closeAll(o.socks[:]) }
 
 // Drain waits, up to timeout, until the replies queued for clients are
-// written (see zmtp.Drain).
-func (o *Outer) Drain(timeout time.Duration) { zmtp.Drain(timeout, o.doors[:]...) }
+// written, and reports whether they were (see zmtp.Drain).
+func (o *Outer) Drain(timeout time.Duration) bool { return zmtp.Drain(timeout, o.doors[:]...) }
 
 // unwrapListen strips zmq4's prefix so the user sees "address already in use".
 func unwrapListen(err error) error {
@@ -193,23 +195,17 @@ func New(ctx context.Context, outer *Outer, inner *jmsg.ConnInfo, signer *jmsg.S
 	_ = sub.SetOption(zmq4.OptionSubscribe, "")
 	r.inner[jmsg.IOPub] = sub
 	for _, ch := range jmsg.Channels {
+		r.links[ch] = zmtp.NewLink(ctx, "kernel's "+ch.String())
 		go r.dial(ch, inner.Endpoint(ch))
 	}
 	iopub := outer.doors[jmsg.IOPub]
 	r.welcome = newWelcomer(r, iopub)
-	fromKernel := r.fromKernel(func(frames [][]byte) {
+	fromKernel := r.fromKernel(func([][]byte) {
 		// A client that lags but reads holds up the kernel's output
 		// rather than losing it (see zmtp.Limits).
 		iopub.WaitRoom(r.ctx)
-		// Only after a shutdown_request: the check would cost every
-		// message of a running kernel a split of its frames.
-		if r.shutdownRequested.Load() {
-			if _, ok := r.verified(frames, "shutdown_reply"); ok {
-				r.shutdownBroadcast.Store(true)
-			}
-		}
 	})
-	go r.pump(jmsg.IOPub, r.inner[jmsg.IOPub], outer.socks[jmsg.IOPub], func(frames [][]byte) bool {
+	go r.pump(jmsg.IOPub, r.inner[jmsg.IOPub], iopub, func(frames [][]byte) bool {
 		// The kernel's welcome is the relay's, not any client's (welcome.go),
 		// and says nothing of whether the kernel is ready.
 		if r.welcome.fromKernel(frames) {
@@ -217,13 +213,35 @@ func New(ctx context.Context, outer *Outer, inner *jmsg.ConnInfo, signer *jmsg.S
 		}
 		fromKernel(frames)
 		return true
-	})
+	}, r.afterIOPub)
 	for _, ch := range []jmsg.Channel{jmsg.Shell, jmsg.Control, jmsg.Stdin, jmsg.HB} {
-		go r.pump(ch, outer.socks[ch], r.inner[ch], forward(r.inspectIn(ch)))
-		go r.pump(ch, r.inner[ch], outer.socks[ch], forward(r.fromKernel(r.inspectOut(ch))))
+		go r.pump(ch, outer.socks[ch], r.links[ch], forward(r.inspectIn(ch)), nil)
+		go r.pump(ch, r.inner[ch], outer.doors[ch], forward(r.fromKernel(r.inspectOut(ch))), r.sentOut(ch))
 	}
 	return r
 }
+
+// afterIOPub sees each kernel message once it is queued for iopub's
+// clients. After a shutdown_request only (the check would cost every
+// message of a running kernel a split of its frames), the kernel's
+// shutdown_reply there is its last word: the supervisor need not wait for
+// it to exit by itself (docs/design.md#shutdown-and-restart).
+func (r *Relay) afterIOPub(frames [][]byte) {
+	if !r.shutdownRequested.Load() || r.shutdownBroadcast.Load() {
+		return
+	}
+	if _, ok := r.verified(frames, "shutdown_reply"); ok {
+		r.shutdownBroadcast.Store(true)
+		select {
+		case r.events <- Event{Kind: ShutdownBroadcast, Frames: frames}:
+		case <-r.ctx.Done():
+		}
+	}
+}
+
+// sender is where a pump sends: a door (to clients) or a link (to the
+// kernel).
+type sender interface{ Send(frames [][]byte) error }
 
 // forward makes an inspection hook a pump's filter that forwards all.
 func forward(inspect func([][]byte)) func([][]byte) bool {
@@ -236,15 +254,19 @@ func forward(inspect func([][]byte)) func([][]byte) bool {
 }
 
 func (r *Relay) dial(ch jmsg.Channel, ep string) {
-	if err := r.inner[ch].Dial(zmtp.DialEndpoint(ep)); err != nil && r.ctx.Err() == nil {
+	zep, err := r.links[ch].Endpoint(ep)
+	if err == nil {
+		err = r.inner[ch].Dial(zep)
+	}
+	if err != nil && r.ctx.Err() == nil {
 		r.log.Error("cannot connect to the kernel", "channel", ch.String(), "endpoint", ep, "err", err)
 	}
 }
 
 // pump copies messages from src to dst until the relay closes. filter sees
-// each message before it is sent, and says whether to send it; it must not
-// keep or modify it.
-func (r *Relay) pump(ch jmsg.Channel, src, dst zmq4.Socket, filter func([][]byte) bool) {
+// each message before it is sent, and says whether to send it; sent, when
+// not nil, sees it after. Neither may keep or modify it.
+func (r *Relay) pump(ch jmsg.Channel, src zmq4.Socket, dst sender, filter func([][]byte) bool, sent func([][]byte)) {
 	for {
 		msg, err := src.Recv()
 		if err != nil {
@@ -261,11 +283,15 @@ func (r *Relay) pump(ch jmsg.Channel, src, dst zmq4.Socket, filter func([][]byte
 		if !filter(msg.Frames) {
 			continue
 		}
-		if err := dst.SendMulti(zmq4.NewMsgFrom(msg.Frames...)); err != nil {
+		if err := dst.Send(msg.Frames); err != nil {
 			if r.ctx.Err() != nil {
 				return
 			}
 			r.log.Debug("relay send failed", "channel", ch.String(), "err", err)
+			continue
+		}
+		if sent != nil {
+			sent(msg.Frames)
 		}
 	}
 }
@@ -345,34 +371,41 @@ func (r *Relay) IsReady() bool {
 
 // inspectOut returns the hook for kernel → client messages of ch.
 func (r *Relay) inspectOut(ch jmsg.Channel) func([][]byte) {
-	switch ch {
-	case jmsg.Control:
-		return func(frames [][]byte) {
-			if _, ok := r.verified(frames, "shutdown_reply"); ok {
-				r.events <- Event{Kind: ShutdownReply, Frames: frames}
+	if ch != jmsg.Shell {
+		return nil
+	}
+	return func(frames [][]byte) {
+		p, ok := r.verified(frames, "execute_reply")
+		if !ok {
+			return
+		}
+		ph, err := jmsg.Header(p.Parent)
+		if err != nil {
+			return
+		}
+		r.mu.Lock()
+		for i, e := range r.execs {
+			if e.msgID == ph.MsgID {
+				r.execs = append(r.execs[:i], r.execs[i+1:]...)
+				break
 			}
 		}
-	case jmsg.Shell:
-		return func(frames [][]byte) {
-			p, ok := r.verified(frames, "execute_reply")
-			if !ok {
-				return
-			}
-			ph, err := jmsg.Header(p.Parent)
-			if err != nil {
-				return
-			}
-			r.mu.Lock()
-			for i, e := range r.execs {
-				if e.msgID == ph.MsgID {
-					r.execs = append(r.execs[:i], r.execs[i+1:]...)
-					break
-				}
-			}
-			r.mu.Unlock()
+		r.mu.Unlock()
+	}
+}
+
+// sentOut returns the hook for kernel → client messages of ch once they
+// are queued for the client: the shutdown_reply event comes only then, so
+// that the supervisor's drain counts the reply.
+func (r *Relay) sentOut(ch jmsg.Channel) func([][]byte) {
+	if ch != jmsg.Control {
+		return nil
+	}
+	return func(frames [][]byte) {
+		if _, ok := r.verified(frames, "shutdown_reply"); ok {
+			r.events <- Event{Kind: ShutdownReply, Frames: frames}
 		}
 	}
-	return nil
 }
 
 // verified returns the parts of a message of type want whose signature
@@ -445,7 +478,7 @@ func (r *Relay) send(ch jmsg.Channel, idents [][]byte, msgType string, parent []
 	if err != nil {
 		return fmt.Errorf("build %s: %w", msgType, err)
 	}
-	return r.outer.socks[ch].SendMulti(zmq4.NewMsgFrom(frames...))
+	return r.outer.doors[ch].Send(frames)
 }
 
 // CloseInner stops talking to the kernel; the outer sockets stay bound so

@@ -447,7 +447,7 @@ def shutdown_budget():
                 failed.append("processes alive after shutdown_kernel (SIGKILLed): %s" % left)
     print("\nshutdown_request -> tree of 20 dead and NVML checked (supervisor exited), %d runs, %d CPUs" % (reps, os.cpu_count()))
     if times:
-        print("median %.1f ms, min %.1f, max %.1f; budget <= 300 ms" % (med(times), min(times), max(times)))
+        print("median %.1f ms, min %.1f, max %.1f; budget <= 100 ms" % (med(times), min(times), max(times)))
     for l in lines:
         print("  last run's log: " + l)
     for e in failed:

@@ -1,0 +1,196 @@
+package zmtp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-zeromq/zmq4"
+)
+
+// The relay sends through the connections it owns instead of through its
+// zmq4 sockets (docs/design.md#relay-and-transport): zmq4's ROUTER and
+// DEALER start a goroutine per message sent (an errgroup) and its PUB hands
+// each message to a goroutine of its own through a queue, so a message
+// crossed one more goroutine than it needs, and a message just published
+// might not have reached any connection when the supervisor drained its
+// queues before exiting. Here a send queues the message on the
+// connection(s) before it returns, and writes it at once when the peer
+// takes it. The zmq4 sockets still do the handshakes and all receiving.
+
+// Send sends one message to the door's clients. On a ROUTER door the first
+// frame is the routing identity: the message goes to that client, or
+// nowhere when no connection holds it (as zmq4's ROUTER and libzmq's do).
+// On a PUB door it goes to every connection whose subscriptions match its
+// first frame; a subscriber that lags holds the sender up (see
+// [Door.WaitRoom]) or misses it (see [Limits]), as zmq4's writes do.
+// Sends are serialised per door, so every client sees the same order.
+func (d *Door) Send(frames [][]byte) error {
+	if len(frames) == 0 {
+		return errNoFrames
+	}
+	d.sendMu.Lock()
+	defer d.sendMu.Unlock()
+	if d.socketType == "ROUTER" {
+		d.mu.Lock()
+		c := d.ids[string(frames[0])]
+		d.mu.Unlock()
+		if c == nil || len(frames) < 2 {
+			return nil // no such peer: dropped, as a ROUTER does
+		}
+		if err := c.sendMsg(frames[1:]); err != nil && !errors.Is(err, errNotEstablished) {
+			return fmt.Errorf("%s: %w", d.name, err)
+		}
+		return nil
+	}
+	d.mu.Lock()
+	d.fan = d.fan[:0]
+	for c := range d.conns {
+		d.fan = append(d.fan, c)
+	}
+	d.mu.Unlock()
+	for _, c := range d.fan {
+		_ = c.sendMsg(frames) // a closed or new subscriber misses it, as on any PUB
+	}
+	clear(d.fan)
+	return nil
+}
+
+// A Link is the relay's side of one dialed socket (to the kernel): the
+// connection zmq4 dialed through [Link.Endpoint], once zmq4 has done its
+// handshake on it, for [Link.Send].
+type Link struct {
+	ctx   context.Context
+	name  string
+	mu    sync.Mutex
+	cond  *sync.Cond
+	conn  *conn // established, not closed; nil before and between
+	ended bool
+}
+
+// NewLink returns a link for one dialed socket; name is for errors. Sends
+// wait for the connection until ctx ends.
+func NewLink(ctx context.Context, name string) *Link {
+	l := &Link{ctx: ctx, name: name}
+	l.cond = sync.NewCond(&l.mu)
+	context.AfterFunc(ctx, func() {
+		l.mu.Lock()
+		l.ended = true
+		l.cond.Broadcast()
+		l.mu.Unlock()
+	})
+	return l
+}
+
+var linkSeq atomic.Int64
+
+// Endpoint returns the zmq4 endpoint through which a zmq4 socket dials the
+// Jupyter endpoint ep ("tcp://127.0.0.1:5555", "ipc://path-1") for l.
+func (l *Link) Endpoint(ep string) (string, error) {
+	scheme, addr, ok := cutScheme(ep)
+	if !ok || (scheme != "tcp" && scheme != "ipc") {
+		return "", fmt.Errorf("unsupported endpoint %q", ep)
+	}
+	reg := fmt.Sprintf("tfgpu-link%d-%s", linkSeq.Add(1), scheme)
+	if err := zmq4.RegisterTransport(reg, dialTransport{network: netOf(scheme), link: l}); err != nil {
+		return "", err
+	}
+	return reg + "://" + addr, nil
+}
+
+// up makes c the link's connection: zmq4 has written its handshake on it.
+func (l *Link) up(c *conn) {
+	l.mu.Lock()
+	l.conn = c
+	l.cond.Broadcast()
+	l.mu.Unlock()
+}
+
+// down forgets c when it closes.
+func (l *Link) down(c *conn) {
+	l.mu.Lock()
+	if l.conn == c {
+		l.conn = nil
+	}
+	l.mu.Unlock()
+}
+
+// Send sends one message to the peer, waiting until the connection is
+// established (the kernel binds its sockets a second or so after it
+// starts) or the link's context ends, as zmq4's DEALER waits for its first
+// connection.
+func (l *Link) Send(frames [][]byte) error {
+	l.mu.Lock()
+	for l.conn == nil && !l.ended {
+		l.cond.Wait()
+	}
+	c := l.conn
+	l.mu.Unlock()
+	if c == nil {
+		return fmt.Errorf("%s: %w", l.name, l.ctx.Err())
+	}
+	if err := c.sendMsg(frames); err != nil {
+		return fmt.Errorf("%s: %w", l.name, err)
+	}
+	return nil
+}
+
+// Drain waits, at most max, until every connection of doors has written
+// what was queued on it: the last replies before the supervisor exits.
+// Every send queues before it returns (Door.Send), so what was sent before
+// Drain is counted; Drain wakes when the peers have taken it, without
+// polling. It reports whether everything was written.
+func Drain(max time.Duration, doors ...*Door) bool {
+	t := time.NewTimer(max)
+	defer t.Stop()
+	seen := map[*Shared]bool{}
+	for _, d := range doors {
+		if d == nil || seen[d.sh] {
+			continue
+		}
+		seen[d.sh] = true
+		if !d.sh.waitWritten(t.C) {
+			return false
+		}
+	}
+	return true
+}
+
+// waitWritten waits until no byte is queued for any peer of s, or until
+// timeout fires (false).
+func (s *Shared) waitWritten(timeout <-chan time.Time) bool {
+	for {
+		s.idleMu.Lock()
+		if s.queued.Load() == 0 {
+			s.idleMu.Unlock()
+			return true
+		}
+		if s.idle == nil {
+			s.idle = make(chan struct{})
+		}
+		ch := s.idle
+		s.idleMu.Unlock()
+		select {
+		case <-ch:
+		case <-timeout:
+			return false
+		}
+	}
+}
+
+// unqueued accounts n bytes no longer queued for a peer, and wakes Drain
+// when none are left.
+func (s *Shared) unqueued(n int64) {
+	if s.queued.Add(-n) != 0 {
+		return
+	}
+	s.idleMu.Lock()
+	if s.idle != nil && s.queued.Load() == 0 {
+		close(s.idle)
+		s.idle = nil
+	}
+	s.idleMu.Unlock()
+}
