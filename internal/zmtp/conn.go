@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"sync"
@@ -46,33 +47,33 @@ type conn struct {
 
 	identity string // the routing identity zmq4 is given (ROUTER doors)
 
-	mu       sync.Mutex
-	cond     *sync.Cond // progress, close: wakes holdUp and probes
-	fw       framer     // follows what zmq4 writes
-	swallow  int        // control messages of zmq4's own handshake still to swallow
+	mu      sync.Mutex
+	cond    *sync.Cond // progress, close: wakes holdUp and probes
+	fw      framer     // follows what zmq4 writes
+	swallow int        // control messages of zmq4's own handshake still to swallow
 	// established: zmq4 has written its handshake (greeting and READY), so
 	// messages may follow (sendMsg); handshake counts those written so far
 	// on a dialed conn, whose link is told when it is established.
 	established bool
 	handshake   int
 	link        *Link
-	hdr         []byte // sendMsg's frame header scratch
-	queue    [][]byte   // accepted, not yet written
-	owned    bool       // the last segment of queue is a buffer of ours (appendable)
-	spare    []byte     // a buffer of ours, written out, for the next small pieces
-	queued   int64      // bytes in queue plus bytes the flusher holds
-	flushing bool       // a flusher goroutine runs
-	progress time.Time  // when the peer last took bytes
-	dropping bool       // dropping the rest of the current message
-	deciding bool       // iopub: holding the first frame until its topic is known
-	head     []byte     // the held first frame
-	pongs    [][]byte   // PONGs waiting for a message boundary
-	subs     map[string]int
-	probe    []byte // the context of a PING whose PONG is awaited
-	answered bool   // that PONG came
-	closed   bool
-	err      error
-	stalledN int // messages dropped in the current stall, for the log (endStall)
+	hdr         []byte    // sendMsg's frame header scratch
+	queue       [][]byte  // accepted, not yet written
+	owned       bool      // the last segment of queue is a buffer of ours (appendable)
+	spare       []byte    // a buffer of ours, written out, for the next small pieces
+	queued      int64     // bytes in queue plus bytes the flusher holds
+	flushing    bool      // a flusher goroutine runs
+	progress    time.Time // when the peer last took bytes
+	dropping    bool      // dropping the rest of the current message
+	deciding    bool      // iopub: holding the first frame until its topic is known
+	head        []byte    // the held first frame
+	pongs       [][]byte  // PONGs waiting for a message boundary
+	subs        map[string]int
+	probe       []byte // the context of a PING whose PONG is awaited
+	answered    bool   // that PONG came
+	closed      bool
+	err         error
+	stalledN    int // messages dropped in the current stall, for the log (endStall)
 
 	pings atomic.Int64 // PINGs received
 
@@ -621,7 +622,9 @@ func writevInto(iov *[]unix.Iovec, fd int, bufs [][]byte) (int, error) {
 		return 0, nil
 	}
 	for {
-		r, _, errno := unix.Syscall(unix.SYS_WRITEV, uintptr(fd), uintptr(unsafe.Pointer(&v[0])), uintptr(len(v)))
+		// Raw: the socket is non-blocking, so the call never blocks, and
+		// need not tell the runtime it might (see rawReader).
+		r, _, errno := unix.RawSyscall(unix.SYS_WRITEV, uintptr(fd), uintptr(unsafe.Pointer(&v[0])), uintptr(len(v)))
 		switch {
 		case errno == unix.EINTR:
 			continue
@@ -632,6 +635,71 @@ func writevInto(iov *[]unix.Iovec, fd int, bufs [][]byte) (int, error) {
 		clear(v)
 		return int(r), nil
 	}
+}
+
+// rawReader reads a socket with read(2) as a raw system call. The socket
+// is non-blocking (Go's poller waits for it to be readable), so the call
+// never blocks and need not tell the runtime that it might: telling it
+// (syscall.Read does) wakes the runtime's monitor thread on every read,
+// and on a relay that reads a message at a time those wake-ups and the
+// monitor's own short sleeps after each were most of the supervisor's CPU
+// (docs/benchmarks.md#relay-cpu).
+type rawReader struct {
+	nc  net.Conn
+	rc  syscall.RawConn // nil: read nc as it is
+	p   []byte
+	n   int
+	err error
+	fn  func(fd uintptr) bool
+}
+
+func newRawReader(nc net.Conn) *rawReader {
+	r := &rawReader{nc: nc}
+	if sc, ok := nc.(syscall.Conn); ok {
+		if rc, err := sc.SyscallConn(); err == nil {
+			r.rc = rc
+		}
+	}
+	r.fn = func(fd uintptr) bool {
+		for {
+			n, _, errno := unix.RawSyscall(unix.SYS_READ, fd, uintptr(unsafe.Pointer(&r.p[0])), uintptr(len(r.p)))
+			switch errno {
+			case 0:
+				r.n, r.err = int(n), nil
+			case unix.EINTR:
+				continue
+			case unix.EAGAIN:
+				return false // wait until readable
+			default:
+				r.n, r.err = 0, errno
+			}
+			return true
+		}
+	}
+	return r
+}
+
+// Read is io.Reader's: at least one byte, or an error (io.EOF when the
+// peer closed).
+func (r *rawReader) Read(p []byte) (int, error) {
+	if r.rc == nil {
+		return r.nc.Read(p)
+	}
+	if len(p) == 0 {
+		return 0, nil
+	}
+	r.p = p
+	err := r.rc.Read(r.fn)
+	r.p = nil
+	switch {
+	case err != nil:
+		return 0, &net.OpError{Op: "read", Net: r.nc.LocalAddr().Network(), Addr: r.nc.RemoteAddr(), Err: err}
+	case r.err != nil:
+		return 0, &net.OpError{Op: "read", Net: r.nc.LocalAddr().Network(), Addr: r.nc.RemoteAddr(), Err: r.err}
+	case r.n == 0:
+		return 0, io.EOF
+	}
+	return r.n, nil
 }
 
 // Close closes the connection and lets go of everything it held. Messages

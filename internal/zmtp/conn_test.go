@@ -3,6 +3,7 @@ package zmtp
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -203,4 +204,37 @@ func TestConnQueuesLargeBodiesByReference(t *testing.T) {
 		}
 	}
 	t.Logf("%d of 8 queued bodies were references", refs)
+}
+
+// TestRawReader: rawReader reads what arrives, honours deadlines as a
+// timeout, and reports the peer's close as io.EOF, as net.Conn's Read does.
+func TestRawReader(t *testing.T) {
+	a, b := tcpPair(t)
+	r := newRawReader(a)
+	if r.rc == nil {
+		t.Fatal("a TCP conn has no raw conn")
+	}
+	a.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+	var ne net.Error
+	if _, err := r.Read(make([]byte, 8)); !errors.As(err, &ne) || !ne.Timeout() {
+		t.Fatalf("read past the deadline: %v, want a timeout", err)
+	}
+	a.SetReadDeadline(time.Time{})
+	if n, err := r.Read(nil); n != 0 || err != nil {
+		t.Fatalf("empty read: %d, %v", n, err)
+	}
+	go b.Write([]byte("hello"))
+	buf := make([]byte, 64)
+	n, err := io.ReadAtLeast(r, buf, 5)
+	if err != nil || string(buf[:n]) != "hello" {
+		t.Fatalf("read %q, %v", buf[:n], err)
+	}
+	b.Close()
+	if _, err := r.Read(buf); err != io.EOF {
+		t.Fatalf("after the peer closed: %v, want io.EOF", err)
+	}
+	a.Close()
+	if _, err := r.Read(buf); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("after close: %v, want net.ErrClosed", err)
+	}
 }

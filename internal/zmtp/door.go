@@ -318,7 +318,7 @@ func (d *Door) shake(nc net.Conn) (*conn, error) {
 	if _, err := nc.Write(out); err != nil {
 		return nil, err
 	}
-	rd := bufio.NewReaderSize(nc, readBuffer)
+	rd := bufio.NewReaderSize(newRawReader(nc), readBuffer)
 	// The signature's first and last bytes as soon as they come, as
 	// libzmq does: an HTTP request or random bytes are refused at once,
 	// not at the timeout.

@@ -26,7 +26,7 @@ func (t dialTransport) Dial(ctx context.Context, d transport.Dialer, addr string
 	if err != nil {
 		return nil, err
 	}
-	c := newConn(nc, bufio.NewReaderSize(nc, 64<<10), dialShared)
+	c := newConn(nc, bufio.NewReaderSize(newRawReader(nc), 64<<10), dialShared)
 	c.link = t.link
 	return c, nil
 }
