@@ -46,34 +46,35 @@ type conn struct {
 	lim  *Limits
 
 	identity string // the routing identity zmq4 is given (ROUTER doors)
+	link     *Link  // dialed through a Link: told when established, and closed
 
-	mu      sync.Mutex
-	cond    *sync.Cond // progress, close: wakes holdUp and probes
-	fw      framer     // follows what zmq4 writes
-	swallow int        // control messages of zmq4's own handshake still to swallow
+	mu       sync.Mutex
+	cond     *sync.Cond // progress, close: wakes holdUp and probes
+	fw       framer     // follows what zmq4 writes
+	swallow  int        // control messages of zmq4's own handshake still to swallow
+	queue    [][]byte   // accepted, not yet written
+	owned    bool       // the last segment of queue is a buffer of ours (appendable)
+	spare    []byte     // a buffer of ours, written out, for the next small pieces
+	queued   int64      // bytes in queue plus bytes the flusher holds
+	flushing bool       // a flusher goroutine runs
+	progress time.Time  // when the peer last took bytes
+	dropping bool       // dropping the rest of the current message
+	deciding bool       // iopub: holding the first frame until its topic is known
+	head     []byte     // the held first frame
+	pongs    [][]byte   // PONGs waiting for a message boundary
+	subs     map[string]int
+	probe    []byte // the context of a PING whose PONG is awaited
+	answered bool   // that PONG came
+	closed   bool
+	err      error
+	stalledN int // messages dropped in the current stall, for the log (endStall)
+
 	// established: zmq4 has written its handshake (greeting and READY), so
-	// messages may follow (sendMsg); handshake counts those written so far
-	// on a dialed conn, whose link is told when it is established.
+	// messages may follow (sendMsg); handshake counts the control messages
+	// zmq4 wrote so far on a dialed conn.
 	established bool
 	handshake   int
-	link        *Link
-	hdr         []byte    // sendMsg's frame header scratch
-	queue       [][]byte  // accepted, not yet written
-	owned       bool      // the last segment of queue is a buffer of ours (appendable)
-	spare       []byte    // a buffer of ours, written out, for the next small pieces
-	queued      int64     // bytes in queue plus bytes the flusher holds
-	flushing    bool      // a flusher goroutine runs
-	progress    time.Time // when the peer last took bytes
-	dropping    bool      // dropping the rest of the current message
-	deciding    bool      // iopub: holding the first frame until its topic is known
-	head        []byte    // the held first frame
-	pongs       [][]byte  // PONGs waiting for a message boundary
-	subs        map[string]int
-	probe       []byte // the context of a PING whose PONG is awaited
-	answered    bool   // that PONG came
-	closed      bool
-	err         error
-	stalledN    int // messages dropped in the current stall, for the log (endStall)
+	hdr         []byte // sendMsg's frame header scratch
 
 	pings atomic.Int64 // PINGs received
 

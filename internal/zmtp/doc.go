@@ -23,7 +23,11 @@
 //     all connections; ZMTP commands handled here (PING answered, PONG
 //     noted, SUBSCRIBE/CANCEL applied), never passed on; on iopub
 //     subscriptions applied here and everything else read and dropped;
-//   - what zmq4 writes to a peer (conn.go): never blocking, whole messages
+//   - sending ([Door.Send], [Link.Send], send.go): the relay's messages go
+//     straight onto the connections, not through zmq4's writers, and are
+//     queued there before the send returns, so [Drain] knows what is left;
+//     zmq4 still does the handshakes and all receiving;
+//   - what is written to a peer (conn.go): never blocking, whole messages
 //     queued (large frames by reference, so iopub subscribers share one
 //     copy), written with writev, dropped for a stalled peer past
 //     [Limits].QueueLimit, the peer disconnected when it stalls while all
@@ -53,7 +57,7 @@
 // never modify a frame after sending it (see conn). Dialed connections (to
 // the kernel) are trusted: their reads are not checked.
 //
-// [Bind], [DialEndpoint] and [Drain] are safe for concurrent use; a
+// [Bind], [Door.Send], [Link.Send] and [Drain] are safe for concurrent use; a
 // [Shared] is shared by the doors of one relay. Closing a door or a
 // connection twice is harmless.
 package zmtp

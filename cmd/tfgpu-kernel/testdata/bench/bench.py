@@ -57,9 +57,10 @@ else:
 
 TICK = os.sysconf("SC_CLK_TCK")
 # Relay CPU budgets (issue #13): half of what the supervisor spent on 2026-12-03
-# before the direct sends (docs/benchmarks.md#relay-cpu).
-CPU_STREAM_BUDGET = 1e9
-CPU_DISPLAY_BUDGET = 1e9
+# before the direct sends and raw system calls, 160 ms per 100 MB of stream and
+# 782.5 ms per 10 000 display_data (docs/benchmarks.md#relay-cpu).
+CPU_STREAM_BUDGET = 80.0
+CPU_DISPLAY_BUDGET = 391.0
 CELL_TIMEOUT = 300.0
 T0 = time.monotonic()
 
