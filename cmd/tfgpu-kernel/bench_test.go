@@ -73,9 +73,15 @@ func benchSetupWith(tb testing.TB, dir, python, encryption string) []string {
 	if encryption != "" {
 		metadata["supported_encryption"] = []string{"curve"}
 	}
+	proxy := filepath.Join(dir, "benchproxy")
+	build = exec.Command("go", "build", "-o", proxy, "./testdata/benchproxy")
+	if out, err := build.CombinedOutput(); err != nil {
+		tb.Fatalf("go build benchproxy: %v\n%s", err, out)
+	}
 	specs := map[string][]string{
 		"tfgpu":  append([]string{bin, "run", "-f", "{connection_file}", "--"}, kernelArgv...),
 		"direct": kernelArgv,
+		"floor":  append([]string{proxy, "{connection_file}"}, kernelArgv...),
 	}
 	for _, mode := range restartModes {
 		specs["tfgpu-"+mode] = append([]string{bin, "run", "--cgroup", mode, "-f", "{connection_file}", "--"}, kernelArgv...)
@@ -219,6 +225,22 @@ func BenchmarkKernelCurve(b *testing.B) {
 	py := stackPython(b, stackCurrent)
 	dir := b.TempDir()
 	env := benchSetupWith(b, dir, py, "required")
+	for i := 0; i < b.N; i++ {
+		benchRun(b, env, dir, false, 15*time.Minute)
+	}
+}
+
+// BenchmarkKernelFloor is BenchmarkKernel with a plain byte proxy
+// (testdata/benchproxy: five TCP ports copied to the kernel's, nothing
+// else) in the supervisor's place: the least any relay process costs on
+// this machine, to read the relay's budgets against. The supervisor-only
+// figures (RSS, CPU) are the proxy's.
+//
+//	go test ./cmd/tfgpu-kernel -run '^$' -bench KernelFloor -benchtime 1x -timeout 20m
+func BenchmarkKernelFloor(b *testing.B) {
+	benchJupyterPython(b)
+	dir := b.TempDir()
+	env := append(benchSetup(b, dir), "BENCH_WRAPPED_KERNEL=floor")
 	for i := 0; i < b.N; i++ {
 		benchRun(b, env, dir, false, 15*time.Minute)
 	}

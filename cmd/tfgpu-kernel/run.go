@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"runtime"
+	"runtime/debug"
 	"strings"
 
 	"github.com/tfgpu/tfgpu-kernel/internal/record"
@@ -39,13 +40,23 @@ func cmdRun(args []string) int {
 		return usageError("run", err.Error())
 	}
 	// One P: the relay is a chain of goroutine hand-offs (zmq4's reader →
-	// socket queue → pump → writer), and on one P they are run-queue
-	// switches instead of cross-thread wake-ups. Measured on 2 cores:
+	// socket queue → pump), and on one P they are run-queue switches
+	// instead of cross-thread wake-ups. Measured on 2 cores:
 	// `pass` round trip 1.06–1.12× direct with GOMAXPROCS=1 against
 	// 1.15–1.17× with 2, stream throughput no lower. GOMAXPROCS in the
 	// environment still wins.
 	if os.Getenv("GOMAXPROCS") == "" {
 		runtime.GOMAXPROCS(1)
+	}
+	// Collect at three times the live heap, not twice: zmq4 reads every
+	// frame from the kernel into a new buffer, and on a stream of 1 MB
+	// frames the collections, and the pages given back and faulted in
+	// again, were a quarter of the relay's CPU. Measured: 82.5–95 → 62.5 ms
+	// per 100 MB, peak RSS 17.8 → 21.6 MB (docs/benchmarks.md#relay-cpu).
+	// The heap's soft limit (wrapper.Run) still bounds a burst. GOGC in the
+	// environment still wins.
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(200)
 	}
 	lg := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: v.level})).With("prog", "tfgpu-kernel")
 	return wrapper.Run(context.Background(), wrapper.Config{
