@@ -68,3 +68,6 @@ func (r *Reaper) Stop()             {}
 func StartTime(pid int) (uint64, error) {
 	return 0, fmt.Errorf("start time of %d: %w", pid, ErrUnsupported)
 }
+
+// HasChildren reports false: there is no /proc to read.
+func HasChildren(pid int) bool { return false }

@@ -185,6 +185,14 @@ func StartTime(pid int) (uint64, error) {
 	return p.Start, err
 }
 
+// HasChildren reports whether pid's main thread has child processes, the
+// zombies it has not reaped included (/proc/PID/task/PID/children; the
+// children of its other threads are not looked at).
+func HasChildren(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
+	return err == nil && len(bytes.TrimSpace(b)) > 0
+}
+
 // ProcOwner is pid's owner (the owner of /proc/PID: its effective uid),
 // or -1 when there is no such process.
 func ProcOwner(pid int) int {

@@ -2,8 +2,10 @@ package cgroup
 
 import (
 	"os"
+	"os/exec"
 	"slices"
 	"testing"
+	"time"
 )
 
 const statTail = " 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 424242 19 20 21 22 23\n"
@@ -132,5 +134,32 @@ func BenchmarkScan(b *testing.B) {
 		if _, err := tr.scan(os.Getpid() + 1); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestHasChildren: a process with none has none; one that left a child
+// unreaped (a zombie, as a subprocess.Popen kept in a variable) has one.
+func TestHasChildren(t *testing.T) {
+	alone := exec.Command("sleep", "30")
+	parent := exec.Command("/usr/bin/python3", "-c",
+		"import subprocess, time\np = subprocess.Popen(['true'])\ntime.sleep(30)")
+	for _, c := range []*exec.Cmd{alone, parent} {
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Process.Kill(); _ = c.Wait() })
+	}
+	if HasChildren(alone.Process.Pid) {
+		t.Error("sleep has children")
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !HasChildren(parent.Process.Pid) {
+		if time.Now().After(deadline) {
+			t.Fatal("a process with an unreaped child has none")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if HasChildren(1 << 30) {
+		t.Error("a pid that does not exist has children")
 	}
 }

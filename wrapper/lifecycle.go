@@ -1,11 +1,8 @@
 package wrapper
 
 import (
-	"bytes"
 	"context"
 	"errors"
-	"fmt"
-	"os"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -66,8 +63,7 @@ func (s *supervisor) leaderHasCompany() bool {
 	if pids, err := s.tree.Pids(); err == nil && len(pids) > 1 {
 		return true
 	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", s.kpid, s.kpid))
-	return err == nil && len(bytes.TrimSpace(b)) > 0
+	return cgroup.HasChildren(s.kpid)
 }
 
 // loop is the supervisor's one event loop; every case is a lifecycle
