@@ -96,6 +96,23 @@ func (s *supervisor) memoryCgroup() string {
 // record writes the state file once the kernel runs, and tells the
 // watcher. Without it `tfgpu-kernel stop` cannot find the kernel, but the
 // kernel runs.
+// publishActivity creates the kernel's activity file: idle since now.
+func (s *supervisor) publishActivity() {
+	a, err := s.dir.PublishActivity(s.id, time.Now())
+	if err != nil {
+		s.log.Warn("cannot publish the kernel's execution state; ps shows it as unknown and stop --idle-for leaves it alone", "err", err)
+		return
+	}
+	s.activity = a
+	s.onExit(a.Close)
+}
+
+// activityChanged is the relay's Activity hook: a cell started (busy) or
+// the last one ended.
+func (s *supervisor) activityChanged(busy bool) {
+	s.activity.Set(busy, time.Now())
+}
+
 func (s *supervisor) record() {
 	st, err := s.describe()
 	if err == nil {

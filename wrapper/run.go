@@ -22,22 +22,25 @@ import (
 // supervisor holds what Run owns. Only the loop (lifecycle.go) changes
 // phase; every other field is set up before it starts.
 type supervisor struct {
-	cfg     Config
-	log     *slog.Logger
-	id      string           // the kernel id
-	signer  *jmsg.Signer     // the session key's
-	dir     *record.Dir      // the state directory, open for the supervisor's life
-	sigc    <-chan os.Signal // the signals the loop reads; the stop path reads it after the loop
-	outer   *relay.Outer     // the sockets Jupyter's clients connect to
-	relay   *relay.Relay
-	events  chan relay.Event
-	reserve *fdReserve // released for the tree kill
-	reaper  *cgroup.Reaper
-	tree    cgroup.Tree
-	mem     cgroup.Memory // the memory limit, if one could be applied
-	gpu     *gpuCheck     // the GPU policy (gpu.go)
-	watch   *watcher      // the watcher's pipe (watcher.go); nil when it could not start
-	marker  string        // cgroup.MarkerEnv of the kernel's tree
+	cfg    Config
+	log    *slog.Logger
+	id     string           // the kernel id
+	signer *jmsg.Signer     // the session key's
+	dir    *record.Dir      // the state directory, open for the supervisor's life
+	sigc   <-chan os.Signal // the signals the loop reads; the stop path reads it after the loop
+	outer  *relay.Outer     // the sockets Jupyter's clients connect to
+	relay  *relay.Relay
+	// activity publishes whether a cell runs, for ps and stop --idle-for
+	// (nil when it could not be created).
+	activity *record.ActivityWriter
+	events   chan relay.Event
+	reserve  *fdReserve // released for the tree kill
+	reaper   *cgroup.Reaper
+	tree     cgroup.Tree
+	mem      cgroup.Memory // the memory limit, if one could be applied
+	gpu      *gpuCheck     // the GPU policy (gpu.go)
+	watch    *watcher      // the watcher's pipe (watcher.go); nil when it could not start
+	marker   string        // cgroup.MarkerEnv of the kernel's tree
 
 	inner    *jmsg.ConnInfo // the kernel's own connection file
 	innerDir string         // the 0700 directory of it and its sockets
@@ -209,9 +212,10 @@ func (s *supervisor) start(ctx context.Context) (<-chan cgroup.ExitStatus, int) 
 	if exited == nil {
 		return nil, code
 	}
+	s.publishActivity()
 	s.record()
 	s.onExit(func() { s.dir.Remove(s.id) })
-	s.relay = relay.New(ctx, s.outer, s.inner, s.signer, s.events, s.log)
+	s.relay = relay.New(ctx, s.outer, s.inner, s.signer, s.events, relay.Hooks{Activity: s.activityChanged}, s.log)
 	s.onExit(s.relay.CloseInner)
 	if warning != "" {
 		s.relay.WarnNextCell(s.id, warning)

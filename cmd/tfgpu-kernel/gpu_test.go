@@ -110,6 +110,28 @@ func TestPs(t *testing.T) {
 	if r := runInstallBin(t, env, bin, "ps", "extra"); r.code != 2 {
 		t.Fatalf("ps extra: exit %d", r.code)
 	}
+	if r := runInstallBin(t, env, bin, "ps", "--format", "yaml"); r.code != 2 || !strings.Contains(r.stderr, "give table, json or prometheus") {
+		t.Fatalf("ps --format yaml: exit %d: %s", r.code, r.stderr)
+	}
+	// The same row for Prometheus: a dead supervisor's kernel has no
+	// execution state (no busy or idle figure), its GPU memory is there.
+	r = runInstallBin(t, env, bin, "ps", "--format", "prometheus")
+	fams := parseProm(t, r.stdout)
+	labels := map[string]string{"kernel_id": "5b2c1e7a-ps", "notebook": "train.ipynb", "user": "root"}
+	if v, ok := promValue(fams, "tfgpu_kernel_gpu_memory_bytes", map[string]string{"kernel_id": "5b2c1e7a-ps", "gpu": "1"}); r.code != 0 || !ok || v != 768<<20 {
+		t.Fatalf("ps --format prometheus: exit %d, GPU1 %v (found %v)\n%s%s", r.code, v, ok, r.stdout, r.stderr)
+	}
+	if _, ok := promValue(fams, "tfgpu_kernel_info", map[string]string{"kernel_id": "5b2c1e7a-ps", "state": "dirty", "execution_state": "unknown"}); !ok {
+		t.Errorf("no tfgpu_kernel_info for the dirty kernel:\n%s", r.stdout)
+	}
+	if v, ok := promValue(fams, "tfgpu_kernel_processes", labels); !ok || v != 1 {
+		t.Errorf("tfgpu_kernel_processes = %v (found %v)", v, ok)
+	}
+	for _, m := range []string{"tfgpu_kernel_busy", "tfgpu_kernel_idle_seconds"} {
+		if _, ok := promValue(fams, m, labels); ok {
+			t.Errorf("%s given for a kernel whose execution state is unknown", m)
+		}
+	}
 }
 
 // stop of a kernel whose supervisor is gone kills its tree and confirms

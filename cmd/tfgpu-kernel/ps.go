@@ -14,13 +14,14 @@ import (
 	"github.com/tfgpu/tfgpu-kernel/internal/record"
 )
 
-// cmdPs lists the supervised kernels with their processes, memory and GPU
-// memory (root: every user's):
+// cmdPs lists the supervised kernels with their processes, memory, GPU
+// memory and activity (root: every user's):
 //
-//	tfgpu-kernel ps [--json]
+//	tfgpu-kernel ps [--json | --format table|json|prometheus]
 func cmdPs(args []string) int {
 	fs := flag.NewFlagSet("ps", flag.ContinueOnError)
-	asJSON := fs.Bool("json", false, "print a JSON array, one object per kernel")
+	asJSON := fs.Bool("json", false, "print a JSON array, one object per kernel (--format json)")
+	format := fs.String("format", "table", "table, json, or prometheus (the text exposition format, for node_exporter's textfile collector)")
 	stateDir := fs.String("state-dir", record.DefaultDir(), "where supervisors record their kernels")
 	nvmlLib := fs.String("nvml-library", "", "NVML library file to load; empty: "+gpuSoname+" through the dynamic loader")
 	if code, done := parseFlags(fs, args, "tfgpu-kernel ps --json | jq '.[] | {kernel_id, gpu}'"); done {
@@ -28,6 +29,12 @@ func cmdPs(args []string) int {
 	}
 	if fs.NArg() > 0 {
 		return usageError("ps", fmt.Sprintf("unexpected argument %q", fs.Arg(0)))
+	}
+	if *asJSON {
+		*format = "json"
+	}
+	if *format != "table" && *format != "json" && *format != "prometheus" {
+		return usageError("ps", fmt.Sprintf("--format %q: give table, json or prometheus", *format))
 	}
 	explicit := false
 	fs.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "state-dir" })
@@ -40,7 +47,14 @@ func cmdPs(args []string) int {
 	for _, r := range refused { // what users wrote is shown, never obeyed
 		fmt.Fprintf(os.Stderr, "tfgpu-kernel ps: %s\n", record.Printable(r.Error()))
 	}
-	if *asJSON {
+	switch *format {
+	case "prometheus":
+		if err := writePrometheus(os.Stdout, rows, note, time.Now()); err != nil {
+			fmt.Fprintf(os.Stderr, "tfgpu-kernel ps: %v\n", err)
+			return 1
+		}
+		return 0
+	case "json":
 		if rows == nil {
 			rows = []record.KernelStatus{}
 		}
@@ -60,7 +74,7 @@ func printPs(out io.Writer, rows []record.KernelStatus, note string, now time.Ti
 		fmt.Fprintln(out, "no supervised kernels")
 	} else {
 		w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(w, "KERNEL\tNOTEBOOK\tSUPERVISOR\tKERNEL PID\tPROCS\tRSS\tSTATE\tUPTIME\tGPU MEMORY")
+		fmt.Fprintln(w, "KERNEL\tNOTEBOOK\tSUPERVISOR\tKERNEL PID\tPROCS\tRSS\tSTATE\tACTIVITY\tUPTIME\tGPU MEMORY")
 		for _, r := range rows {
 			session := r.Session
 			if session == "" {
@@ -77,12 +91,24 @@ func printPs(out io.Writer, rows []record.KernelStatus, note string, now time.Ti
 			if !r.Started.IsZero() && !r.Started.After(now) {
 				uptime = now.Sub(r.Started).Round(time.Second).String()
 			}
-			fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\n", record.ShortID(r.KernelID), session, r.SupervisorPID,
-				r.KernelPID, len(r.PIDs), gpu.FormatBytes(r.RSSBytes), r.State, uptime, strings.Join(mem, ", "))
+			fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\n", record.ShortID(r.KernelID), session, r.SupervisorPID,
+				r.KernelPID, len(r.PIDs), gpu.FormatBytes(r.RSSBytes), r.State, activity(r, now), uptime, strings.Join(mem, ", "))
 		}
 		w.Flush()
 	}
 	if note != "" {
 		fmt.Fprintf(out, "GPU memory not shown: %s\n", note)
 	}
+}
+
+// activity is ps's ACTIVITY column: "busy 12s", "idle 2h5m", or the
+// execution state when it is not known.
+func activity(r record.KernelStatus, now time.Time) string {
+	if r.LastActivity == nil || (r.ExecutionState != record.ExecBusy && r.ExecutionState != record.ExecIdle) {
+		if r.ExecutionState == record.ExecUnknown {
+			return "-"
+		}
+		return r.ExecutionState
+	}
+	return r.ExecutionState + " " + max(now.Sub(*r.LastActivity), 0).Round(time.Second).String()
 }

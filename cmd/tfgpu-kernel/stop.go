@@ -1,9 +1,11 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -16,10 +18,12 @@ import (
 // cmdStop kills a supervised kernel's whole tree and waits until it is gone,
 // whether its supervisor is running, hung or dead:
 //
-//	tfgpu-kernel stop ID|--all
+//	tfgpu-kernel stop ID|--all|--idle-for DURATION [--holding-gpu]
 func cmdStop(args []string) int {
 	fs := flag.NewFlagSet("stop", flag.ContinueOnError)
 	every := fs.Bool("all", false, "stop every supervised kernel")
+	idleFor := fs.Duration("idle-for", 0, "stop the running kernels idle (no cell running) at least this long, e.g. 2h")
+	holdingGPU := fs.Bool("holding-gpu", false, "with --idle-for: only those whose tree holds GPU memory")
 	timeout := fs.Duration("timeout", 15*time.Second, "how long a kernel's supervisor may take to stop it (it also confirms the GPU release)")
 	stateDir := fs.String("state-dir", record.DefaultDir(), "where supervisors record their kernels")
 	confirm := fs.Duration("confirm-timeout", wrapper.DefaultConfirmTimeout, "how long to wait for NVML to list none of the tree's GPU contexts")
@@ -27,8 +31,14 @@ func cmdStop(args []string) int {
 	if code, done := parseFlags(fs, args, "tfgpu-kernel stop 5b2c1e7a   # a kernel id, or a unique prefix of one"); done {
 		return code
 	}
-	if *every == (fs.NArg() == 1) || fs.NArg() > 1 {
-		return usageError("stop", "give one kernel id, or --all")
+	idle := *idleFor > 0
+	switch {
+	case *idleFor < 0:
+		return usageError("stop", fmt.Sprintf("--idle-for %v: give a positive duration, e.g. 2h", *idleFor))
+	case *holdingGPU && !idle:
+		return usageError("stop", "--holding-gpu goes with --idle-for")
+	case btoi(*every)+btoi(idle)+fs.NArg() != 1:
+		return usageError("stop", "give one kernel id, --all, or --idle-for DURATION")
 	}
 	// Root stops any user's kernel by id, as ps lists them all; a record
 	// in a user's directory is then acted on only where that user owns
@@ -51,6 +61,11 @@ func cmdStop(args []string) int {
 		}
 		states = append(states, sts...)
 	}
+	n := gpu.Connect(*nvmlLib, "")
+	defer n.Close()
+	if idle {
+		return stopIdle(states, *idleFor, *holdingGPU, n, *timeout, *confirm)
+	}
 	var chosen []record.State
 	for _, st := range states {
 		if *every || strings.HasPrefix(st.KernelID, fs.Arg(0)) {
@@ -66,14 +81,12 @@ func cmdStop(args []string) int {
 	case len(chosen) > 1 && !*every:
 		return usageError("stop", fmt.Sprintf("%q names %d kernels; give more of the id", fs.Arg(0), len(chosen)))
 	}
-	n := gpu.Connect(*nvmlLib, "")
-	defer n.Close()
 	if err := n.Err(); err != nil {
 		fmt.Printf("GPU release not checked: %v\n", err)
 	}
 	code := 0
 	for _, st := range chosen {
-		if err := stopOne(st, *timeout, n, *confirm); err != nil {
+		if _, err := stopOne(st, *timeout, n, *confirm); err != nil {
 			fmt.Fprintf(os.Stderr, "tfgpu-kernel stop: kernel %s: %s\n", st.KernelID, record.Printable(err.Error()))
 			code = 1
 		}
@@ -85,10 +98,10 @@ func cmdStop(args []string) int {
 // tree itself and Jupyter sees the kernel end); when it does not within the
 // timeout, or is stopped or gone, the tree is killed through its record
 // (record.FinishKernel), and the GPU release confirmed.
-func stopOne(st record.State, timeout time.Duration, n gpu.Session, confirm time.Duration) error {
+func stopOne(st record.State, timeout time.Duration, n gpu.Session, confirm time.Duration) (record.Finished, error) {
 	d, err := record.OpenDir(st.Dir, false, true)
 	if err != nil {
-		return err
+		return record.Finished{}, err
 	}
 	defer d.Close()
 	how := "supervisor gone"
@@ -110,7 +123,7 @@ func stopOne(st record.State, timeout time.Duration, n gpu.Session, confirm time
 	start := time.Now()
 	f, err := d.FinishKernel(st, record.FinishOptions{GPU: n, KillTimeout: timeout, ConfirmTimeout: confirm, BeforeKill: askSupervisor})
 	if err != nil {
-		return err
+		return f, err
 	}
 	label := st.KernelID
 	if st.Session != "" {
@@ -119,12 +132,121 @@ func stopOne(st record.State, timeout time.Duration, n gpu.Session, confirm time
 	fmt.Printf("stopped kernel %s: %s; %d processes killed; %v\n", label, how, f.Killed, time.Since(start).Round(time.Millisecond))
 	switch {
 	case f.GPU == nil:
-		return nil // not checked (said above)
+		return f, nil // not checked (said above)
 	case f.GPUErr != nil:
-		return fmt.Errorf("GPU release not confirmed: %w", f.GPUErr)
+		return f, fmt.Errorf("GPU release not confirmed: %w", f.GPUErr)
 	case len(f.GPU.Held) > 0:
-		return fmt.Errorf("GPU memory still held %v after the kill: %s", confirm, f.GPU.HeldText())
+		return f, fmt.Errorf("GPU memory still held %v after the kill: %s", confirm, f.GPU.HeldText())
 	}
 	fmt.Printf("GPU memory released: %s (NVML, by %s, %v)\n", f.GPU.ReleasedText(), f.GPU.By, f.GPU.Took.Round(time.Millisecond))
-	return nil
+	return f, nil
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// stopIdle stops the running kernels that have been idle (no cell
+// running) at least idleFor, with holdingGPU only those whose tree holds
+// GPU memory, and says what it freed. A kernel that runs a cell is never
+// stopped: each is checked again just before it is (a cell may have
+// started since the list was read), and one whose execution state is not
+// known is left alone (docs/operating.md#idle-kernels).
+func stopIdle(states []record.State, idleFor time.Duration, holdingGPU bool, n gpu.Session, timeout, confirm time.Duration) int {
+	var holders []gpu.Holder
+	if holdingGPU {
+		hs, err := n.Holders()
+		if err == nil && gpu.Mode(hs) == gpu.ByBaseline {
+			err = errors.New("NVML's pids are not this PID namespace's")
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "tfgpu-kernel stop: --holding-gpu: cannot tell which kernels hold GPU memory: %s\n", record.Printable(err.Error()))
+			return 1
+		}
+		holders = hs
+	} else if err := n.Err(); err != nil {
+		fmt.Printf("GPU release not checked: %v\n", err)
+	}
+	what := "idle for " + idleFor.String()
+	if holdingGPU {
+		what += " and holding GPU memory"
+	}
+	code, stopped := 0, 0
+	left := map[string]int{}
+	freed := map[int]int64{}
+	for _, st := range states {
+		idle, why := idleLongEnough(st, idleFor, time.Now())
+		var held map[int]int64
+		if why == "" && holdingGPU {
+			if held = gpu.Sum(gpu.Holding(holders, st.TreePids())); len(held) == 0 {
+				why = "holding no GPU memory"
+			}
+		}
+		if why == "" { // again, now: a cell may have started since
+			if a, err := record.ReadActivity(st); err != nil || a.Busy || !a.Since.Equal(st.Activity.Since) {
+				why = "busy since the list was read"
+			}
+		}
+		if why != "" {
+			left[why]++
+			continue
+		}
+		label := st.KernelID
+		if st.Session != "" {
+			label += " (" + record.Printable(st.Session) + ")"
+		}
+		holding := ""
+		if len(held) > 0 {
+			holding = ", holding " + (gpu.Result{Released: held}).ReleasedText()
+		}
+		fmt.Printf("kernel %s: idle for %v%s: stopping\n", label, idle.Round(time.Second), holding)
+		f, err := stopOne(st, timeout, n, confirm)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "tfgpu-kernel stop: kernel %s: %s\n", st.KernelID, record.Printable(err.Error()))
+			code = 1
+		}
+		if f.GPU != nil && f.GPUErr == nil && len(f.GPU.Held) == 0 {
+			for dev, b := range f.GPU.Released {
+				freed[dev] += b
+			}
+		}
+		stopped++
+	}
+	var reasons []string
+	for why, k := range left {
+		reasons = append(reasons, fmt.Sprintf("%d %s", k, why))
+	}
+	slices.Sort(reasons)
+	summary := fmt.Sprintf("stopped %d kernel(s) %s", stopped, what)
+	if len(freed) > 0 {
+		summary += "; GPU memory released: " + (gpu.Result{Released: freed}).ReleasedText()
+	}
+	if len(reasons) > 0 {
+		summary += "; left alone: " + strings.Join(reasons, ", ")
+	}
+	fmt.Println(summary)
+	return code
+}
+
+// idleLongEnough returns how long st's kernel has been idle, or why it is
+// not a kernel to stop for being idle at least idleFor.
+func idleLongEnough(st record.State, idleFor time.Duration, now time.Time) (time.Duration, string) {
+	switch {
+	case st.Phase != record.PhaseRunning:
+		return 0, "not running"
+	case !st.SupervisorAlive() || st.SupervisorStopped():
+		return 0, "without a live supervisor (tfgpu-kernel stop ID)"
+	case st.Activity == nil:
+		return 0, "of unknown activity"
+	case st.Activity.Busy:
+		return 0, "busy"
+	}
+	idle := now.Sub(st.Activity.Since)
+	if idle < idleFor {
+		return idle, "idle less than " + idleFor.String()
+	}
+	return idle, ""
 }

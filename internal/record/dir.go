@@ -136,8 +136,18 @@ func (d *Dir) read(name string) ([]byte, error) {
 // never an existing one), then rename over name, which replaces a link
 // rather than follows it.
 func (d *Dir) write(name string, data []byte) error {
+	f, err := d.create(name, data)
+	if err != nil {
+		return err
+	}
+	return f.Close()
+}
+
+// create is write that returns the new file, open for reading and
+// writing.
+func (d *Dir) create(name string, data []byte) (*os.File, error) {
 	if !validName(name) {
-		return fmt.Errorf("%s: not a name the supervisor writes", name)
+		return nil, fmt.Errorf("%s: not a name the supervisor writes", name)
 	}
 	var tmp string
 	var fd int
@@ -146,27 +156,25 @@ func (d *Dir) write(name string, data []byte) error {
 		var b [8]byte
 		_, _ = rand.Read(b[:])
 		tmp = fmt.Sprintf(".%s-%x", name, b)
-		fd, err = unix.Openat(d.fd(), tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+		fd, err = unix.Openat(d.fd(), tmp, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 		if !errors.Is(err, unix.EEXIST) {
 			break
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("write %s: %w", filepath.Join(d.path, name), err)
+		return nil, fmt.Errorf("write %s: %w", filepath.Join(d.path, name), err)
 	}
-	f := os.NewFile(uintptr(fd), tmp)
+	f := os.NewFile(uintptr(fd), filepath.Join(d.path, name))
 	_, err = f.Write(data)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
 	if err == nil {
 		err = unix.Renameat(d.fd(), tmp, d.fd(), name)
 	}
 	if err != nil {
+		f.Close()
 		_ = unix.Unlinkat(d.fd(), tmp, 0)
-		return fmt.Errorf("write %s: %w", filepath.Join(d.path, name), err)
+		return nil, fmt.Errorf("write %s: %w", filepath.Join(d.path, name), err)
 	}
-	return nil
+	return f, nil
 }
 
 // remove unlinks name (a link itself, never what it points to).

@@ -113,6 +113,7 @@ func (d *Dir) Finish(st State, timeout time.Duration) (int, error) {
 			var now State
 			if json.Unmarshal(b, &now) == nil && now.SupervisorPID == st.SupervisorPID && now.SupervisorStart == st.SupervisorStart {
 				_ = d.remove(stateName(st.KernelID))
+				d.removeActivity(st.KernelID, st.SupervisorPID)
 			}
 		}
 	}

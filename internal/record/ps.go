@@ -2,8 +2,10 @@ package record
 
 import (
 	"os"
+	"os/user"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -31,6 +33,14 @@ type KernelStatus struct {
 	Cgroup        string    `json:"cgroup,omitempty"`
 	Started       time.Time `json:"started"`
 	GPU           []GPUUse  `json:"gpu"`
+	// ExecutionState is ExecBusy or ExecIdle while the supervisor runs the
+	// kernel, PhaseStarting before the kernel answers, ExecUnknown
+	// otherwise; LastActivity is when it last changed (for an idle kernel,
+	// when its last cell ended), null when unknown.
+	ExecutionState string     `json:"execution_state"`
+	LastActivity   *time.Time `json:"last_activity"`
+	UID            int        `json:"uid"`  // the record's owner
+	User           string     `json:"user"` // its name, or the uid when it has none
 }
 
 // GPUUse is a kernel's memory on one device: the sum of the NVML entries
@@ -69,15 +79,20 @@ func PS(stateDirs []string, nvmlLibrary string) (rows []KernelStatus, gpuNote st
 		gpuNote = "NVML's pids are not this PID namespace's: GPU memory cannot be attributed from here"
 		holders = nil
 	}
+	names := map[int]string{} // one lookup per user: NSS may be LDAP
 	for _, st := range states {
-		rows = append(rows, st.status(holders))
+		if _, ok := names[st.Owner]; !ok {
+			names[st.Owner] = userName(st.Owner)
+		}
+		rows = append(rows, st.status(holders, names[st.Owner]))
 	}
 	slices.SortFunc(rows, func(a, b KernelStatus) int { return a.Started.Compare(b.Started) })
 	return rows, gpuNote, refused, nil
 }
 
-// status is st's row of ps, with the GPU memory its tree holds in holders.
-func (st State) status(holders []gpu.Holder) KernelStatus {
+// status is st's row of ps, with the GPU memory its tree holds in holders;
+// user is the name of the record's owner.
+func (st State) status(holders []gpu.Holder, user string) KernelStatus {
 	row := KernelStatus{KernelID: st.KernelID, Session: Printable(st.Session), SupervisorPID: st.SupervisorPID,
 		KernelPID: st.KernelPID, State: Printable(st.Phase), Containment: Printable(st.Containment), Cgroup: Printable(st.Cgroup),
 		Started: st.Started, GPU: []GPUUse{}}
@@ -89,6 +104,17 @@ func (st State) status(holders []gpu.Holder) KernelStatus {
 	case row.State == "":
 		row.State = PhaseRunning // written by a version without phases
 	}
+	row.ExecutionState = ExecUnknown
+	switch {
+	case st.Activity == nil || (row.State != PhaseRunning && row.State != PhaseStarting):
+	case row.State == PhaseStarting:
+		row.ExecutionState = PhaseStarting
+	default:
+		row.ExecutionState = st.Activity.State()
+		since := st.Activity.Since
+		row.LastActivity = &since
+	}
+	row.UID, row.User = st.Owner, user
 	row.PIDs = st.TreePids()
 	for _, p := range row.PIDs {
 		row.RSSBytes += cgroup.ProcRSS(p)
@@ -100,6 +126,15 @@ func (st State) status(holders []gpu.Holder) KernelStatus {
 	}
 	slices.SortFunc(row.GPU, func(a, b GPUUse) int { return a.Index - b.Index })
 	return row
+}
+
+// userName is uid's login name, or the uid when it has none.
+func userName(uid int) string {
+	id := strconv.Itoa(uid)
+	if u, err := user.LookupId(id); err == nil && u.Username != "" {
+		return Printable(u.Username)
+	}
+	return id
 }
 
 // TreePids are the live processes of a recorded kernel's tree: its

@@ -39,6 +39,9 @@ type State struct {
 	Owner int `json:"-"`
 	// Dir is the state directory it was read from.
 	Dir string `json:"-"`
+	// Activity is what the supervisor publishes of its kernel's execution
+	// state (activity.go); nil when it publishes nothing valid.
+	Activity *Activity `json:"-"`
 }
 
 // Phases of a kernel, as its supervisor records them (ps shows them as
@@ -152,6 +155,9 @@ func (d *Dir) States() ([]State, []error, error) {
 			continue
 		}
 		st.Owner, st.Dir = d.uid, d.path
+		if a, err := d.readActivity(st); err == nil {
+			st.Activity = &a
+		}
 		out = append(out, st)
 	}
 	return out, refusals, nil
@@ -187,9 +193,11 @@ func (st State) SupervisorStopped() bool {
 	return err == nil && p.Stopped()
 }
 
-// Remove removes the record of kernel id if it still names this process
-// (the next supervisor of the kernel may have written its own since).
+// Remove removes the record of kernel id and its activity file if they
+// still name this process (the next supervisor of the kernel may have
+// written its own since).
 func (d *Dir) Remove(id string) {
+	d.removeActivity(id, os.Getpid())
 	b, err := d.read(stateName(id))
 	if err != nil {
 		return

@@ -61,7 +61,7 @@ func newBenchRelay(b *testing.B) *benchRelay {
 	}
 	b.Cleanup(br.outer.Close)
 	events := make(chan Event, 16)
-	br.relay = New(ctx, br.outer, inner, signer, events, lg)
+	br.relay = New(ctx, br.outer, inner, signer, events, Hooks{}, lg)
 	b.Cleanup(br.relay.CloseInner)
 	return br
 }

@@ -49,6 +49,7 @@ type Relay struct {
 
 	// events reports verified requests the supervisor acts on.
 	events chan<- Event
+	hooks  Hooks
 
 	welcome  *welcomer                      // iopub_welcome for clients (welcome.go)
 	history  *digestHistory                 // signatures of requests acted on
@@ -77,6 +78,15 @@ const dialRetry = 20 * time.Millisecond
 // digestHistorySize bounds the signatures remembered against replays
 // (about 100 bytes each).
 const digestHistorySize = 16384
+
+// Hooks are called by the relay's pumps, inline: each must be cheap and
+// must not block. A nil hook is not called.
+type Hooks struct {
+	// Activity is called when the kernel becomes busy (a verified
+	// execute_request while none was unanswered) and idle again (the reply
+	// to the last one).
+	Activity func(busy bool)
+}
 
 // Event is what the relay tells the supervisor's loop.
 type Event struct {
@@ -174,9 +184,9 @@ func closeAll(socks []zmq4.Socket) {
 // (ipykernel takes about a second to bind; zmq4's default 10 × 250 ms is
 // too short), until CloseInner. Verified requests the supervisor acts on
 // are sent to events.
-func New(ctx context.Context, outer *Outer, inner *jmsg.ConnInfo, signer *jmsg.Signer, events chan<- Event, lg *slog.Logger) *Relay {
+func New(ctx context.Context, outer *Outer, inner *jmsg.ConnInfo, signer *jmsg.Signer, events chan<- Event, hooks Hooks, lg *slog.Logger) *Relay {
 	ctx, cancel := context.WithCancel(ctx)
-	r := &Relay{log: lg, signer: signer, outer: outer, ctx: ctx, cancel: cancel, events: events,
+	r := &Relay{log: lg, signer: signer, outer: outer, ctx: ctx, cancel: cancel, events: events, hooks: hooks,
 		ready: make(chan struct{}), history: newDigestHistory(digestHistorySize),
 		warnPeer: zmtp.RateLimitedWarn(lg, 10*time.Second)}
 	var idb [8]byte
@@ -325,6 +335,9 @@ func (r *Relay) inspectIn(ch jmsg.Channel) func([][]byte) {
 			r.mu.Lock()
 			r.execs = append(r.execs, execRequest{msgID: h.MsgID, idents: cloneFrames(p.Idents),
 				header: bytes.Clone(p.Header), sess: h.Session})
+			if len(r.execs) == 1 && r.hooks.Activity != nil {
+				r.hooks.Activity(true)
+			}
 			warning, id := r.warning, r.warnID
 			if warning != "" && userCell(p.Content) {
 				r.warning = ""
@@ -387,6 +400,9 @@ func (r *Relay) inspectOut(ch jmsg.Channel) func([][]byte) {
 		for i, e := range r.execs {
 			if e.msgID == ph.MsgID {
 				r.execs = append(r.execs[:i], r.execs[i+1:]...)
+				if len(r.execs) == 0 && r.hooks.Activity != nil {
+					r.hooks.Activity(false)
+				}
 				break
 			}
 		}

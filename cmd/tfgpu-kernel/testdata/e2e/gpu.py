@@ -31,6 +31,15 @@ argv[1] picks the scenario:
             hold GPU1: its watcher kills them at once and confirms their
             release (1.5 s), without waiting for another start; then
             jupyter_client restarts the kernel, which comes up and answers.
+  idle      three kernels: one idle holding the GPU (with escaped
+            holders), one busy in a cell holding it too, one idle holding
+            nothing. `ps --json` shows each one's execution_state and
+            last_activity; `ps --format prometheus` is written to
+            E2E_METRICS with the figures in the facts, for the Go side to
+            parse with Prometheus' own parser. `stop --idle-for 1s
+            --holding-gpu` stops the idle holder only, and NVML lists none
+            of its tree; `stop --idle-for 1s` then stops the idle one
+            without GPU memory; the busy kernel's cell runs on throughout.
   degraded  no driver, an init failure, memory figures NVML cannot give, a
             driver without the _v3 process lists (E2E_NVML_NOV3_DIR): the
             kernel starts, answers, restarts and shuts down as usual, and
@@ -39,6 +48,7 @@ argv[1] picks the scenario:
 
 import json
 import os
+import queue
 import subprocess
 import sys
 import time
@@ -302,4 +312,76 @@ def degraded():
     os.environ.update(base)
 
 
-h.run({"release": release, "timeout": timeout, "pidoffset": pidoffset, "orphan": orphan, "degraded": degraded}[SCENARIO])
+def run_bin(*args):
+    out = subprocess.run([BIN] + list(args), capture_output=True, text=True, timeout=60)
+    h.log("tfgpu-kernel %s: exit %d\n%s%s" % (" ".join(args), out.returncode, out.stdout, out.stderr))
+    return out
+
+
+def idle():
+    km_idle, kc_idle = h.start_kernel()
+    idle_tree = set(hold(kc_idle, 1024)) | {h.kernel_pid(kc_idle)}
+    km_busy, kc_busy = h.start_kernel()
+    busy_pid = h.kernel_pid(kc_busy)
+    h.track(busy_pid)
+    hold(kc_busy, 256, escapes=False)
+    km_free, kc_free = h.start_kernel()
+    h.track(h.kernel_pid(kc_free))
+    # A supervisor takes its kernel id from the connection file's name.
+    ids = {k: os.path.basename(m.connection_file)[len("kernel-"):-len(".json")] for k, m in
+           (("idle", km_idle), ("busy", km_busy), ("free", km_free))}
+    by_id = {v: k for k, v in ids.items()}
+    running = kc_busy.execute("import time; time.sleep(120)")
+    deadline = time.monotonic() + 20
+    while True:
+        rows = {by_id[r["kernel_id"]]: r for r in ps_json() if r["kernel_id"] in by_id}
+        if len(rows) == 3 and rows["busy"]["execution_state"] == "busy":
+            break
+        h.check(time.monotonic() < deadline, "ps never showed the running cell's kernel busy: %s" % rows)
+        time.sleep(0.1)
+    time.sleep(1.2)  # every kernel idle for more than the 1 s below, but the busy one
+    rows = {by_id[r["kernel_id"]]: r for r in ps_json() if r["kernel_id"] in by_id}
+    prom = run_bin("ps", "--format", "prometheus")
+    h.check(prom.returncode == 0, "ps --format prometheus failed")
+    with open(os.environ["E2E_METRICS"], "w") as f:
+        f.write(prom.stdout)
+    h.note(ps_rows={k: {f: r[f] for f in ("kernel_id", "execution_state", "last_activity", "gpu", "pids", "user", "rss_bytes")}
+                    for k, r in rows.items()})
+    for k, want in (("idle", "idle"), ("busy", "busy"), ("free", "idle")):
+        h.check(rows[k]["execution_state"] == want, "ps --json: the %s kernel is %r" % (k, rows[k]["execution_state"]))
+        h.check(rows[k]["last_activity"], "ps --json: the %s kernel has no last_activity" % k)
+    gpu_of = lambda r: {g["index"]: g["used_bytes"] for g in r["gpu"]}
+    h.check(gpu_of(rows["idle"]) == {0: (1024 + 512) << 20, 1: (1024 + 256) << 20}, "idle holder's GPU: %s" % rows["idle"]["gpu"])
+    h.check(gpu_of(rows["busy"]) == {0: 256 << 20}, "busy holder's GPU: %s" % rows["busy"]["gpu"])
+    h.check(gpu_of(rows["free"]) == {}, "free kernel's GPU: %s" % rows["free"]["gpu"])
+
+    out = run_bin("stop", "--idle-for", "1s", "--holding-gpu")
+    h.note(stop_holding_gpu=out.stdout.splitlines())
+    h.check(out.returncode == 0, "stop --idle-for --holding-gpu: exit %d: %s" % (out.returncode, out.stderr))
+    h.check("GPU memory released: GPU0 1.5 GiB, GPU1 1.2 GiB" in out.stdout.splitlines()[-1],
+            "stop --idle-for does not say what it freed: %r" % out.stdout)
+    h.check("left alone: 1 busy, 1 holding no GPU memory" in out.stdout, "stop --idle-for's summary: %r" % out.stdout)
+    h.check(not km_idle.is_alive() or h.wait_dead([km_idle.provisioner.pid], 5) == [],
+            "the idle holder's supervisor still runs")
+    h.check(not [p for p in idle_tree if h.alive(p)], "processes of the idle holder's tree alive after stop")
+    h.check(not (listed_pids() & idle_tree), "NVML still lists the idle holder's tree")
+    h.check(km_busy.is_alive() and km_free.is_alive(), "stop --idle-for --holding-gpu stopped another kernel")
+
+    out = run_bin("stop", "--idle-for", "1s")
+    h.note(stop_idle=out.stdout.splitlines())
+    h.check(out.returncode == 0 and "stopped 1 kernel(s) idle for 1s; left alone: 1 busy" in out.stdout,
+            "stop --idle-for 1s: %r" % out.stdout)
+    h.wait_dead([km_free.provisioner.pid], 5)
+    h.check(not km_free.is_alive(), "the idle kernel without GPU memory was not stopped")
+    h.check(km_busy.is_alive(), "the busy kernel was stopped")
+    try:
+        reply = kc_busy.get_shell_msg(timeout=0.2)
+        h.check(False, "the busy kernel's cell ended early: %s" % reply["content"])
+    except queue.Empty:
+        pass  # still running
+    kc_busy.stop_channels()
+    km_busy.shutdown_kernel(now=True)
+
+
+h.run({"release": release, "timeout": timeout, "pidoffset": pidoffset, "orphan": orphan, "degraded": degraded,
+       "idle": idle}[SCENARIO])

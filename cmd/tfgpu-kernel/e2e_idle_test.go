@@ -1,0 +1,115 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/tfgpu/tfgpu-kernel/internal/gpu/gputest"
+)
+
+// Issue 14, idle holders and metrics: testdata/e2e/gpu.py idle on both
+// stacks, three real kernels (an idle GPU holder with escaped holders, a
+// busy one, an idle one holding nothing). The scenario checks ps --json
+// and stop --idle-for [--holding-gpu]; here the `ps --format prometheus`
+// it wrote while all three ran is parsed with Prometheus' own text parser
+// and its figures compared with what ps --json said.
+func TestE2EIdleStop(t *testing.T) {
+	eachStack(t, func(t *testing.T, stack string) {
+		s := e2eSetupStack(t, stack)
+		if !s.wrapped {
+			t.Skip("ps and stop are the supervisor's")
+		}
+		f := gputest.New(t, 2, gputest.Full)
+		metrics := filepath.Join(t.TempDir(), "tfgpu.prom")
+		gs := *s
+		gs.env = append(append(append([]string{}, s.env...), f.Env()...),
+			"E2E_TFGPU_BIN="+s.bin, "E2E_NVML_DIR="+f.LibDir, "E2E_HOLDER_DIR="+f.HolderDir,
+			"E2E_METRICS="+metrics)
+		res := gs.scenario(t, 150*time.Second, "gpu.py", "idle")
+		text, err := os.ReadFile(metrics)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fams := parseProm(t, string(text))
+		rows, _ := res.Facts["ps_rows"].(map[string]any)
+		if len(rows) != 3 {
+			t.Fatalf("facts lack the three ps rows: %v", res.Facts["ps_rows"])
+		}
+		for name, r := range rows {
+			row := r.(map[string]any)
+			id := row["kernel_id"].(string)
+			want := map[string]float64{
+				"tfgpu_kernel_processes": float64(len(row["pids"].([]any))),
+				"tfgpu_kernel_busy":      map[bool]float64{true: 1, false: 0}[name == "busy"],
+			}
+			for metric, v := range want {
+				if got, ok := promValue(fams, metric, map[string]string{"kernel_id": id}); !ok || got != v {
+					t.Errorf("%s kernel: %s = %v (found %v), want %v", name, metric, got, ok, v)
+				}
+			}
+			if got, ok := promValue(fams, "tfgpu_kernel_rss_bytes", map[string]string{"kernel_id": id}); !ok || got < 10<<20 {
+				t.Errorf("%s kernel: rss %v", name, got)
+			}
+			idle, ok := promValue(fams, "tfgpu_kernel_idle_seconds", map[string]string{"kernel_id": id})
+			if !ok || (name == "busy") != (idle == 0) || (name != "busy" && idle < 1) {
+				t.Errorf("%s kernel: idle seconds %v (found %v)", name, idle, ok)
+			}
+			if _, ok := promValue(fams, "tfgpu_kernel_info", map[string]string{"kernel_id": id, "user": "root",
+				"state": "running", "execution_state": map[bool]string{true: "busy", false: "idle"}[name == "busy"]}); !ok {
+				t.Errorf("%s kernel: no tfgpu_kernel_info with its labels", name)
+			}
+			for _, g := range row["gpu"].([]any) {
+				g := g.(map[string]any)
+				dev := strconv.Itoa(int(g["index"].(float64)))
+				got, ok := promValue(fams, "tfgpu_kernel_gpu_memory_bytes", map[string]string{"kernel_id": id, "gpu": dev})
+				if !ok || got != g["used_bytes"].(float64) {
+					t.Errorf("%s kernel: GPU%s memory %v (found %v), ps --json says %v", name, dev, got, ok, g["used_bytes"])
+				}
+			}
+		}
+		if v, ok := promValue(fams, "tfgpu_gpu_memory_attributed", nil); !ok || v != 1 {
+			t.Errorf("tfgpu_gpu_memory_attributed = %v (found %v), want 1", v, ok)
+		}
+	})
+}
+
+// parseProm parses the text exposition format with Prometheus' own parser.
+func parseProm(t *testing.T, text string) map[string]*dto.MetricFamily {
+	t.Helper()
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(strings.NewReader(text))
+	if err != nil {
+		t.Fatalf("not the Prometheus text format: %v\n%s", err, text)
+	}
+	return fams
+}
+
+// promValue is the gauge of family name whose labels include want.
+func promValue(fams map[string]*dto.MetricFamily, name string, want map[string]string) (float64, bool) {
+	f := fams[name]
+	if f == nil {
+		return 0, false
+	}
+next:
+	for _, m := range f.GetMetric() {
+		have := map[string]string{}
+		for _, l := range m.GetLabel() {
+			have[l.GetName()] = l.GetValue()
+		}
+		for k, v := range want {
+			if have[k] != v {
+				continue next
+			}
+		}
+		return m.GetGauge().GetValue(), true
+	}
+	return 0, false
+}
