@@ -16,7 +16,7 @@ import (
 //
 //	starting ──first message from the kernel──▶ running
 //	starting, running ──shutdown_request──▶ stopping (the kernel's grace)
-//	any ──kernel exit, grace over, SIGTERM/SIGHUP, server gone──▶ stop() ──▶ stopped
+//	any ──kernel exit, grace over, SIGTERM/SIGHUP, server gone, GPU memory limit──▶ stop() ──▶ stopped
 //
 // Only the loop and the stop path change it, through enter, which records
 // it in the kernel's state file for ps.
@@ -110,6 +110,15 @@ func (s *supervisor) loop(ctx context.Context, exited <-chan cgroup.ExitStatus) 
 				return s.stop(cause{reason: "shutdown", exit: &st, request: req})
 			}
 			return s.stop(cause{reason: "kernel died", exit: &st, died: true})
+
+		case <-s.limitKick():
+			s.cellStarted()
+
+		case <-s.limitTimer():
+			// Not while a shutdown is served: the tree is about to go.
+			if use := s.sampleGPU(); use != nil && req == nil {
+				return s.stop(cause{reason: "over its GPU memory limit", gpuOver: use, died: true})
+			}
 
 		case <-grace:
 			s.log.Debug("kernel still running after shutdown grace", "grace", s.cfg.ShutdownGrace)

@@ -111,6 +111,7 @@ func (s *supervisor) publishActivity() {
 // the last one ended.
 func (s *supervisor) activityChanged(busy bool) {
 	s.activity.Set(busy, time.Now())
+	s.limit.noteActivity(busy)
 }
 
 func (s *supervisor) record() {

@@ -39,6 +39,7 @@ type supervisor struct {
 	tree     cgroup.Tree
 	mem      cgroup.Memory // the memory limit, if one could be applied
 	gpu      *gpuCheck     // the GPU policy (gpu.go)
+	limit    *gpuLimit     // the GPU memory limit (gpulimit.go); nil without one
 	watch    *watcher      // the watcher's pipe (watcher.go); nil when it could not start
 	marker   string        // cgroup.MarkerEnv of the kernel's tree
 
@@ -212,6 +213,7 @@ func (s *supervisor) start(ctx context.Context) (<-chan cgroup.ExitStatus, int) 
 	if exited == nil {
 		return nil, code
 	}
+	s.startGPULimit()
 	s.publishActivity()
 	s.record()
 	s.onExit(func() { s.dir.Remove(s.id) })

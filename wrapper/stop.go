@@ -27,6 +27,16 @@ type cause struct {
 	exit    *cgroup.ExitStatus // the kernel's exit status, when it exited
 	request *shutdownRequest   // a client asked for the stop (shutdown, or restart)
 	died    bool               // the kernel exited unasked: tell its cell, exit with its code
+	gpuOver *gpuUse            // the tree was over its GPU memory limit (died is set too)
+}
+
+// code is the exit code of a stop whose kernel died: its own, or
+// ExitGPULimit when the supervisor killed it over its GPU memory limit.
+func (c cause) code() int {
+	if c.exit == nil {
+		return ExitGPULimit
+	}
+	return c.exit.Code()
 }
 
 func (c cause) restart() bool { return c.request != nil && c.request.Restart }
@@ -58,6 +68,7 @@ func (s *supervisor) stop(c cause) int {
 	}
 	s.logStop(c, killed, took, err)
 
+	held := "" // the warning when GPU memory is still held after the confirm timeout
 	switch {
 	case c.restart():
 		// jupyter_client starts the next supervisor at once; it confirms,
@@ -66,11 +77,11 @@ func (s *supervisor) stop(c cause) int {
 	case c.request != nil:
 		s.confirmBeforeJupyterKills(c, old)
 	default:
-		s.gpu.confirm(c.reason, old)
+		held = s.gpu.confirm(c.reason, old)
 	}
 	drain := drainAfterStop
 	if c.died {
-		s.tellCell(c, killed)
+		s.tellCell(c, killed, held)
 		drain = drainAfterDeath
 	}
 	s.enter(stopped)
@@ -78,7 +89,7 @@ func (s *supervisor) stop(c cause) int {
 		s.log.Debug("clients did not take the last messages in time", "waited", drain)
 	}
 	if c.died {
-		return c.exit.Code()
+		return c.code()
 	}
 	return ExitOK
 }
@@ -101,9 +112,14 @@ func (s *supervisor) logStop(c cause, killed int, took time.Duration, err error)
 	if c.request != nil {
 		attrs = append(attrs, "restart", c.request.Restart)
 	}
+	if c.gpuOver != nil {
+		attrs = append(attrs, "gpu_used", gpu.FormatBytes(c.gpuOver.total), "gpu_limit", gpu.FormatBytes(c.gpuOver.limit))
+	}
 	switch {
 	case err != nil:
 		s.log.Error("kernel stopped, but processes survive", append(attrs, "err", err)...)
+	case c.gpuOver != nil:
+		s.log.Warn("kernel stopped over its GPU memory limit", attrs...)
 	case c.died:
 		s.log.Warn("kernel died", attrs...)
 	default:
@@ -158,8 +174,20 @@ func (s *supervisor) answerShutdown(req *shutdownRequest) {
 }
 
 // tellCell tells the cell the dead kernel was running why it died and
-// what was done (relay.TellRunningCell).
-func (s *supervisor) tellCell(c cause, killed int) {
+// what was done (relay.TellRunningCell); held is the GPU check's warning
+// when memory is still held.
+func (s *supervisor) tellCell(c cause, killed int, held string) {
+	if c.gpuOver != nil {
+		released := "its GPU memory was released"
+		if held != "" {
+			released = "its GPU memory was not released in time"
+		}
+		text := fmt.Sprintf("tfgpu-kernel: the kernel used %s, over its limit of %s: its whole process tree was killed "+
+			"(%d processes) and %s. Jupyter will start a fresh kernel.\n%s",
+			c.gpuOver.text(), gpu.FormatBytes(c.gpuOver.limit), killed, released, held)
+		s.relay.TellRunningCell(s.id, text, "over its GPU memory limit")
+		return
+	}
 	text := fmt.Sprintf("tfgpu-kernel: the kernel died (%s).", c.exit)
 	if s.mem != nil {
 		if n, err := s.mem.OOMKills(); err == nil && n > 0 {

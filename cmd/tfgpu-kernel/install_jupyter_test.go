@@ -173,7 +173,8 @@ func TestInstallRunFlags(t *testing.T) {
 	py := installJupyterPython(t)
 	bin := buildInstallTestBinary(t)
 	all := []string{"--log-level", "debug", "--nvml-library", "lib/libnvidia-ml.so.1", "--kill-timeout", "2000ms",
-		"--inner-transport", "tcp", "--shutdown-grace", "500ms", "--confirm-timeout", "20s", "--memory-limit", "8G", "--cgroup", "v1", "--max-message-size", "2G"}
+		"--inner-transport", "tcp", "--shutdown-grace", "500ms", "--confirm-timeout", "20s", "--memory-limit", "8G", "--cgroup", "v1", "--max-message-size", "2G",
+		"--gpu-memory-limit", "40G"}
 	tests := []struct {
 		name     string
 		args     []string
@@ -182,7 +183,7 @@ func TestInstallRunFlags(t *testing.T) {
 		wantFail string   // stderr line prefix, exit 2
 	}{
 		{name: "none", wantRun: []string{}},
-		{name: "all, any order", args: all, wantRun: []string{"--cgroup", "v1", "--memory-limit", "8G", "--confirm-timeout", "20s",
+		{name: "all, any order", args: all, wantRun: []string{"--cgroup", "v1", "--memory-limit", "8G", "--gpu-memory-limit", "40G", "--confirm-timeout", "20s",
 			"--shutdown-grace", "500ms", "--kill-timeout", "2s", "--inner-transport", "tcp", "--nvml-library", "@WD@/lib/libnvidia-ml.so.1",
 			"--max-message-size", "2G", "--log-level", "debug"}},
 		{name: "soname stays a soname", args: []string{"--nvml-library", "libnvidia-ml.so.1"}, wantRun: []string{"--nvml-library", "libnvidia-ml.so.1"}},
@@ -193,6 +194,7 @@ func TestInstallRunFlags(t *testing.T) {
 		{name: "zero confirm timeout", args: []string{"--confirm-timeout", "0s"}, wantFail: `tfgpu-kernel install: --confirm-timeout 0s`},
 		{name: "bad inner transport", args: []string{"--inner-transport", "udp"}, wantFail: `tfgpu-kernel install: --inner-transport "udp"`},
 		{name: "bad memory limit", args: []string{"--memory-limit", "0"}, wantFail: `tfgpu-kernel install: --memory-limit "0"`},
+		{name: "bad GPU memory limit", args: []string{"--gpu-memory-limit", "lots"}, wantFail: `tfgpu-kernel install: --gpu-memory-limit "lots": want a size`},
 		{name: "max message size under 1M", args: []string{"--max-message-size", "64K"}, wantFail: `tfgpu-kernel install: --max-message-size "64K": want a size of at least 1M`},
 		{name: "bad duration", args: []string{"--kill-timeout", "soon"}, wantFail: `tfgpu-kernel install: invalid value "soon" for flag -kill-timeout`},
 	}

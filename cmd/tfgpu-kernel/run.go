@@ -68,6 +68,7 @@ func cmdRun(args []string) int {
 		Cgroup:         rf.cg,
 		StateDir:       *stateDir,
 		MemoryLimit:    v.memLimit,
+		GPUMemoryLimit: v.gpuLimit,
 		NVMLLibrary:    rf.nvmlLib,
 		ConfirmTimeout: rf.confirm,
 		Limits:         zmtp.Limits{MaxMessage: v.maxMessage},

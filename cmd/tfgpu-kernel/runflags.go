@@ -16,13 +16,14 @@ import (
 // define and check them with the same code, so `install` refuses exactly the
 // values `run` would refuse at every kernel start.
 type runFlags struct {
-	level, inner, memLimit, cg, nvmlLib, maxMsg string
+	level, inner, memLimit, gpuLimit, cg, nvmlLib, maxMsg string
 	grace, killTimeout, confirm                 time.Duration
 }
 
 // runValues are runFlags checked and parsed.
 type runValues struct {
 	memLimit   int64 // bytes; 0: no limit
+	gpuLimit   int64 // bytes of GPU memory; 0: no limit
 	level      slog.Level
 	maxMessage int64 // bytes
 }
@@ -31,7 +32,7 @@ type runValues struct {
 // writes them into a kernelspec's argv (a fixed order keeps kernel.json
 // stable whatever order they were typed in).
 var kernelspecRunFlags = []string{
-	"cgroup", "memory-limit", "confirm-timeout", "shutdown-grace",
+	"cgroup", "memory-limit", "gpu-memory-limit", "confirm-timeout", "shutdown-grace",
 	"kill-timeout", "inner-transport", "nvml-library", "max-message-size", "log-level",
 }
 
@@ -42,6 +43,7 @@ func (r *runFlags) define(fs *flag.FlagSet) {
 	fs.DurationVar(&r.killTimeout, "kill-timeout", wrapper.DefaultKillTimeout, "how long killing the kernel's tree may take")
 	fs.StringVar(&r.inner, "inner-transport", "auto", "transport to the kernel: auto (ipc, else tcp), ipc, tcp")
 	fs.StringVar(&r.memLimit, "memory-limit", "", "memory the kernel's whole tree may use, e.g. 8G (powers of 1024); empty: no limit")
+	fs.StringVar(&r.gpuLimit, "gpu-memory-limit", "", "GPU memory the kernel's whole tree may hold, summed over the watched GPUs, e.g. 8G; over it the tree is killed and Jupyter restarts the kernel; empty: no limit")
 	fs.StringVar(&r.cg, "cgroup", cgroup.Auto, "containment: auto (first of v2, systemd, v1 that works, else none), v2, systemd (user scope via systemd-run), v1 (freezer), none (process group and /proc)")
 	fs.StringVar(&r.nvmlLib, "nvml-library", "", "NVML library file to load; empty: "+gpuSoname+" through the dynamic loader (LD_LIBRARY_PATH)")
 	fs.DurationVar(&r.confirm, "confirm-timeout", wrapper.DefaultConfirmTimeout, "how long to wait for NVML to list none of a killed tree's GPU contexts")
@@ -62,6 +64,11 @@ func (r *runFlags) check() (v runValues, err error) {
 	if r.memLimit != "" {
 		if v.memLimit, err = cgroup.ParseSize(r.memLimit); err != nil || v.memLimit <= 0 {
 			return v, fmt.Errorf("--memory-limit %q: want a size such as 8G or 300M", r.memLimit)
+		}
+	}
+	if r.gpuLimit != "" {
+		if v.gpuLimit, err = cgroup.ParseSize(r.gpuLimit); err != nil || v.gpuLimit <= 0 {
+			return v, fmt.Errorf("--gpu-memory-limit %q: want a size such as 8G or 300M", r.gpuLimit)
 		}
 	}
 	v.maxMessage = zmtp.DefaultMaxMessage

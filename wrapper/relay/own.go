@@ -29,6 +29,20 @@ func (r *Relay) TellRunningCell(id, text, evalue string) bool {
 	return true
 }
 
+// WarnRunningCell shows text on stderr of the cell the kernel runs, if it
+// runs one (it reports whether it did).
+func (r *Relay) WarnRunningCell(id, text string) bool {
+	ex, ok := r.running()
+	if !ok {
+		return false
+	}
+	if err := r.send(jmsg.IOPub, [][]byte{[]byte("kernel." + id + ".stream")}, "stream", ex.header, ex.sess,
+		map[string]any{"name": "stderr", "text": text}); err != nil {
+		r.log.Debug("cannot warn the cell", "err", err)
+	}
+	return true
+}
+
 // ReplyShutdown answers the client that sent req (a ShutdownRequest
 // event) with the shutdown_reply the kernel did not get to send.
 func (r *Relay) ReplyShutdown(req Event) {

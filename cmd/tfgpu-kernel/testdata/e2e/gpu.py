@@ -40,6 +40,13 @@ argv[1] picks the scenario:
             --holding-gpu` stops the idle holder only, and NVML lists none
             of its tree; `stop --idle-for 1s` then stops the idle one
             without GPU memory; the busy kernel's cell runs on throughout.
+  limit     TFGPU_GPU_MEMORY_LIMIT=1G: one cell grows the tree's holding
+            to 950 MiB (600 in the kernel, 350 in an escaped holder on the
+            other device) and is warned once at 90 %; then past the limit,
+            and the supervisor kills the whole tree, confirms the release,
+            tells the cell and exits 137; KernelRestarter (the server's
+            autorestart) starts a fresh kernel, which answers and holds
+            nothing.
   degraded  no driver, an init failure, memory figures NVML cannot give, a
             driver without the _v3 process lists (E2E_NVML_NOV3_DIR): the
             kernel starts, answers, restarts and shuts down as usual, and
@@ -383,5 +390,65 @@ def idle():
     km_busy.shutdown_kernel(now=True)
 
 
+LIMIT_CELL = r'''
+import holder, time
+holder.hold(0, 600)
+print("E2E-PIDS [%d]" % holder.escape(1, 350, "setsid"), flush=True)
+time.sleep(2.5)  # sampled every 0.5 s while a cell runs: the 90 % warning comes now
+holder.hold(0, 200)
+time.sleep(30)
+print("survived")
+'''
+
+
+def limit():
+    from jupyter_client.restarter import KernelRestarter
+    os.environ["TFGPU_GPU_MEMORY_LIMIT"] = "1G"
+    km, kc = h.start_kernel()
+    kpid = h.kernel_pid(kc)
+    h.track(kpid)
+    old = set(h.tree_of(km, kc)) | {kpid}
+    msg_id = kc.execute(LIMIT_CELL)
+    t0 = time.monotonic()
+    while km.is_alive() and time.monotonic() - t0 < 20:
+        time.sleep(0.05)
+    h.check(not km.is_alive(), "the kernel is alive 20 s after going past its 1 GiB GPU limit")
+    took = time.monotonic() - t0
+    rc = km.provisioner.process.returncode
+    r = h.collect(kc, msg_id, timeout=2, need_idle=True)
+    line = [l for l in r["stdout"].splitlines() if l.startswith("E2E-PIDS ")]
+    escaped = json.loads(line[0][len("E2E-PIDS "):]) if line else []
+    h.track(*escaped)
+    old |= set(escaped)
+    h.note(limit_kill_s=round(took, 3), returncode=rc, cell_stderr=r["stderr"][-800:], escaped=escaped)
+    h.check(escaped, "the cell did not start its escaped holder: %r" % r["stdout"])
+    h.check(rc == 137, "the supervisor exited %s after the GPU limit kill; want 137" % rc)
+    h.check(r["stderr"].count("% of its limit of 1 GiB") == 1,
+            "the cell was not warned once at 90 %%: stderr %r" % r["stderr"])
+    h.check("this kernel holds 950 MiB of GPU memory (GPU0 600 MiB, GPU1 350 MiB), 93% of its limit" in r["stderr"],
+            "the warning lacks the figures: %r" % r["stderr"])
+    h.check("the kernel used 1.1 GiB of GPU memory (GPU0 800 MiB, GPU1 350 MiB), over its limit of 1 GiB" in r["stderr"]
+            and "its GPU memory was released" in r["stderr"], "the cell was not told of the limit: %r" % r["stderr"])
+    h.check(r["reply"] and r["reply"].get("status") == "error", "the cell's reply is not an error: %s" % r["reply"])
+    h.check("survived" not in r["stdout"], "the cell ran to the end: the limit did not hold")
+    h.check(not h.wait_dead(list(old), 2.0), "processes of the tree alive after the limit kill")
+    h.check(not (listed_pids() & old), "NVML still lists the tree after the limit kill")
+    h.check("kernel stopped over its GPU memory limit" in supervisor_log(km), "no log line of the limit kill")
+
+    restarted = []
+    rs = KernelRestarter(kernel_manager=km, restart_limit=3)
+    rs.add_callback(lambda: restarted.append(1), "restart")
+    rs.poll()
+    h.check(restarted, "KernelRestarter did not restart the kernel stopped at its GPU limit")
+    kc.stop_channels()
+    kc = h.connect(km)
+    h.track(km.provisioner.pid, h.kernel_pid(kc))
+    h.assert_answers(kc, "kernel after the GPU limit kill and autorestart")
+    rows = [r for r in ps_json() if r["kernel_pid"] in (h.kernel_pid(kc),) or km.provisioner.pid == r["supervisor_pid"]]
+    h.check(rows and rows[0]["gpu"] == [], "the fresh kernel holds GPU memory: %s" % rows)
+    kc.stop_channels()
+    km.shutdown_kernel(now=False)
+
+
 h.run({"release": release, "timeout": timeout, "pidoffset": pidoffset, "orphan": orphan, "degraded": degraded,
-       "idle": idle}[SCENARIO])
+       "idle": idle, "limit": limit}[SCENARIO])
