@@ -17,7 +17,7 @@ import (
 // values `run` would refuse at every kernel start.
 type runFlags struct {
 	level, inner, memLimit, gpuLimit, cg, nvmlLib, maxMsg string
-	grace, killTimeout, confirm                 time.Duration
+	grace, killTimeout, confirm                           time.Duration
 }
 
 // runValues are runFlags checked and parsed.
