@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -215,4 +216,108 @@ func ProcRSS(pid int) int64 {
 	}
 	pages, _ := strconv.ParseInt(string(f[1]), 10, 64)
 	return pages * int64(os.Getpagesize())
+}
+
+// userHZ is the unit of /proc's CPU times (proc(5): USER_HZ, 100 on every
+// Linux architecture's ABI).
+const userHZ = 100
+
+// ProcCPU is the CPU time pid has used, user and system (0 when it is
+// gone).
+func ProcCPU(pid int) time.Duration {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	end := bytes.LastIndexByte(b, ')')
+	if end < 0 {
+		return 0
+	}
+	f := bytes.Fields(b[end+1:]) // 3 state … 14 utime, 15 stime
+	if len(f) < 13 {
+		return 0
+	}
+	u, err1 := strconv.ParseUint(string(f[11]), 10, 63)
+	s, err2 := strconv.ParseUint(string(f[12]), 10, 63)
+	if err1 != nil || err2 != nil {
+		return 0
+	}
+	return time.Duration(u+s) * time.Second / userHZ
+}
+
+// ProcPSS is pid's proportional set size in bytes: its resident memory,
+// with each page shared among n processes counted 1/n, so that a tree of
+// forked workers sums to what it really holds (/proc/PID/smaps_rollup;
+// ProcRSS when that cannot be read; 0 when it is gone).
+func ProcPSS(pid int) int64 {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/smaps_rollup")
+	if err == nil {
+		if kb, ok := meminfoField(b, "Pss:"); ok {
+			return kb << 10
+		}
+	}
+	return ProcRSS(pid)
+}
+
+// TreeCPU is the CPU time the tree's processes have used: the cgroup's
+// own account when it is a cgroup v2 (cpu.stat usage_usec, which keeps
+// what exited processes used), else the sum over its live processes.
+func TreeCPU(t Tree) time.Duration {
+	if m := t.Mode(); (m == ModeV2 || m == ModeSystemd) && t.Dir() != "" {
+		if b, err := os.ReadFile(t.Dir() + "/cpu.stat"); err == nil {
+			for _, line := range bytes.Split(b, []byte("\n")) {
+				if v, ok := bytes.CutPrefix(line, []byte("usage_usec ")); ok {
+					if us, err := strconv.ParseInt(string(bytes.TrimSpace(v)), 10, 64); err == nil {
+						return time.Duration(us) * time.Microsecond
+					}
+				}
+			}
+		}
+	}
+	pids, _ := t.Pids()
+	var sum time.Duration
+	for _, p := range pids {
+		sum += ProcCPU(p)
+	}
+	return sum
+}
+
+// HostMemory is the host's memory from /proc/meminfo, in bytes.
+type HostMemory struct {
+	Total, Available, Free, Buffers, Cached int64
+}
+
+// ReadHostMemory reads /proc/meminfo.
+func ReadHostMemory() (HostMemory, error) {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return HostMemory{}, err
+	}
+	var m HostMemory
+	for _, f := range []struct {
+		key string
+		to  *int64
+	}{{"MemTotal:", &m.Total}, {"MemAvailable:", &m.Available}, {"MemFree:", &m.Free}, {"Buffers:", &m.Buffers}, {"Cached:", &m.Cached}} {
+		kb, _ := meminfoField(b, f.key)
+		*f.to = kb << 10
+	}
+	if m.Total <= 0 {
+		return m, errors.New("/proc/meminfo: no MemTotal")
+	}
+	return m, nil
+}
+
+// meminfoField finds "key   N kB" in a meminfo-shaped file.
+func meminfoField(b []byte, key string) (int64, bool) {
+	for _, line := range bytes.Split(b, []byte("\n")) {
+		if v, ok := bytes.CutPrefix(line, []byte(key)); ok {
+			f := bytes.Fields(v)
+			if len(f) == 0 {
+				return 0, false
+			}
+			n, err := strconv.ParseInt(string(f[0]), 10, 64)
+			return n, err == nil && n >= 0
+		}
+	}
+	return 0, false
 }

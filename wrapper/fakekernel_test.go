@@ -36,6 +36,8 @@ import (
 //	  code "exit N"     → os.Exit(N) without replying;
 //	  code "spawn"      → starts a setsid'd grandchild sleeping forever and
 //	                      prints its pid on iopub;
+//	usage_request       → usage_reply with hostname, pid and cpu_count only
+//	                      (ipykernel 7 without psutil);
 //	shutdown_request    → shutdown_reply, exit 0 (unless the signature is bad,
 //	                      then it is ignored, as ipykernel does).
 //	hb                  → echoed.
@@ -156,6 +158,8 @@ func fakeKernel(connPath string) int {
 		case "kernel_info_request":
 			send(ch, p.Idents, "kernel_info_reply", p.Header, map[string]any{"status": "ok",
 				"protocol_version": "5.3", "implementation": "fake", "language_info": map[string]any{"name": "python"}})
+		case "usage_request": // as ipykernel 7 without psutil answers
+			send(ch, p.Idents, "usage_reply", p.Header, map[string]any{"hostname": "fake-host", "pid": os.Getpid(), "cpu_count": 1})
 		case "shutdown_request":
 			send(ch, p.Idents, "shutdown_reply", p.Header, map[string]any{"status": "ok", "restart": false})
 			time.Sleep(50 * time.Millisecond)

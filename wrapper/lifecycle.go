@@ -111,6 +111,9 @@ func (s *supervisor) loop(ctx context.Context, exited <-chan cgroup.ExitStatus) 
 			}
 			return s.stop(cause{reason: "kernel died", exit: &st, died: true})
 
+		case ask := <-s.usagec:
+			ask <- s.usageNow()
+
 		case <-s.limitKick():
 			s.cellStarted()
 

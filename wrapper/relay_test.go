@@ -148,6 +148,39 @@ func TestBadSignatureIsRelayedButNotActedOn(t *testing.T) {
 	}
 }
 
+// The kernel's usage_reply (jupyter-resource-usage's question) comes back
+// signed, with every field the kernel sent (hostname, pid, cpu_count), the
+// supervisor's figures of the whole tree, an escaped process included, and
+// the host memory the kernel (without psutil) left out.
+func TestUsageReplyHasTheTreeFigures(t *testing.T) {
+	h := startHarness(t)
+	escapee := h.spawnEscapee()
+	h.send(h.control, "usage_request", nil, map[string]any{})
+	typ, c := h.reply(h.control, 5*time.Second) // reply checks the signature
+	if typ != "usage_reply" {
+		t.Fatalf("got %s, want usage_reply", typ)
+	}
+	if c["hostname"] != "fake-host" || c["cpu_count"] != float64(1) || c["pid"] == nil {
+		t.Errorf("the kernel's own fields were not kept: %v", c)
+	}
+	if n, _ := c["kernel_processes"].(float64); n < 2 {
+		t.Errorf("kernel_processes %v: the tree has the kernel and the escaped %d", c["kernel_processes"], escapee)
+	}
+	if m, _ := c["kernel_memory"].(float64); m < 1<<20 {
+		t.Errorf("kernel_memory %v", c["kernel_memory"])
+	}
+	if _, ok := c["kernel_cpu"].(float64); !ok {
+		t.Errorf("kernel_cpu %v", c["kernel_cpu"])
+	}
+	vm, _ := c["host_virtual_memory"].(map[string]any)
+	if total, _ := vm["total"].(float64); total <= 0 {
+		t.Errorf("host_virtual_memory not filled in: %v", c["host_virtual_memory"])
+	}
+	if _, ok := c["gpus"]; ok {
+		t.Errorf("GPU figures without NVML: %v", c["gpus"])
+	}
+}
+
 func TestKernelDeathTellsTheCell(t *testing.T) {
 	h := startHarness(t)
 	h.execute("exit 3", nil)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"time"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -37,11 +38,13 @@ type supervisor struct {
 	reserve  *fdReserve // released for the tree kill
 	reaper   *cgroup.Reaper
 	tree     cgroup.Tree
-	mem      cgroup.Memory // the memory limit, if one could be applied
-	gpu      *gpuCheck     // the GPU policy (gpu.go)
-	limit    *gpuLimit     // the GPU memory limit (gpulimit.go); nil without one
-	watch    *watcher      // the watcher's pipe (watcher.go); nil when it could not start
-	marker   string        // cgroup.MarkerEnv of the kernel's tree
+	mem      cgroup.Memory          // the memory limit, if one could be applied
+	gpu      *gpuCheck              // the GPU policy (gpu.go)
+	limit    *gpuLimit              // the GPU memory limit (gpulimit.go); nil without one
+	usagec   chan chan usageFigures // the relay's usage_reply asks the loop (usage.go)
+	usageAt  usagePoint             // the tree's CPU time at the last usage figures
+	watch    *watcher               // the watcher's pipe (watcher.go); nil when it could not start
+	marker   string                 // cgroup.MarkerEnv of the kernel's tree
 
 	inner    *jmsg.ConnInfo // the kernel's own connection file
 	innerDir string         // the 0700 directory of it and its sockets
@@ -217,7 +220,9 @@ func (s *supervisor) start(ctx context.Context) (<-chan cgroup.ExitStatus, int) 
 	s.publishActivity()
 	s.record()
 	s.onExit(func() { s.dir.Remove(s.id) })
-	s.relay = relay.New(ctx, s.outer, s.inner, s.signer, s.events, relay.Hooks{Activity: s.activityChanged}, s.log)
+	s.usagec, s.usageAt = make(chan chan usageFigures), usagePoint{at: time.Now(), cpu: cgroup.TreeCPU(s.tree)}
+	s.relay = relay.New(ctx, s.outer, s.inner, s.signer, s.events,
+		relay.Hooks{Activity: s.activityChanged, Usage: s.usageHook}, s.log)
 	s.onExit(s.relay.CloseInner)
 	if warning != "" {
 		s.relay.WarnNextCell(s.id, warning)

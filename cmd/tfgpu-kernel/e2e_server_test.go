@@ -41,10 +41,15 @@ func TestE2EServer(t *testing.T) {
 			{name: "rest", timeout: 180 * time.Second},
 			{name: "nbconvert", timeout: 180 * time.Second, stock: true},
 		}
-		if stack == stackCurrent { // jupyter_server 2, and papermill
-			mods = append(mods, "jupyter_server", "papermill")
+		if stack == stackCurrent { // jupyter_server 2, papermill and jupyter-resource-usage
+			mods = append(mods, "jupyter_server", "papermill", "jupyter_resource_usage")
 			scenarios = append(scenarios, scenarios[1])
 			scenarios[2].name = "papermill"
+			scenarios = append(scenarios, struct {
+				name    string
+				timeout time.Duration
+				stock   bool
+			}{name: "usage", timeout: 120 * time.Second})
 		}
 		s := e2eSetupStack(t, stack, mods...)
 		e2eRequireTool(t, "curl") // the REST scenario talks to the server as a user would

@@ -176,3 +176,14 @@ func (s Signer) LogValue() slog.Value {
 	}
 	return slog.GroupValue(slog.String("scheme", s.scheme), slog.String("key", key))
 }
+
+// WithContent returns p's message with its content replaced by content and
+// signed again with s: the header, parent header, metadata, identities and
+// buffers are p's own. The supervisor uses it for the one reply it adds to
+// (usage_reply: docs/operating.md#usage-in-the-notebook).
+func (s *Signer) WithContent(p Parts, content []byte) [][]byte {
+	frames := make([][]byte, 0, len(p.Idents)+6+len(p.Buffers))
+	frames = append(frames, p.Idents...)
+	frames = append(frames, []byte(delim), s.Sign(p.Header, p.Parent, p.Metadata, content), p.Header, p.Parent, p.Metadata, content)
+	return append(frames, p.Buffers...)
+}

@@ -1,6 +1,11 @@
 package relay
 
-import "github.com/tfgpu/tfgpu-kernel/internal/jmsg"
+import (
+	"bytes"
+	"encoding/json"
+
+	"github.com/tfgpu/tfgpu-kernel/internal/jmsg"
+)
 
 // The messages the supervisor sends in its own name, signed with the
 // session key: what a client would have had from the kernel, had the
@@ -73,5 +78,36 @@ func (r *Relay) BroadcastShutdown(id string, req Event) {
 	if err := r.send(jmsg.IOPub, [][]byte{[]byte("kernel." + id + ".shutdown")}, "shutdown_reply", p.Header, h.Session,
 		map[string]any{"status": "ok", "restart": req.Restart}); err != nil {
 		r.log.Debug("cannot broadcast shutdown_reply", "err", err)
+	}
+}
+
+// usageFilter wraps the filter of the kernel's control messages: a
+// verified usage_reply is sent on with the supervisor's figures added
+// (Hooks.Usage) and re-signed, in place of the kernel's; everything else,
+// and a reply whose content is not a JSON object, goes on as it came.
+func (r *Relay) usageFilter(next func([][]byte) bool) func([][]byte) bool {
+	return func(frames [][]byte) bool {
+		if !next(frames) {
+			return false
+		}
+		p, ok := r.verified(frames, "usage_reply")
+		if !ok {
+			return true
+		}
+		var content map[string]any
+		dec := json.NewDecoder(bytes.NewReader(p.Content))
+		dec.UseNumber() // the kernel's figures go on exactly as it wrote them
+		if dec.Decode(&content) != nil || content == nil {
+			return true
+		}
+		r.hooks.Usage(content)
+		b, err := json.Marshal(content)
+		if err != nil {
+			return true
+		}
+		if err := r.outer.doors[jmsg.Control].Send(r.signer.WithContent(p, b)); err != nil {
+			r.log.Debug("cannot send usage_reply", "err", err)
+		}
+		return false
 	}
 }

@@ -86,6 +86,10 @@ type Hooks struct {
 	// execute_request while none was unanswered) and idle again (the reply
 	// to the last one).
 	Activity func(busy bool)
+	// Usage is given the content of each verified usage_reply of the
+	// kernel (jupyter-resource-usage's question) to add its figures to;
+	// the reply goes on re-signed. It may take a few milliseconds.
+	Usage func(content map[string]any)
 }
 
 // Event is what the relay tells the supervisor's loop.
@@ -226,7 +230,11 @@ func New(ctx context.Context, outer *Outer, inner *jmsg.ConnInfo, signer *jmsg.S
 	}, r.afterIOPub)
 	for _, ch := range []jmsg.Channel{jmsg.Shell, jmsg.Control, jmsg.Stdin, jmsg.HB} {
 		go r.pump(ch, outer.socks[ch], r.links[ch], forward(r.inspectIn(ch)), nil)
-		go r.pump(ch, r.inner[ch], outer.doors[ch], forward(r.fromKernel(r.inspectOut(ch))), r.sentOut(ch))
+		out := forward(r.fromKernel(r.inspectOut(ch)))
+		if ch == jmsg.Control && hooks.Usage != nil {
+			out = r.usageFilter(out)
+		}
+		go r.pump(ch, r.inner[ch], outer.doors[ch], out, r.sentOut(ch))
 	}
 	return r
 }

@@ -30,6 +30,16 @@ argv[1] picks the scenario:
              log (which carries the supervisors' stderr) has a "GPU memory
              released" line with both devices' figures for the restart and
              for the shutdown, and no error.
+  usage      (jupyter_server 2 with jupyter-resource-usage, current stack)
+             A kernel whose cell holds 1 GiB of GPU0, starts a setsid'd
+             holder of 512 MiB on GPU1 and a setsid'd worker touching
+             200 MiB of memory. GET /api/metrics/v1/kernel_usage/get_usage/<id>,
+             the "Kernel usage" panel's question (usage_request on control),
+             returns: the kernel's own fields (pid, hostname, cpu_count,
+             host_virtual_memory), the whole tree's kernel_memory (with the
+             escaped worker's 200 MiB, which ipykernel cannot see) and
+             processes, its GPU memory in total and per device, and the
+             panel's host_usage_flag.
   nbconvert  `python3 -m nbconvert --to notebook --execute tfgpu_smoke.ipynb`
              (the notebook names the tfgpu kernelspec in its metadata): exit
              0; the executed cells show the kernel supervised by
@@ -52,7 +62,7 @@ import time
 import harness as h
 import server_helpers as sh
 
-SCENARIO = sys.argv[1] if len(sys.argv) > 1 else "rest"  # rest, nbconvert, papermill
+SCENARIO = sys.argv[1] if len(sys.argv) > 1 else "rest"  # rest, usage, nbconvert, papermill
 HERE = os.path.dirname(os.path.abspath(__file__))
 BIN = os.environ["E2E_TFGPU_BIN"]
 RELEASE_S = 1.5
@@ -175,6 +185,61 @@ def kernel_lifecycle(srv):
     assert code == 404, "GET /api/kernels/%s after DELETE: HTTP %s" % (kid, code)
 
 
+# ------------------------------------------------------------ usage
+
+WORKER = r'''
+import os, subprocess, sys, json
+r, w = os.pipe()
+code = "import os, sys, time; b = b'x' * (200 << 20); os.write(int(sys.argv[1]), b'1'); time.sleep(600)"
+p = subprocess.Popen([sys.executable, "-c", code, str(w)], pass_fds=(w,), start_new_session=True)
+os.close(w); os.read(r, 1)
+print("E2E-WORKER %d" % p.pid)
+'''
+
+
+def usage():
+    srv = sh.NotebookServer(os.path.join(h.TMP, "server"))
+    srv.start()
+    try:
+        code, model = srv.curl("POST", "/api/kernels", {"name": h.KERNEL})
+        kid = model["id"]
+        conn = srv.connection_file(kid)
+        sh.wait_kernel_info(conn)
+        kc = h.client_for(conn)
+        held, _ = hold(kc, "holding cell")
+        r = h.ok(h.execute(kc, WORKER, timeout=60), "escaped worker")
+        worker = int([l for l in r["stdout"].splitlines() if l.startswith("E2E-WORKER ")][0].split()[1])
+        h.track(worker)
+        path = "/api/metrics/v1/kernel_usage/get_usage/" + kid
+        _, first = srv.curl("GET", path)
+        time.sleep(1)
+        _, body = srv.curl("GET", path)
+        c = body["content"]
+        h.note(usage_reply=c)
+        for k in ("hostname", "pid", "cpu_count", "host_virtual_memory", "host_usage_flag"):
+            h.check(k in c, "usage_reply lacks %s: %s" % (k, sorted(c)))
+        h.check(c["pid"] == held["kernel"], "usage_reply pid %s, the kernel is %d" % (c.get("pid"), held["kernel"]))
+        h.check(c.get("kernel_processes", 0) >= 3, "usage_reply counts %s processes; the tree has the kernel, the holder and the worker" %
+                c.get("kernel_processes"))
+        h.check(c.get("kernel_memory", 0) >= (200 << 20) + (30 << 20),
+                "usage_reply kernel_memory %s lacks the escaped worker's 200 MiB" % c.get("kernel_memory"))
+        h.check(isinstance(c.get("kernel_cpu"), (int, float)), "usage_reply kernel_cpu %r" % c.get("kernel_cpu"))
+        h.check(c.get("gpu_memory") == sum(sh.WANT_GPU.values()), "usage_reply gpu_memory %s, want %d" % (
+            c.get("gpu_memory"), sum(sh.WANT_GPU.values())))
+        per = {g["index"]: g["used_bytes"] for g in c.get("gpus", [])}
+        h.check(per == sh.WANT_GPU, "usage_reply gpus %s, want %s" % (c.get("gpus"), sh.WANT_GPU))
+        h.check(all(g.get("uuid", "").startswith("GPU-") and g.get("total_bytes", 0) > 0 for g in c.get("gpus", [])),
+                "usage_reply gpus lack uuid or total: %s" % c.get("gpus"))
+        kc.stop_channels()
+        srv.curl("DELETE", "/api/kernels/" + kid, timeout=120)
+        h.check(not h.wait_dead([worker, held["escapee"]], 5), "the escaped worker or holder survived the shutdown")
+    except BaseException:
+        srv.stop()
+        h.log("---- tail of the server log (with the supervisors' stderr) ----\n" + srv.log()[-6000:])
+        raise
+    srv.stop()
+
+
 # ------------------------------------------------------------ nbconvert
 
 
@@ -260,4 +325,4 @@ def run_notebook(tool, make_argv):
     assert "level=ERROR" not in stderr, "errors in %s's stderr:\n%s" % (tool, stderr[-4000:])
 
 
-h.run({"rest": rest, "nbconvert": nbconvert, "papermill": papermill}[SCENARIO])
+h.run({"rest": rest, "usage": usage, "nbconvert": nbconvert, "papermill": papermill}[SCENARIO])
