@@ -8,8 +8,8 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
-	"time"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 

@@ -121,7 +121,7 @@ func (s *supervisor) usageNow() usageFigures {
 		}
 		fill["host_virtual_memory"] = map[string]any{"total": m.Total, "available": m.Available,
 			"percent": math.Round(1000*float64(m.Total-m.Available)/float64(m.Total)) / 10,
-			"used": used, "free": m.Free, "buffers": m.Buffers, "cached": m.Cached}
+			"used":    used, "free": m.Free, "buffers": m.Buffers, "cached": m.Cached}
 	}
 	return usageFigures{set: set, fill: fill}
 }
