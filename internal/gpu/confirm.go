@@ -45,8 +45,8 @@ type Old struct {
 
 // Mode says how entries can be attributed: ByBaseline when NVML's pids
 // are not this PID namespace's, ByPID otherwise. That is so when the
-// supervisor is in a nested PID namespace (NSpid in /proc/self/status lists
-// more than one pid: a container), or when NVML lists a pid no process here
+// supervisor is in a PID namespace other than the host's (a container,
+// a pod: see nestedPIDNamespace), or when NVML lists a pid no process here
 // can have (at least /proc/sys/kernel/pid_max). A listed pid that merely
 // does not exist is no evidence: the driver lists a dead process until it
 // has torn its context down, for seconds, or for ever when it cannot.
@@ -289,10 +289,16 @@ func Alive(pid int) bool {
 	return err == nil && p.Alive()
 }
 
-// nestedPIDNamespace reports whether this process sees pids of a PID
-// namespace below the host's (NSpid in /proc/self/status lists more than
-// one pid).
+// nestedPIDNamespace reports whether this process is in a PID namespace
+// other than the host's, whose pids NVML gives. A container's own /proc
+// shows NSpid only from its own level down, so the namespace is told by its
+// inode: the initial PID namespace's is fixed (PROC_PID_INIT_INO in the
+// kernel's include/linux/proc_ns.h). NSpid with more than one pid (a /proc
+// of the host's, seen from inside) says so too.
 func nestedPIDNamespace() bool {
+	if ns, err := os.Readlink("/proc/self/ns/pid"); err == nil && ns != initPIDNamespace {
+		return true
+	}
 	b, err := os.ReadFile("/proc/self/status")
 	if err != nil {
 		return false
@@ -304,6 +310,9 @@ func nestedPIDNamespace() bool {
 	}
 	return false
 }
+
+// initPIDNamespace is /proc/self/ns/pid in the initial PID namespace.
+const initPIDNamespace = "pid:[4026531836]"
 
 func fileUID(fi os.FileInfo) int {
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok {

@@ -47,6 +47,10 @@ argv[1] picks the scenario:
             tells the cell and exits 137; KernelRestarter (the server's
             autorestart) starts a fresh kernel, which answers and holds
             nothing.
+  pod       in a pod's PID, mount and cgroup namespaces (TestE2EPod), NVML
+            reporting host pids: the kernel's cgroup is under the pod's, a
+            restart's release is confirmed by baseline with the figures, and
+            the GPU limit holds (as in limit).
   degraded  no driver, an init failure, memory figures NVML cannot give, a
             driver without the _v3 process lists (E2E_NVML_NOV3_DIR): the
             kernel starts, answers, restarts and shuts down as usual, and
@@ -319,6 +323,41 @@ def degraded():
     os.environ.update(base)
 
 
+def pod():
+    """In a pod's namespaces (TestE2EPod runs this inside unshare --pid
+    --mount --cgroup): NVML reports host pids (FAKE_NVML_HOST_PROC, set by
+    the test), which are not this namespace's, so the supervisor attributes
+    by baseline."""
+    h.check(os.environ.get("FAKE_NVML_HOST_PROC"), "FAKE_NVML_HOST_PROC is not set")
+    os.environ["FAKE_NVML_RELEASE_MS"] = "800"
+    h.check(os.getpid() == 1, "not in a PID namespace of its own: pid %d" % os.getpid())
+    km, kc = h.start_kernel()
+    kpid = h.kernel_pid(kc)
+    h.track(kpid)
+    with open("/proc/%d/cgroup" % kpid) as f:
+        cg = [l for l in f.read().splitlines() if l.startswith("0::")]
+    h.note(kernel_cgroup=cg)
+    h.check(cg and cg[0].startswith("0::/tfgpu-"), "the kernel is not in a cgroup of its own under the pod's: %s" % cg)
+    escapees = hold(kc, 1024)
+    listed = listed_pids()
+    h.note(nvml_pids=sorted(listed), pod_pids=sorted({kpid, *escapees}))
+    h.check(len(listed) == 4 and not listed & {kpid, *escapees},
+            "NVML should list the 4 holders by host pid, none by a pid of this namespace: %s" % sorted(listed))
+    kc, took = restart(km, kc)
+    released = [l for l in supervisor_log(km).splitlines() if "GPU memory released" in l]
+    h.note(restart_to_ready_s=round(took, 3), released_line=released[-1:])
+    h.check(took >= 0.8, "ready %.2f s after restart, before the 0.8 s release" % took)
+    h.check(not nvmlcheck.nvml_list(), "at ready NVML still lists holders: %s" % nvmlcheck.nvml_list())
+    h.check(released and "by=baseline" in released[-1] and "GPU0 1.5 GiB, GPU1 1.2 GiB" in released[-1],
+            "not confirmed by baseline with the figures: %s" % released)
+    kc.stop_channels()
+    km.shutdown_kernel(now=False)
+
+    os.environ["TFGPU_GPU_MEMORY_LIMIT"] = "1G"
+    km, kc = h.start_kernel()
+    limit_kill(km, kc, lambda old: nvmlcheck.nvml_list())
+
+
 def run_bin(*args):
     out = subprocess.run([BIN] + list(args), capture_output=True, text=True, timeout=60)
     h.log("tfgpu-kernel %s: exit %d\n%s%s" % (" ".join(args), out.returncode, out.stdout, out.stderr))
@@ -402,9 +441,16 @@ print("survived")
 
 
 def limit():
-    from jupyter_client.restarter import KernelRestarter
     os.environ["TFGPU_GPU_MEMORY_LIMIT"] = "1G"
     km, kc = h.start_kernel()
+    limit_kill(km, kc, lambda old: listed_pids() & old)
+
+
+def limit_kill(km, kc, still_listed):
+    """LIMIT_CELL under a 1 GiB limit: warned at 90 %, killed past it, the
+    cell told, exit 137, the release confirmed (still_listed(old pids) is
+    what NVML still lists of them), and a fresh kernel from KernelRestarter."""
+    from jupyter_client.restarter import KernelRestarter
     kpid = h.kernel_pid(kc)
     h.track(kpid)
     old = set(h.tree_of(km, kc)) | {kpid}
@@ -432,7 +478,7 @@ def limit():
     h.check(r["reply"] and r["reply"].get("status") == "error", "the cell's reply is not an error: %s" % r["reply"])
     h.check("survived" not in r["stdout"], "the cell ran to the end: the limit did not hold")
     h.check(not h.wait_dead(list(old), 2.0), "processes of the tree alive after the limit kill")
-    h.check(not (listed_pids() & old), "NVML still lists the tree after the limit kill")
+    h.check(not still_listed(old), "NVML still lists the tree after the limit kill")
     h.check("kernel stopped over its GPU memory limit" in supervisor_log(km), "no log line of the limit kill")
 
     restarted = []
@@ -451,4 +497,4 @@ def limit():
 
 
 h.run({"release": release, "timeout": timeout, "pidoffset": pidoffset, "orphan": orphan, "degraded": degraded,
-       "idle": idle, "limit": limit}[SCENARIO])
+       "idle": idle, "limit": limit, "pod": pod}[SCENARIO])

@@ -25,6 +25,10 @@
  *   FAKE_NVML_INIT_FAIL     nvmlInit* returns this nvmlReturn_t
  *   FAKE_NVML_RELEASE_MS    release delay of gone registered holders; -1 never (default 0)
  *   FAKE_NVML_PID_OFFSET    added to every reported pid (a PID namespace)
+ *   FAKE_NVML_HOST_PROC     the host's /proc, bind-mounted where a pod can
+ *                           read it: every pid is reported as the host knows
+ *                           it, as the driver does for a process in a
+ *                           container (whose own /proc cannot tell)
  *   FAKE_NVML_MEM_UNAVAILABLE=1  usedGpuMemory is NVML_VALUE_NOT_AVAILABLE
  *   FAKE_NVML_DEFAULT_MEM   bytes of an unregistered holder (default 256 MiB)
  *   FAKE_NVML_TOTAL_MEM     bytes per device (default 141 GiB)
@@ -66,6 +70,7 @@ static struct {
 	unsigned long long default_mem, total_mem;
 	long long release_ms;
 	unsigned int pid_offset;
+	char host_proc[PATH_MAX];
 	int mem_unavailable;
 	int persistence;
 } cfg;
@@ -122,10 +127,60 @@ static int env_num(const char *name, long long min, long long max, long long *ou
 	return 0;
 }
 
+/* host_pid is pid (of this PID namespace) as the host knows it: the entry
+ * of FAKE_NVML_HOST_PROC in the same PID namespace as this process whose
+ * NSpid ends with pid. pid itself when there is no host /proc or no match. */
+static unsigned int host_pid(unsigned int pid)
+{
+	char path[PATH_MAX + 64], line[256], self_ns[64], ns[64];
+	unsigned int host = pid;
+	struct dirent *e;
+	ssize_t n;
+	DIR *d;
+
+	if (cfg.host_proc[0] == '\0')
+		return pid;
+	if ((n = readlink("/proc/self/ns/pid", self_ns, sizeof self_ns - 1)) < 0)
+		return pid;
+	self_ns[n] = '\0';
+	if ((d = opendir(cfg.host_proc)) == NULL)
+		return pid;
+	while (host == pid && (e = readdir(d)) != NULL) {
+		unsigned int cand, last = 0;
+		FILE *f;
+		char *tok, *save;
+
+		if (sscanf(e->d_name, "%u", &cand) != 1)
+			continue;
+		snprintf(path, sizeof path, "%s/%u/ns/pid", cfg.host_proc, cand);
+		if ((n = readlink(path, ns, sizeof ns - 1)) < 0)
+			continue;
+		ns[n] = '\0';
+		if (strcmp(ns, self_ns) != 0)
+			continue;
+		snprintf(path, sizeof path, "%s/%u/status", cfg.host_proc, cand);
+		if ((f = fopen(path, "re")) == NULL)
+			continue;
+		while (fgets(line, sizeof line, f) != NULL) {
+			if (strncmp(line, "NSpid:", 6) != 0)
+				continue;
+			for (tok = strtok_r(line + 6, " \t\n", &save); tok != NULL; tok = strtok_r(NULL, " \t\n", &save))
+				last = (unsigned int)strtoul(tok, NULL, 10);
+			break;
+		}
+		fclose(f);
+		if (last == pid)
+			host = cand;
+	}
+	closedir(d);
+	return host;
+}
+
 static nvmlReturn_t load_config(void)
 {
 	const char *root = getenv("FAKE_NVML_ROOT");
 	long long fail = 0, release = 0, offset = 0, unavailable = 0, persistence = 1;
+	const char *host_proc = getenv("FAKE_NVML_HOST_PROC");
 	long long default_mem = 256 * MIB, total_mem = 141 * 1024 * MIB;
 	char path[PATH_MAX + 32];
 
@@ -145,6 +200,11 @@ static nvmlReturn_t load_config(void)
 
 	cfg.release_ms = release;
 	cfg.pid_offset = (unsigned int)offset;
+	cfg.host_proc[0] = '\0';
+	if (host_proc != NULL && *host_proc != '\0' && realpath(host_proc, cfg.host_proc) == NULL) {
+		fprintf(stderr, "fake NVML: FAKE_NVML_HOST_PROC=%s: %s\n", host_proc, strerror(errno));
+		return NVML_ERROR_UNKNOWN;
+	}
 	cfg.mem_unavailable = (int)unavailable;
 	cfg.persistence = (int)persistence;
 	cfg.default_mem = (unsigned long long)default_mem;
@@ -662,7 +722,7 @@ static nvmlReturn_t processes(const char *fn, enum kind kind, int v1,
 	else if (p.n > cap)
 		ret = NVML_ERROR_INSUFFICIENT_SIZE;
 	for (size_t i = 0; ret == NVML_SUCCESS && i < p.n; i++) {
-		unsigned int pid = p.v[i].pid + cfg.pid_offset;
+		unsigned int pid = host_pid(p.v[i].pid) + cfg.pid_offset;
 		unsigned long long mem = cfg.mem_unavailable ? (unsigned long long)NVML_VALUE_NOT_AVAILABLE : p.v[i].mem;
 
 		if (v1) {
