@@ -328,3 +328,32 @@ func benchHasLine(out, prefix string, cols int) bool {
 	}
 	return false
 }
+
+// BenchmarkOps prints the operating figures of docs/benchmarks.md
+// (testdata/bench/ops.py): what sampling for --gpu-memory-limit costs a
+// supervisor, busy and idle, against one without a limit, and how long
+// `tfgpu-kernel ps` takes with 50 supervised kernels, with the fake NVML and
+// without NVML:
+//
+//	go test ./cmd/tfgpu-kernel -run '^$' -bench Ops -benchtime 1x -timeout 20m
+func BenchmarkOps(b *testing.B) {
+	benchJupyterPython(b)
+	dir := b.TempDir()
+	f := gputest.New(b, 2, gputest.Full)
+	env := append(append(benchSetup(b, dir), f.Env()...),
+		"BENCH_TFGPU_BIN="+filepath.Join(dir, "tfgpu-kernel"), "TFGPU_STATE_DIR="+filepath.Join(dir, "state"),
+		"TFGPU_BENCH_JSON="+filepath.Join(dir, "ops.json"))
+	for i := 0; i < b.N; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+		cmd := exec.CommandContext(ctx, benchPython, filepath.Join("testdata", "bench", "ops.py"))
+		cmd.Env, cmd.Dir = env, "."
+		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+		cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+		cmd.WaitDelay = 60 * time.Second
+		err := cmd.Run()
+		cancel()
+		if err != nil {
+			b.Fatalf("ops.py: %v (kernel logs in %s)", err, filepath.Join(dir, "logs"))
+		}
+	}
+}
