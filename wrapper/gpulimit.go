@@ -38,6 +38,7 @@ const ExitGPULimit = 128 + 9
 type gpuLimit struct {
 	limit  int64
 	timer  *time.Timer
+	due    time.Time     // when timer fires
 	busy   atomic.Bool   // a cell runs (the relay's Activity hook)
 	kick   chan struct{} // a cell started: sample soon
 	warned bool          // the 90 % warning was given
@@ -65,7 +66,8 @@ func (s *supervisor) startGPULimit() {
 		s.log.Warn("GPU memory limit not enforced", "limit", cgroup.FormatSize(limit), "why", err)
 		return
 	}
-	s.limit = &gpuLimit{limit: limit, timer: time.NewTimer(gpuSampleBusy), kick: make(chan struct{}, 1)}
+	s.limit = &gpuLimit{limit: limit, kick: make(chan struct{}, 1)}
+	s.limit.arm(gpuSampleBusy)
 	s.log.Info("GPU memory limit", "limit", cgroup.FormatSize(limit),
 		"sample_every", gpuSampleBusy.String()+" busy, "+gpuSampleIdle.String()+" idle")
 }
@@ -88,11 +90,22 @@ func (s *supervisor) limitKick() <-chan struct{} {
 	return s.limit.kick
 }
 
-// cellStarted brings the next sample within gpuSampleBusy.
+// cellStarted brings the next sample within gpuSampleBusy, never later
+// than it was due: cells that start faster than that do not put it off.
 func (s *supervisor) cellStarted() {
-	if s.limit != nil && s.limit.busy.Load() {
-		s.limit.timer.Reset(gpuSampleBusy)
+	if l := s.limit; l != nil && l.busy.Load() && time.Until(l.due) > gpuSampleBusy {
+		l.arm(gpuSampleBusy)
 	}
+}
+
+// arm makes the next sample come in d.
+func (l *gpuLimit) arm(d time.Duration) {
+	l.due = time.Now().Add(d)
+	if l.timer == nil {
+		l.timer = time.NewTimer(d)
+		return
+	}
+	l.timer.Reset(d)
 }
 
 // noteActivity is the limit's part of the relay's Activity hook: it
@@ -117,9 +130,9 @@ func (s *supervisor) sampleGPU() *gpuUse {
 	l := s.limit
 	defer func() {
 		if l.busy.Load() {
-			l.timer.Reset(gpuSampleBusy)
+			l.arm(gpuSampleBusy)
 		} else {
-			l.timer.Reset(gpuSampleIdle)
+			l.arm(gpuSampleIdle)
 		}
 	}()
 	hs, ok := s.gpu.holders()
