@@ -26,6 +26,8 @@ import time
 
 from jupyter_client import KernelManager
 
+from bench import cpu_seconds, wakeups  # the same probes as the kernel benchmark
+
 KERNEL = os.environ.get("BENCH_WRAPPED_KERNEL", "tfgpu")
 BIN = os.environ["BENCH_TFGPU_BIN"]
 LOG_DIR = os.environ.get("BENCH_LOG_DIR", ".")
@@ -33,30 +35,10 @@ N_KERNELS = int(os.environ.get("OPS_KERNELS", "50"))
 CELL_S = float(os.environ.get("OPS_CELL_S", "10"))
 IDLE_S = float(os.environ.get("OPS_IDLE_S", "10"))
 PS_REPS = int(os.environ.get("OPS_PS_REPS", "5"))
-TICK = os.sysconf("SC_CLK_TCK")
 
 
 def log(*a):
     print("[ops %7.1fs]" % (time.monotonic() - T0), *a, flush=True)
-
-
-def cpu_s(pid):
-    with open("/proc/%d/stat" % pid) as f:
-        st = f.read().rsplit(")", 1)[1].split()
-    return (int(st[11]) + int(st[12])) / TICK
-
-
-def wakeups(pid):
-    n = 0
-    for t in os.listdir("/proc/%d/task" % pid):
-        try:
-            with open("/proc/%d/task/%s/status" % (pid, t)) as f:
-                for line in f:
-                    if line.startswith(("voluntary_ctxt_switches:", "nonvoluntary_ctxt_switches:")):
-                        n += int(line.split()[1])
-        except OSError:
-            pass
-    return n
 
 
 def nvml_calls():
@@ -83,10 +65,10 @@ def start(extra_env=None):
 
 
 def measure(pids, seconds):
-    c0 = {p: cpu_s(p) for p in pids}
+    c0 = {p: cpu_seconds(p) for p in pids}
     w0 = {p: wakeups(p) for p in pids}
     time.sleep(seconds)
-    return {p: ((cpu_s(p) - c0[p]) * 1000, wakeups(p) - w0[p]) for p in pids}
+    return {p: ((cpu_seconds(p) - c0[p]) * 1000, wakeups(p) - w0[p]) for p in pids}
 
 
 def sampling(results):
