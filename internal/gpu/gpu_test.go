@@ -276,3 +276,30 @@ func TestFormat(t *testing.T) {
 		t.Errorf("Describe = %q", d)
 	}
 }
+
+// BenchmarkHolders times one process listing of two devices (compute and
+// graphics lists each), in process, through go-nvml's cgo calls into the
+// fake: what a --gpu-memory-limit sample asks of NVML. The fake finds
+// holders by scanning every process's descriptors in /proc, so the figure
+// grows with the host's processes; a driver answers from its own tables.
+//
+//	go test ./internal/gpu -run '^$' -bench Holders
+func BenchmarkHolders(b *testing.B) {
+	f := gputest.New(b, 2, gputest.Full)
+	f.Hold(b, 0, 256)
+	f.Hold(b, 1, 512)
+	for _, kv := range f.Env() {
+		k, v, _ := strings.Cut(kv, "=")
+		b.Setenv(k, v)
+	}
+	n, err := Open(f.Library(), "")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer n.Close()
+	for b.Loop() {
+		if hs, err := n.Holders(); err != nil || len(hs) != 2 {
+			b.Fatalf("Holders = %v, %v", hs, err)
+		}
+	}
+}
