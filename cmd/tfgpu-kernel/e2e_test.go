@@ -257,6 +257,10 @@ func (s *e2eSuite) command(ctx context.Context, t *testing.T, script string, arg
 	tmp := t.TempDir()
 	r.cmd.Env = append(append([]string{}, s.env...), "E2E_TAG="+r.tag, "E2E_TMP="+tmp,
 		"IPYTHONDIR="+filepath.Join(tmp, "ipython"), "XDG_RUNTIME_DIR="+r.xdg)
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) > 20*time.Second {
+		// The scenario prints its threads' stacks before it is killed.
+		r.cmd.Env = append(r.cmd.Env, fmt.Sprintf("E2E_DUMP_AFTER=%d", int((time.Until(dl)-10*time.Second).Seconds())))
+	}
 	r.cmd.Stdout, r.cmd.Stderr = &r.stdout, &r.stderr
 	r.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	r.cmd.Cancel = func() error { return syscall.Kill(-r.cmd.Process.Pid, syscall.SIGKILL) }

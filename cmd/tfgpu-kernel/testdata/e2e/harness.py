@@ -20,6 +20,7 @@ Run a scenario with run(main): main() asserts, FACTS collects figures, and
 whatever happens every kernel and helper started here is stopped at the end.
 """
 
+import faulthandler
 import hashlib
 import json
 import os
@@ -409,8 +410,14 @@ def _log_tails():
 
 
 def run(main):
-    """Run a scenario and print the E2E-RESULT line; exit 0 when ok, 1 otherwise."""
+    """Run a scenario and print the E2E-RESULT line; exit 0 when ok, 1 otherwise.
+    A scenario still running E2E_DUMP_AFTER seconds in (the Go side sets it
+    shortly before it kills the run) prints every thread's stack on stderr,
+    so a hang says where it hangs."""
     res = {"ok": False, "error": ""}
+    dump_after = float(os.environ.get("E2E_DUMP_AFTER") or 0)
+    if dump_after > 0:
+        faulthandler.dump_traceback_later(dump_after, exit=False)
     try:
         main()
         res["ok"] = True
