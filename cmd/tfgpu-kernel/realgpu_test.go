@@ -2,9 +2,11 @@ package main
 
 // The real-GPU check (issue 4): a supervised process tree that holds about
 // 10 GiB of GPU memory, 4 GiB in its main process and 3 GiB in each of two
-// setsid'd children that ignore SIGTERM, is stopped through the supervisor;
-// nvidia-smi before, during and after shows the memory taken and given
-// back, and the supervisor's own NVML check says so in its log.
+// setsid'd children that ignore SIGTERM, is stopped through the supervisor,
+// once by SIGTERM and once by the supervisor itself over an 8 GiB GPU
+// memory limit; nvidia-smi before, during and after shows the memory taken
+// and given back, and the supervisor's own NVML check says so in its log.
+// It also times NVML's start and one listing of the GPU's processes.
 //
 // It needs neither Go nor Jupyter on the GPU host: build the test binary
 // here and carry it with testdata/gpu/torch_load.py (PyTorch only):
@@ -29,6 +31,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -42,12 +45,13 @@ import (
 // gpuRig is where the check runs: a real GPU read with nvidia-smi, or the
 // fake NVML read through go-nvml.
 type gpuRig struct {
-	python string
-	args   []string                    // extra arguments of torch_load.py
-	env    []string                    // for the supervisor
-	used   func() (int, error)         // MiB used on GPU 0
-	apps   func() (map[int]int, error) // pid → MiB of compute processes on GPU 0
-	real   bool
+	python  string
+	args    []string                    // extra arguments of torch_load.py
+	library string                      // NVML for this process: "" the driver's
+	env     []string                    // for the supervisor
+	used    func() (int, error)         // MiB used on GPU 0
+	apps    func() (map[int]int, error) // pid → MiB of compute processes on GPU 0
+	real    bool
 }
 
 func realRig(t *testing.T) *gpuRig {
@@ -120,7 +124,7 @@ func fakeRig(t *testing.T) *gpuRig {
 		}
 		return out, err
 	}
-	return &gpuRig{python: "/usr/bin/python3", args: []string{"--fake", "--main", "0.25", "--child", "0.125"}, env: env,
+	return &gpuRig{python: "/usr/bin/python3", library: f.Library(), args: []string{"--fake", "--main", "0.25", "--child", "0.125"}, env: env,
 		apps: apps,
 		used: func() (int, error) {
 			m, err := apps()
@@ -139,6 +143,108 @@ func TestRealGPU(t *testing.T) {
 	} else {
 		rig = fakeRig(t)
 	}
+	figures := map[string]any{"real_gpu": rig.real}
+	out := os.Getenv("TFGPU_REAL_GPU_OUT")
+	defer func() {
+		b, _ := json.MarshalIndent(figures, "", "  ")
+		t.Logf("figures: %s", b)
+		if out != "" {
+			os.WriteFile(filepath.Join(out, "realgpu.json"), b, 0o644)
+		}
+	}()
+	logTo := func(name string, log *bytes.Buffer) {
+		if out != "" {
+			os.WriteFile(filepath.Join(out, name+".log"), log.Bytes(), 0o644)
+		}
+	}
+
+	// Stopped from outside: SIGTERM, as Jupyter's shutdown ends with.
+	t.Run("sigterm", func(t *testing.T) {
+		f := map[string]any{}
+		figures["sigterm"] = f
+		load := startLoad(t, rig)
+		defer logTo("sigterm", &load.log)
+		pids := load.waitReady(t)
+		during, err := rig.used()
+		if err != nil {
+			t.Fatal(err)
+		}
+		appsDuring, _ := rig.apps()
+		t.Logf("GPU0 memory.used before %d MiB, with the load %d MiB; load pids %v; compute apps %v", load.before, during, pids, appsDuring)
+		f["used_before_mib"], f["used_with_load_mib"] = load.before, during
+		want := 9 * 1024 // of the 10 GiB
+		if !rig.real {
+			want = 400
+		}
+		if during-load.before < want {
+			t.Fatalf("the load took %d MiB, want at least %d", during-load.before, want)
+		}
+		// What one NVML sample costs with the load held: what the GPU
+		// memory limit pays at each sample and ps for each call.
+		measureNVML(t, rig, f)
+
+		start := time.Now()
+		if err := load.sup.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		if err := load.wait(t, 60*time.Second); err != nil {
+			t.Fatalf("supervisor: %v; log:\n%s", err, load.log.String())
+		}
+		f["sigterm_to_exit_ms"] = time.Since(start).Milliseconds()
+		load.checkGone(t, rig, f)
+	})
+
+	// Stopped by the supervisor itself: the tree grows past its GPU memory
+	// limit (main 4 GiB, then 3 GiB per child: 7 GiB is under 8, under
+	// the 90 % warning too; 10 GiB is over).
+	t.Run("limit", func(t *testing.T) {
+		f := map[string]any{}
+		figures["limit"] = f
+		limit := "8G"
+		if !rig.real {
+			limit = "448M" // of 256 + 2×128 MiB
+		}
+		f["limit"] = limit
+		load := startLoad(t, rig, "--gpu-memory-limit", limit)
+		defer logTo("limit", &load.log)
+		err := load.wait(t, 5*time.Minute)
+		code := -1
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		}
+		f["exit_code"] = code
+		if ready, e := os.Stat(load.ready); e == nil {
+			// From the tree holding it all to the supervisor's exit: the
+			// sample that saw it (every 5 s without a running cell), the
+			// kill and the release check.
+			f["ready_to_exit_ms"] = load.exitedAt.Sub(ready.ModTime()).Milliseconds()
+		}
+		if code != 137 {
+			t.Fatalf("supervisor exit %v, want 137 (killed over the GPU memory limit); log:\n%s", err, load.log.String())
+		}
+		over := load.line("kernel stopped over its GPU memory limit")
+		f["over_line"] = over
+		if over == "" {
+			t.Fatalf("no over-the-limit line in the log:\n%s", load.log.String())
+		}
+		load.checkGone(t, rig, f)
+	})
+}
+
+// gpuLoad is testdata/gpu/torch_load.py run by the supervisor as its
+// kernel.
+type gpuLoad struct {
+	sup      *exec.Cmd
+	log      bytes.Buffer
+	ready    string
+	dir      string
+	before   int // MiB used on GPU 0 before it started
+	exited   chan error
+	exitedAt time.Time
+}
+
+func startLoad(t *testing.T, rig *gpuRig, flags ...string) *gpuLoad {
+	t.Helper()
 	script := "cmd/tfgpu-kernel/testdata/gpu/torch_load.py"
 	if _, err := os.Stat(script); err != nil {
 		script = "testdata/gpu/torch_load.py"
@@ -149,83 +255,111 @@ func TestRealGPU(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
+	l := &gpuLoad{dir: dir, ready: filepath.Join(dir, "ready.json"), exited: make(chan error, 1)}
+	if l.before, err = rig.used(); err != nil {
+		t.Fatal(err)
+	}
 	conn := writeTCPConn(t, dir, "realgpu", "realgpu-check")
-	ready := filepath.Join(dir, "ready.json")
-
-	before, err := rig.used()
-	if err != nil {
-		t.Fatal(err)
-	}
-	sup := exec.Command(self, append([]string{"run", "-f", conn, "--confirm-timeout", "30s", "--",
-		rig.python, script, "--ready", ready}, rig.args...)...)
-	sup.Env = append(append(os.Environ(), "TFGPU_TEST_AS_COMMAND=1", "TFGPU_STATE_DIR="+filepath.Join(dir, "state"),
+	args := append([]string{"run", "-f", conn, "--confirm-timeout", "30s"}, flags...)
+	args = append(append(args, "--", rig.python, script, "--ready", l.ready), rig.args...)
+	l.sup = exec.Command(self, args...)
+	l.sup.Env = append(append(os.Environ(), "TFGPU_TEST_AS_COMMAND=1", "TFGPU_STATE_DIR="+filepath.Join(dir, "state"),
 		"XDG_RUNTIME_DIR="+dir), rig.env...)
-	var log bytes.Buffer
-	sup.Stdout, sup.Stderr = &log, &log
-	if err := sup.Start(); err != nil {
+	l.sup.Stdout, l.sup.Stderr = &l.log, &l.log
+	if err := l.sup.Start(); err != nil {
 		t.Fatal(err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- sup.Wait() }()
-	defer func() {
-		sup.Process.Kill()
-		<-exited
+	go func() {
+		err := l.sup.Wait()
+		l.exitedAt = time.Now()
+		l.exited <- err
 	}()
+	t.Cleanup(func() {
+		l.sup.Process.Kill()
+		l.wait(t, time.Minute)
+		// The load's processes are the supervisor's to kill; any it left
+		// (a failed check) are killed here, by the pids they wrote.
+		for _, p := range l.pids() {
+			if gpu.Alive(p) {
+				syscall.Kill(p, syscall.SIGKILL)
+			}
+		}
+	})
+	return l
+}
 
-	var load struct {
-		Main     int   `json:"main"`
-		Children []int `json:"children"`
+// wait waits for the supervisor's exit; its error is kept for the next
+// wait (the cleanup's).
+func (l *gpuLoad) wait(t *testing.T, d time.Duration) error {
+	select {
+	case err := <-l.exited:
+		l.exited <- err
+		return err
+	case <-time.After(d):
+		t.Fatalf("supervisor still running after %v; log:\n%s", d, l.log.String())
+		return nil
 	}
+}
+
+// waitReady waits until the whole load holds its memory and returns its
+// pids.
+func (l *gpuLoad) waitReady(t *testing.T) []int {
+	t.Helper()
 	deadline := time.Now().Add(5 * time.Minute)
 	for {
-		b, err := os.ReadFile(ready)
-		if err == nil && json.Unmarshal(b, &load) == nil {
-			break
+		var load struct {
+			Main     int   `json:"main"`
+			Children []int `json:"children"`
+		}
+		if b, err := os.ReadFile(l.ready); err == nil && json.Unmarshal(b, &load) == nil {
+			return append([]int{load.Main}, load.Children...)
 		}
 		select {
-		case err := <-exited:
-			exited <- err
-			t.Fatalf("supervisor exited (%v) before the load was ready; log:\n%s", err, log.String())
+		case err := <-l.exited:
+			l.exited <- err
+			t.Fatalf("supervisor exited (%v) before the load was ready; log:\n%s", err, l.log.String())
 		case <-time.After(100 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("load not ready after 5 minutes; log:\n%s", log.String())
+			t.Fatalf("load not ready after 5 minutes; log:\n%s", l.log.String())
 		}
 	}
-	pids := append([]int{load.Main}, load.Children...)
-	during, err := rig.used()
-	if err != nil {
-		t.Fatal(err)
-	}
-	appsDuring, _ := rig.apps()
-	t.Logf("GPU0 memory.used before %d MiB, with the load %d MiB; load pids %v; compute apps %v", before, during, pids, appsDuring)
-	want := 9 * 1024 // of the 10 GiB
-	if !rig.real {
-		want = 400
-	}
-	if during-before < want {
-		t.Fatalf("the load took %d MiB, want at least %d", during-before, want)
-	}
+}
 
-	start := time.Now()
-	if err := sup.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-exited:
-		exited <- err
-		if err != nil {
-			t.Fatalf("supervisor: %v; log:\n%s", err, log.String())
+// pids are those every process of the load wrote when it started.
+func (l *gpuLoad) pids() []int {
+	b, _ := os.ReadFile(l.ready + ".pids")
+	var pids []int
+	for _, f := range strings.Fields(string(b)) {
+		if p, err := strconv.Atoi(f); err == nil && p > 0 {
+			pids = append(pids, p)
 		}
-	case <-time.After(60 * time.Second):
-		t.Fatalf("supervisor still running 60 s after SIGTERM; log:\n%s", log.String())
 	}
-	stopped := time.Since(start)
+	return pids
+}
+
+// line is the last log line that holds s.
+func (l *gpuLoad) line(s string) string {
+	found := ""
+	for _, ln := range strings.Split(l.log.String(), "\n") {
+		if strings.Contains(ln, s) {
+			found = ln
+		}
+	}
+	return found
+}
+
+// checkGone checks, after the supervisor exited, that nothing of the load
+// is alive or listed by the driver, that the memory is back, and that the
+// supervisor confirmed the release through NVML.
+func (l *gpuLoad) checkGone(t *testing.T, rig *gpuRig, f map[string]any) {
+	t.Helper()
 	after, err := rig.used()
 	if err != nil {
 		t.Fatal(err)
 	}
 	appsAfter, _ := rig.apps()
+	pids := l.pids()
 	var alive, listed []int
 	for _, p := range pids {
 		if gpu.Alive(p) {
@@ -235,28 +369,56 @@ func TestRealGPU(t *testing.T) {
 			listed = append(listed, p)
 		}
 	}
-	released := ""
-	for _, l := range strings.Split(log.String(), "\n") {
-		if strings.Contains(l, "GPU memory released") || strings.Contains(l, "GPU memory still held") {
-			released = l
-		}
+	released := l.line("GPU memory released")
+	if released == "" {
+		released = l.line("GPU memory still held")
 	}
-	figures := map[string]any{"real_gpu": rig.real, "used_before_mib": before, "used_with_load_mib": during,
-		"used_after_mib": after, "sigterm_to_exit_ms": stopped.Milliseconds(), "supervisor_line": released,
-		"alive_after": alive, "listed_after": listed}
-	b, _ := json.MarshalIndent(figures, "", "  ")
-	t.Logf("figures: %s", b)
-	if out := os.Getenv("TFGPU_REAL_GPU_OUT"); out != "" {
-		os.WriteFile(filepath.Join(out, "realgpu.json"), b, 0o644)
-		os.WriteFile(filepath.Join(out, "supervisor.log"), log.Bytes(), 0o644)
+	f["used_after_mib"], f["supervisor_line"], f["load_pids"] = after, released, pids
+	f["alive_after"], f["listed_after"] = alive, listed
+	if len(pids) != 3 {
+		t.Errorf("the load wrote pids %v, want 3", pids)
 	}
 	if len(alive) > 0 || len(listed) > 0 {
-		t.Fatalf("after the stop: alive %v, still listed by the driver %v; log:\n%s", alive, listed, log.String())
+		t.Fatalf("after the stop: alive %v, still listed by the driver %v; log:\n%s", alive, listed, l.log.String())
 	}
-	if after > before+256 {
-		t.Fatalf("memory.used %d MiB after the stop, %d before: not given back; log:\n%s", after, before, log.String())
+	if after > l.before+256 {
+		t.Fatalf("memory.used %d MiB after the stop, %d before: not given back; log:\n%s", after, l.before, l.log.String())
 	}
 	if !strings.Contains(released, "GPU memory released") || !strings.Contains(released, "GPU0") {
-		t.Fatalf("the supervisor did not confirm the release through NVML; log:\n%s", log.String())
+		t.Fatalf("the supervisor did not confirm the release through NVML; log:\n%s", l.log.String())
 	}
+}
+
+// measureNVML times, in this process, NVML's start and one listing of the
+// devices' processes (median of 21, with its CPU time): the cost of a GPU
+// memory limit's sample and of ps, on this driver.
+func measureNVML(t *testing.T, rig *gpuRig, f map[string]any) {
+	t.Helper()
+	start := time.Now()
+	n, err := gpu.Open(rig.library, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	f["nvml_open_ms"] = float64(time.Since(start).Microseconds()) / 1000
+	var ru0, ru1 syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
+	took := make([]time.Duration, 21)
+	held := 0
+	for i := range took {
+		s := time.Now()
+		hs, err := n.Holders()
+		took[i] = time.Since(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = len(hs)
+	}
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
+	slices.Sort(took)
+	cpu := time.Duration(ru1.Utime.Nano()+ru1.Stime.Nano()-ru0.Utime.Nano()-ru0.Stime.Nano()) / time.Duration(len(took))
+	f["holders_median_ms"] = float64(took[len(took)/2].Microseconds()) / 1000
+	f["holders_cpu_ms"] = float64(cpu.Microseconds()) / 1000
+	f["holders_listed"] = held
+	t.Logf("NVML start %v ms; a listing (%d processes): median %v, CPU %v", f["nvml_open_ms"], held, took[len(took)/2], cpu)
 }

@@ -6,7 +6,10 @@ The main process allocates --main GiB on cuda:0 and starts --children
 children in sessions of their own (setsid: they escape the process group),
 ignoring SIGTERM, each allocating --child GiB. When all of them hold their
 memory, the main process writes {"main": pid, "children": [pids]} to
---ready (atomically) and everyone sleeps until killed.
+--ready (atomically) and everyone sleeps until killed. Every process
+appends its pid to --ready + ".pids" first thing, so that the check knows
+them all even when the tree is killed before it is ready (the GPU memory
+limit's check).
 
 Needs only PyTorch with CUDA. With --fake it holds the fake NVML's
 device 0 through holder.py instead (internal/gpu/gputest), so that the
@@ -45,6 +48,8 @@ def main():
     ap.add_argument("--as-child", action="store_true")
     ap.add_argument("--fake", action="store_true")
     a = ap.parse_args()
+    with open(a.ready + ".pids", "a") as f:
+        f.write("%d\n" % os.getpid())
     if a.as_child:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         held = alloc(a.child)
