@@ -52,7 +52,24 @@ type gpuUse struct {
 }
 
 func (u *gpuUse) text() string {
-	return fmt.Sprintf("%s of GPU memory (%s)", gpu.FormatBytes(u.total), (gpu.Result{Released: u.perDev}).ReleasedText())
+	return fmt.Sprintf("%s of GPU memory (%s)", u.usedText(), (gpu.Result{Released: u.perDev}).ReleasedText())
+}
+
+// usedText is the total as the texts give it: FormatBytes's one decimal,
+// unless that reads as the limit itself ("used 1 GiB, over its limit of
+// 1 GiB" for 1030 MiB); then in MiB, KiB or bytes, whichever tells them
+// apart.
+func (u *gpuUse) usedText() string {
+	if s := gpu.FormatBytes(u.total); s != gpu.FormatBytes(u.limit) {
+		return s
+	}
+	if u.total>>20 != u.limit>>20 {
+		return fmt.Sprintf("%d MiB", u.total>>20)
+	}
+	if u.total>>10 != u.limit>>10 {
+		return fmt.Sprintf("%d KiB", u.total>>10)
+	}
+	return fmt.Sprintf("%d B", u.total)
 }
 
 // startGPULimit arms the sampling when a limit is set and NVML can
@@ -155,7 +172,7 @@ func (s *supervisor) sampleGPU() *gpuUse {
 		l.warned = true
 		text := fmt.Sprintf("tfgpu-kernel: this kernel holds %s, %.0f%% of its limit of %s; over the limit it is stopped and Jupyter starts a fresh kernel.\n",
 			u.text(), 100*float64(u.total)/float64(l.limit), gpu.FormatBytes(l.limit))
-		s.log.Warn("kernel near its GPU memory limit", "used", gpu.FormatBytes(u.total), "limit", gpu.FormatBytes(l.limit))
+		s.log.Warn("kernel near its GPU memory limit", "used", u.usedText(), "limit", gpu.FormatBytes(l.limit))
 		if !s.relay.WarnRunningCell(s.id, text) {
 			s.relay.WarnNextCell(s.id, text)
 		}

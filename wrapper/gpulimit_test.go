@@ -35,3 +35,26 @@ func TestGPUSampleIsBroughtForwardNotPutOff(t *testing.T) {
 	var none *gpuLimit
 	none.noteActivity(true) // no limit: nothing to tell
 }
+
+// The over-the-limit texts never read as if the tree held exactly its
+// limit: FormatBytes's one decimal is truncated, so 1030 MiB would read
+// "1 GiB, over its limit of 1 GiB".
+func TestGPUUseNeverReadsAsItsLimit(t *testing.T) {
+	const mib, gib = 1 << 20, 1 << 30
+	for _, c := range []struct {
+		total, limit int64
+		want         string
+	}{
+		{1150 * mib, gib, "1.1 GiB"},
+		{1030 * mib, gib, "1030 MiB"},
+		{gib + 512<<10, gib, "1049088 KiB"},
+		{8*gib + 100*mib, 8 * gib, "8292 MiB"},
+		{950 * mib, gib, "950 MiB"}, // the 90 % warning's figure
+		{300*mib + 1, 300 * mib, "314572801 B"},
+	} {
+		u := &gpuUse{total: c.total, limit: c.limit}
+		if got := u.usedText(); got != c.want {
+			t.Errorf("usedText(%d of %d) = %q, want %q", c.total, c.limit, got, c.want)
+		}
+	}
+}

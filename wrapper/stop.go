@@ -113,7 +113,7 @@ func (s *supervisor) logStop(c cause, killed int, took time.Duration, err error)
 		attrs = append(attrs, "restart", c.request.Restart)
 	}
 	if c.gpuOver != nil {
-		attrs = append(attrs, "gpu_used", gpu.FormatBytes(c.gpuOver.total), "gpu_limit", gpu.FormatBytes(c.gpuOver.limit))
+		attrs = append(attrs, "gpu_used", c.gpuOver.usedText(), "gpu_limit", gpu.FormatBytes(c.gpuOver.limit))
 	}
 	switch {
 	case err != nil:
