@@ -126,3 +126,18 @@ func (s *supervisor) record() {
 	}
 	s.st = st
 }
+
+// takeNotice returns what the previous supervisor of this kernel left for
+// its first cell (tellCell), and drops the notices of other kernels that
+// no supervisor took in time.
+func (s *supervisor) takeNotice() string {
+	now := time.Now()
+	text, err := s.dir.TakeNotice(s.id, now)
+	if err != nil {
+		s.log.Warn("dropped the previous kernel's notice", "err", err)
+	}
+	if n := s.dir.DropStaleNotices(now); n > 0 {
+		s.log.Debug("dropped notices no kernel took", "notices", n)
+	}
+	return text
+}

@@ -209,6 +209,8 @@ func (s *supervisor) start(ctx context.Context) (<-chan cgroup.ExitStatus, int) 
 	if w := s.takeHandoff(); w != "" {
 		warning = w
 	}
+	// Why the previous kernel stopped, when no cell was running to hear it.
+	warning = s.takeNotice() + warning
 	s.gpu.takeBaseline()
 	s.watch.send(watchMsg{Baseline: s.gpu.baseline})
 

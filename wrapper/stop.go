@@ -175,30 +175,46 @@ func (s *supervisor) answerShutdown(req *shutdownRequest) {
 
 // tellCell tells the cell the dead kernel was running why it died and
 // what was done (relay.TellRunningCell); held is the GPU check's warning
-// when memory is still held.
+// when memory is still held. With no cell running (a worker thread went
+// over the GPU limit, the kernel crashed between cells) nobody would
+// hear it: it is left as a notice for the first cell of the kernel
+// Jupyter's restarter starts next (record.Dir.WriteNotice).
 func (s *supervisor) tellCell(c cause, killed int, held string) {
-	if c.gpuOver != nil {
-		released := "its GPU memory was released"
-		if held != "" {
-			released = "its GPU memory was not released in time"
-		}
-		text := fmt.Sprintf("tfgpu-kernel: the kernel used %s, over its limit of %s: its whole process tree was killed "+
-			"(%d processes) and %s. Jupyter will start a fresh kernel.\n%s",
-			c.gpuOver.text(), gpu.FormatBytes(c.gpuOver.limit), killed, released, held)
-		s.relay.TellRunningCell(s.id, text, "over its GPU memory limit")
+	what, evalue := s.deathText(c, killed, held != "")
+	if s.relay.TellRunningCell(s.id, "tfgpu-kernel: "+what+" Jupyter will start a fresh kernel.\n"+held, evalue) {
 		return
 	}
-	text := fmt.Sprintf("tfgpu-kernel: the kernel died (%s).", c.exit)
+	now := time.Now()
+	text := fmt.Sprintf("tfgpu-kernel: the previous kernel stopped at %s, with no cell running: %s "+
+		"This is the fresh kernel Jupyter started after it.\n%s", now.Format("15:04:05"), what, held)
+	if err := s.dir.WriteNotice(s.id, text, now); err != nil {
+		s.log.Warn("no cell was running, and the notice for the next kernel could not be left", "err", err)
+		return
+	}
+	s.log.Info("no cell was running: the next kernel's first cell will be told why this one stopped")
+}
+
+// deathText says why the kernel died and what was done, for the user,
+// and the evalue of the dead cell's error reply.
+func (s *supervisor) deathText(c cause, killed int, stillHeld bool) (what, evalue string) {
+	if c.gpuOver != nil {
+		released := "its GPU memory was released"
+		if stillHeld {
+			released = "its GPU memory was not released in time"
+		}
+		return fmt.Sprintf("the kernel used %s, over its limit of %s: its whole process tree was killed (%d processes) and %s.",
+			c.gpuOver.text(), gpu.FormatBytes(c.gpuOver.limit), killed, released), "over its GPU memory limit"
+	}
+	what = fmt.Sprintf("the kernel died (%s).", c.exit)
 	if s.mem != nil {
 		if n, err := s.mem.OOMKills(); err == nil && n > 0 {
-			text = fmt.Sprintf("tfgpu-kernel: the kernel was killed by the out-of-memory killer at its memory limit of %s (%s).",
+			what = fmt.Sprintf("the kernel was killed by the out-of-memory killer at its memory limit of %s (%s).",
 				cgroup.FormatSize(s.mem.Limit()), c.exit)
 			s.log.Warn("kernel killed at its memory limit", "limit", cgroup.FormatSize(s.mem.Limit()), "oom_kills", n)
 		}
 	}
 	if killed > 0 {
-		text += fmt.Sprintf(" %d leftover process(es) of its tree were killed.", killed)
+		what += fmt.Sprintf(" %d leftover process(es) of its tree were killed.", killed)
 	}
-	text += " Jupyter will start a fresh kernel.\n"
-	s.relay.TellRunningCell(s.id, text, c.exit.String())
+	return what, c.exit.String()
 }

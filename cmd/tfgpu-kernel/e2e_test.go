@@ -527,11 +527,12 @@ func TestE2ERestartShutdown(t *testing.T) {
 
 // Item 5: kernel death by os._exit(3) and SIGSEGV: the cell is told why, the
 // supervisor exits non-zero, nothing survives, the restarter brings up a
-// fresh kernel.
+// fresh kernel. "idle": the kernel dies between cells, and the fresh
+// kernel's first cell is told why.
 func TestE2EKernelDeath(t *testing.T) {
 	eachStack(t, func(t *testing.T, stack string) {
 		s := e2eSetupStack(t, stack)
-		for _, how := range []string{"exit", "segv"} {
+		for _, how := range []string{"exit", "segv", "idle"} {
 			t.Run(how, func(t *testing.T) { s.scenario(t, 60*time.Second, "death.py", how) })
 		}
 	})
@@ -727,7 +728,7 @@ func TestE2EGPU(t *testing.T) {
 		if !s.wrapped {
 			t.Skip("GPU confirmation is the supervisor's")
 		}
-		for _, sc := range []string{"release", "timeout", "pidoffset", "orphan", "degraded", "limit"} {
+		for _, sc := range []string{"release", "timeout", "pidoffset", "orphan", "degraded", "limit", "limitidle"} {
 			t.Run(sc, func(t *testing.T) {
 				f := gputest.New(t, 2, gputest.Full)
 				gs := *s

@@ -4,14 +4,16 @@ SIGTERM-ignoring child. With the supervisor: that cell gets an iopub stderr
 stream naming the cause, the supervisor (the process jupyter_client
 started) exits non-zero, nothing of the tree survives; then jupyter_client's
 KernelRestarter (what the server's autorestart runs) brings up a fresh kernel
-that answers."""
+that answers.
+
+"idle": a thread SIGSEGVs the kernel a second after its cell finished, so
+no cell is running to be told. With the supervisor, the first cell of the
+fresh kernel is told instead, once (the death notice)."""
 
 import os
 import signal
 import sys
 import time
-
-from jupyter_client.restarter import KernelRestarter
 
 import harness as h
 
@@ -19,8 +21,9 @@ HOW = sys.argv[1] if len(sys.argv) > 1 else "exit"
 CODE = {
     "exit": "import os, time\ntime.sleep(0.2)\nos._exit(3)",
     "segv": "import os, signal, time\ntime.sleep(0.2)\nos.kill(os.getpid(), signal.SIGSEGV)",
+    "idle": "import os, signal, threading\nthreading.Timer(1.0, os.kill, (os.getpid(), signal.SIGSEGV)).start()",
 }[HOW]
-CAUSE = {"exit": ("exit code 3", "exit status 3"), "segv": ("SIGSEGV",)}[HOW]
+CAUSE = {"exit": ("exit code 3", "exit status 3"), "segv": ("SIGSEGV",), "idle": ("SIGSEGV",)}[HOW]
 
 
 def main():
@@ -43,8 +46,12 @@ def main():
            cell_iopub=h.types(r), other_iopub=r["other_iopub"], reply=r["reply"], survivors=h.describe(left))
 
     h.check(rc != 0, "the supervisor exited %s after the kernel died; want non-zero" % rc)
-    h.check(any(c in r["stderr"] for c in CAUSE),
-            "the running cell got no stderr stream naming %s; stderr %r, iopub %s" % (" or ".join(CAUSE), r["stderr"], h.types(r)))
+    if HOW == "idle":
+        h.check(r["reply"] and r["reply"].get("status") == "ok" and not r["stderr"],
+                "the cell that finished before the death: reply %s, stderr %r" % (r["reply"], r["stderr"]))
+    else:
+        h.check(any(c in r["stderr"] for c in CAUSE),
+                "the running cell got no stderr stream naming %s; stderr %r, iopub %s" % (" or ".join(CAUSE), r["stderr"], h.types(r)))
     h.check(not left, "survivors of the dead kernel's tree: %s" % h.describe(left))
     for p in left:
         try:
@@ -52,17 +59,21 @@ def main():
         except OSError:
             pass
 
-    # What the server's autorestart does: KernelRestarter.poll() sees the
-    # process dead and calls restart_kernel(now=True, ...).
-    restarted = []
-    rs = KernelRestarter(kernel_manager=km, restart_limit=3)
-    rs.add_callback(lambda: restarted.append(time.monotonic()), "restart")
     t1 = time.monotonic()
-    rs.poll()
-    assert restarted, "KernelRestarter did not restart the dead kernel"
-    kc.stop_channels()
-    kc = h.connect(km)
-    h.track(km.provisioner.pid, h.kernel_pid(kc))
+    kc = h.autorestart(km, kc, "that died", track_kernel=HOW != "idle")
+    if HOW == "idle":
+        # The first cell of the fresh kernel hears why the last one died,
+        # the second does not hear it again.
+        first = h.ok(h.execute(kc, "6*7", timeout=30), "the fresh kernel's first cell")
+        h.track(h.kernel_pid(kc))
+        second = h.ok(h.execute(kc, "6*7", timeout=30), "the fresh kernel's second cell")
+        h.note(first_cell_stderr=first["stderr"][-500:])
+        if h.WRAPPED:
+            h.check("with no cell running" in first["stderr"] and "SIGSEGV" in first["stderr"]
+                    and "the previous kernel stopped at" in first["stderr"],
+                    "the fresh kernel's first cell was not told why the last one died: %r" % first["stderr"])
+            h.check("with no cell running" not in second["stderr"],
+                    "the notice was shown twice: %r" % second["stderr"])
     h.assert_answers(kc, "kernel after autorestart")
     h.note(autorestart_to_ready_s=round(time.monotonic() - t1, 3))
     km.shutdown_kernel()

@@ -47,6 +47,10 @@ argv[1] picks the scenario:
             tells the cell and exits 137; KernelRestarter (the server's
             autorestart) starts a fresh kernel, which answers and holds
             nothing.
+  limitidle as limit, but a thread of the kernel goes past the limit a
+            second after its cell finished: the idle sample kills the tree,
+            and with no cell to tell, the fresh kernel's first cell (only
+            that one) is told, with the figures.
   pod       in a pod's PID, mount and cgroup namespaces (TestE2EPod), NVML
             reporting host pids: the kernel's cgroup is under the pod's, a
             restart's release is confirmed by baseline with the figures, and
@@ -450,7 +454,6 @@ def limit_kill(km, kc, still_listed):
     """LIMIT_CELL under a 1 GiB limit: warned at 90 %, killed past it, the
     cell told, exit 137, the release confirmed (still_listed(old pids) is
     what NVML still lists of them), and a fresh kernel from KernelRestarter."""
-    from jupyter_client.restarter import KernelRestarter
     kpid = h.kernel_pid(kc)
     h.track(kpid)
     old = set(h.tree_of(km, kc)) | {kpid}
@@ -481,14 +484,7 @@ def limit_kill(km, kc, still_listed):
     h.check(not still_listed(old), "NVML still lists the tree after the limit kill")
     h.check("kernel stopped over its GPU memory limit" in supervisor_log(km), "no log line of the limit kill")
 
-    restarted = []
-    rs = KernelRestarter(kernel_manager=km, restart_limit=3)
-    rs.add_callback(lambda: restarted.append(1), "restart")
-    rs.poll()
-    h.check(restarted, "KernelRestarter did not restart the kernel stopped at its GPU limit")
-    kc.stop_channels()
-    kc = h.connect(km)
-    h.track(km.provisioner.pid, h.kernel_pid(kc))
+    kc = h.autorestart(km, kc, "stopped at its GPU limit")
     h.assert_answers(kc, "kernel after the GPU limit kill and autorestart")
     rows = [r for r in ps_json() if r["kernel_pid"] in (h.kernel_pid(kc),) or km.provisioner.pid == r["supervisor_pid"]]
     h.check(rows and rows[0]["gpu"] == [], "the fresh kernel holds GPU memory: %s" % rows)
@@ -496,5 +492,44 @@ def limit_kill(km, kc, still_listed):
     km.shutdown_kernel(now=False)
 
 
+def limitidle():
+    """The GPU limit crossed with no cell running: a thread of the kernel
+    allocates a second after its cell finished. The supervisor's idle
+    sample (every 5 s) kills the tree, exit 137; there is no cell to tell,
+    so the fresh kernel's first cell is told, with the figures, and only
+    that one."""
+    os.environ["TFGPU_GPU_MEMORY_LIMIT"] = "1G"
+    km, kc = h.start_kernel()
+    kpid = h.kernel_pid(kc)
+    h.track(kpid)
+    h.ok(h.execute(kc, "import holder, threading\nthreading.Timer(1.0, holder.hold, (0, 1200)).start()"),
+         "the cell that starts the allocating thread")
+    t0 = time.monotonic()
+    while km.is_alive() and time.monotonic() - t0 < 15:
+        time.sleep(0.05)
+    h.check(not km.is_alive(), "the kernel is alive 15 s after a thread took it past its 1 GiB GPU limit")
+    h.note(idle_limit_kill_s=round(time.monotonic() - t0, 3))
+    h.check(km.provisioner.process.returncode == 137,
+            "the supervisor exited %s after the GPU limit kill; want 137" % km.provisioner.process.returncode)
+    h.check(not h.wait_dead([kpid], 2.0), "the kernel is alive after the limit kill")
+    h.check("no cell was running: the next kernel's first cell will be told" in supervisor_log(km),
+            "no log line of the notice left for the next kernel")
+
+    kc = h.autorestart(km, kc, "stopped at its GPU limit", track_kernel=False)
+    first = h.ok(h.execute(kc, "6*7", timeout=30), "the fresh kernel's first cell")
+    h.track(h.kernel_pid(kc))
+    second = h.ok(h.execute(kc, "6*7", timeout=30), "the fresh kernel's second cell")
+    h.note(first_cell_stderr=first["stderr"][-800:])
+    h.check("the previous kernel stopped at" in first["stderr"] and "with no cell running" in first["stderr"]
+            and "the kernel used 1.1 GiB of GPU memory (GPU0 1.1 GiB), over its limit of 1 GiB" in first["stderr"]
+            and "its GPU memory was released" in first["stderr"],
+            "the fresh kernel's first cell was not told of the limit: %r" % first["stderr"])
+    h.check("previous kernel" not in second["stderr"], "the notice was shown twice: %r" % second["stderr"])
+    rows = [r for r in ps_json() if km.provisioner.pid == r["supervisor_pid"]]
+    h.check(rows and rows[0]["gpu"] == [], "the fresh kernel holds GPU memory: %s" % rows)
+    kc.stop_channels()
+    km.shutdown_kernel(now=False)
+
+
 h.run({"release": release, "timeout": timeout, "pidoffset": pidoffset, "orphan": orphan, "degraded": degraded,
-       "idle": idle, "limit": limit, "pod": pod}[SCENARIO])
+       "idle": idle, "limit": limit, "limitidle": limitidle, "pod": pod}[SCENARIO])

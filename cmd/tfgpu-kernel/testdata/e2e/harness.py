@@ -191,6 +191,27 @@ def connect(km, ready_timeout=60):
     return kc
 
 
+def autorestart(km, kc, what, track_kernel=True):
+    """What the server's autorestart does once the kernel process died:
+    KernelRestarter.poll() sees it dead and calls restart_kernel(now=True).
+    Returns a client of the fresh kernel (kc is stopped), its supervisor
+    tracked, and its kernel too unless track_kernel is False: finding the
+    kernel's pid runs a cell, which would be the one told of the last
+    kernel's death."""
+    from jupyter_client.restarter import KernelRestarter
+    restarted = []
+    rs = KernelRestarter(kernel_manager=km, restart_limit=3)
+    rs.add_callback(lambda: restarted.append(1), "restart")
+    rs.poll()
+    assert restarted, "KernelRestarter did not restart the kernel " + what
+    kc.stop_channels()
+    kc = connect(km)
+    track(km.provisioner.pid)
+    if track_kernel:
+        track(kernel_pid(kc))
+    return kc
+
+
 def client_for(connection_file):
     """A second client on the same connection file (jupyter console --existing)."""
     kc = BlockingKernelClient(connection_file=connection_file)

@@ -8,8 +8,6 @@ server's autorestart) brings up a fresh kernel that answers."""
 import os
 import time
 
-from jupyter_client.restarter import KernelRestarter
-
 import harness as h
 
 
@@ -33,14 +31,7 @@ def main():
     h.check("survived" not in r["stdout"], "the cell ran to the end: the limit did not hold")
     h.check(not left, "survivors: %s" % h.describe(left))
 
-    restarted = []
-    rs = KernelRestarter(kernel_manager=km, restart_limit=3)
-    rs.add_callback(lambda: restarted.append(1), "restart")
-    rs.poll()
-    assert restarted, "KernelRestarter did not restart the OOM-killed kernel"
-    kc.stop_channels()
-    kc = h.connect(km)
-    h.track(km.provisioner.pid, h.kernel_pid(kc))
+    kc = h.autorestart(km, kc, "killed at its memory limit")
     h.assert_answers(kc, "kernel after the OOM kill and autorestart")
     km.shutdown_kernel()
 
