@@ -93,9 +93,6 @@ func (s *supervisor) memoryCgroup() string {
 	return s.mem.Where()
 }
 
-// record writes the state file once the kernel runs, and tells the
-// watcher. Without it `tfgpu-kernel stop` cannot find the kernel, but the
-// kernel runs.
 // publishActivity creates the kernel's activity file: idle since now.
 func (s *supervisor) publishActivity() {
 	a, err := s.dir.PublishActivity(s.id, time.Now())
@@ -114,6 +111,9 @@ func (s *supervisor) activityChanged(busy bool) {
 	s.limit.noteActivity(busy)
 }
 
+// record writes the state file once the kernel runs, and tells the
+// watcher. Without it `tfgpu-kernel stop` cannot find the kernel, but the
+// kernel runs.
 func (s *supervisor) record() {
 	st, err := s.describe()
 	if err == nil {
