@@ -206,9 +206,7 @@ func (s *supervisor) start(ctx context.Context) (<-chan cgroup.ExitStatus, int) 
 
 	// The previous tree's GPU memory is back (or the user will be told)
 	// before the new kernel starts.
-	if w := s.takeHandoff(); w != "" {
-		warning = w
-	}
+	warning += s.takeHandoff()
 	// Why the previous kernel stopped, when no cell was running to hear it.
 	warning = s.takeNotice() + warning
 	s.gpu.takeBaseline()

@@ -478,10 +478,16 @@ func userCell(content []byte) bool {
 }
 
 // WarnNextCell has text shown on stderr of the next cell the user runs
-// (see userCell); id is the kernel id, for the message's topic.
+// (see userCell); id is the kernel id, for the message's topic. Texts
+// given before that cell runs are all shown, in order, each on lines of
+// its own (a death notice, a previous tree's memory still held, the GPU
+// limit's 90 % warning).
 func (r *Relay) WarnNextCell(id, text string) {
 	r.mu.Lock()
-	r.warning, r.warnID = text, id
+	if r.warning != "" && !strings.HasSuffix(r.warning, "\n") {
+		r.warning += "\n"
+	}
+	r.warning, r.warnID = r.warning+text, id
 	r.mu.Unlock()
 }
 

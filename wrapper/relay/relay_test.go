@@ -68,3 +68,16 @@ func TestReplaysAndForgeriesAreNotActedOn(t *testing.T) {
 		}
 	}
 }
+
+// Warnings for the next cell accumulate until it runs: a later one does
+// not replace an earlier one (the start's warning, then the GPU limit's).
+func TestWarningsForTheNextCellAccumulate(t *testing.T) {
+	r := &Relay{}
+	r.WarnNextCell("k", "tfgpu-kernel: the previous kernel stopped.\n")
+	r.WarnNextCell("k", "tfgpu-kernel: GPU memory still held.")
+	r.WarnNextCell("k", "tfgpu-kernel: 93% of its limit.\n")
+	want := "tfgpu-kernel: the previous kernel stopped.\ntfgpu-kernel: GPU memory still held.\ntfgpu-kernel: 93% of its limit.\n"
+	if r.warning != want || r.warnID != "k" {
+		t.Fatalf("pending warning %q (kernel %q), want %q", r.warning, r.warnID, want)
+	}
+}
