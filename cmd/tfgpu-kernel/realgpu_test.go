@@ -237,7 +237,6 @@ type gpuLoad struct {
 	sup      *exec.Cmd
 	log      bytes.Buffer
 	ready    string
-	dir      string
 	before   int // MiB used on GPU 0 before it started
 	exited   chan error
 	exitedAt time.Time
@@ -255,7 +254,7 @@ func startLoad(t *testing.T, rig *gpuRig, flags ...string) *gpuLoad {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	l := &gpuLoad{dir: dir, ready: filepath.Join(dir, "ready.json"), exited: make(chan error, 1)}
+	l := &gpuLoad{ready: filepath.Join(dir, "ready.json"), exited: make(chan error, 1)}
 	if l.before, err = rig.used(); err != nil {
 		t.Fatal(err)
 	}

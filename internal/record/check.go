@@ -160,12 +160,16 @@ func (st State) checkedInnerDir() (string, error) {
 // terminal as escape sequences, with "?".
 func Printable(s string) string {
 	s = strings.ReplaceAll(s, "\n", "; ") // errors.Join's separator
-	return strings.Map(func(r rune) rune {
-		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) {
-			return '?'
-		}
-		return r
-	}, s)
+	return strings.Map(controlToQ, s)
+}
+
+// controlToQ maps a control character (C0, DEL, C1) to '?' and any other
+// rune to itself, for strings.Map.
+func controlToQ(r rune) rune {
+	if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) {
+		return '?'
+	}
+	return r
 }
 
 // ShortID is the first 8 characters of a kernel id, as logs, inner

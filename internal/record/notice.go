@@ -122,9 +122,6 @@ func ParseNotice(b []byte, now time.Time) (string, error) {
 		if r == '\n' {
 			return r
 		}
-		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) {
-			return '?'
-		}
-		return r
+		return controlToQ(r)
 	}, n.Text), nil
 }
