@@ -69,5 +69,10 @@ func StartTime(pid int) (uint64, error) {
 	return 0, fmt.Errorf("start time of %d: %w", pid, ErrUnsupported)
 }
 
+// ProcCmdline fails with ErrUnsupported.
+func ProcCmdline(pid int) ([]string, error) {
+	return nil, fmt.Errorf("command line of %d: %w", pid, ErrUnsupported)
+}
+
 // HasChildren reports false: there is no /proc to read.
 func HasChildren(pid int) bool { return false }

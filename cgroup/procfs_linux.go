@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -192,6 +194,27 @@ func StartTime(pid int) (uint64, error) {
 func HasChildren(pid int) bool {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
 	return err == nil && len(bytes.TrimSpace(b)) > 0
+}
+
+// maxCmdline bounds what ProcCmdline reads: a command line is the
+// process's own to make as long as ARG_MAX allows.
+const maxCmdline = 64 << 10
+
+// ProcCmdline is pid's argv (/proc/PID/cmdline), at most 64 KiB of it.
+func ProcCmdline(pid int) ([]string, error) {
+	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxCmdline))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) == 0 {
+		return nil, fmt.Errorf("pid %d: no command line (a kernel thread, or a zombie)", pid)
+	}
+	return strings.Split(strings.TrimSuffix(string(b), "\x00"), "\x00"), nil
 }
 
 // ProcOwner is pid's owner (the owner of /proc/PID: its effective uid),

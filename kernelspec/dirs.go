@@ -29,6 +29,12 @@ func UserDataDir() (string, error) {
 	return filepath.Abs(filepath.Join(home, ".local", "share", "jupyter"))
 }
 
+// SystemDataDir is the first of jupyter_core's SYSTEM_JUPYTER_PATH on
+// Linux, searched by every user's Jupyter (after their own and their
+// environment's): `jupyter kernelspec install` and `ipykernel install`
+// without --user write here too.
+var SystemDataDir = "/usr/local/share/jupyter"
+
 // KernelsDir returns the kernels directory (the parent of NAME) for dest.
 // py is consulted only for SysPrefix; prefix only for Prefix.
 func KernelsDir(dest Dest, prefix string, py Python) (string, error) {
@@ -45,6 +51,8 @@ func KernelsDir(dest Dest, prefix string, py Python) (string, error) {
 			return "", fmt.Errorf("%w: sys.prefix of python %q unknown", ErrInvalid, py.Executable)
 		}
 		data = filepath.Join(py.Prefix, "share", "jupyter")
+	case System:
+		data = SystemDataDir
 	case Prefix:
 		if prefix == "" {
 			return "", fmt.Errorf("%w: --prefix needs a directory", ErrInvalid)

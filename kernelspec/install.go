@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 )
 
@@ -27,68 +28,13 @@ type Result struct {
 // Install writes the kernelspec described by o and returns where it went and
 // which Python it runs. See the package doc for the replace rule.
 func Install(o Options) (Result, error) {
-	ctx := context.Background()
-	var (
-		py  Python
-		f   *Foreign
-		err error
-	)
-	if o.Wrap != "" {
-		var w Foreign
-		if w, py, err = findWrapped(ctx, o); err != nil {
-			return Result{}, err
-		}
-		w.Python = py.Executable // "" when none was found (a directory given)
-		f = &w
-		if o.Name == "" {
-			o.Name = WrapName(w.Name)
-		}
-	} else if py, err = FindPython(ctx, o.Python); err != nil {
-		return Result{}, err
-	}
-	name, err := NormalizeName(o.Name)
+	res, files, err := plan(o)
 	if err != nil {
 		return Result{}, err
 	}
-	files := map[string][]byte{}
-	var logos map[string][]byte
-	if f != nil {
-		if files["kernel.json"], err = WrapJSON(o, *f); err != nil {
-			return Result{}, err
-		}
-		var other map[string][]byte
-		if logos, other, err = f.resources(); err != nil {
-			return Result{}, err
-		}
-		for n, b := range other {
-			files[n] = b
-		}
-	} else if files["kernel.json"], err = KernelJSON(o, py); err != nil {
+	kernels := filepath.Dir(res.Dir)
+	if err := mkdirAll(kernels); err != nil {
 		return Result{}, err
-	}
-	if len(logos) == 0 {
-		if logos, err = ourLogos(); err != nil {
-			return Result{}, err
-		}
-	}
-	for n, b := range logos {
-		files[n] = b
-	}
-	kernels, err := KernelsDir(o.Dest, o.Prefix, py)
-	if err != nil {
-		return Result{}, err
-	}
-	dir := filepath.Join(kernels, name)
-	if f != nil {
-		if err := checkNotWrapped(name, dir, *f); err != nil {
-			return Result{}, err
-		}
-	}
-	if _, err := os.Lstat(dir); err == nil && !o.Replace {
-		return Result{}, fmt.Errorf("%w: %s (use --replace to overwrite it)", ErrExists, dir)
-	}
-	if err := os.MkdirAll(kernels, 0o755); err != nil {
-		return Result{}, fmt.Errorf("create %s: %w", kernels, err)
 	}
 	// Build the new spec beside kernels/, not in it: jupyter_client lists
 	// every dir in kernels/ with a valid name, and a hidden ".tfgpu.new-…"
@@ -101,14 +47,101 @@ func Install(o Options) (Result, error) {
 	if err := populate(tmp, files); err != nil {
 		return Result{}, err
 	}
-	if err := swapIn(tmp, dir, o.Replace); err != nil {
+	if err := swapIn(tmp, res.Dir, o.Replace); err != nil {
 		return Result{}, err
+	}
+	return res, nil
+}
+
+// Plan is Install without writing anything: what it would write where,
+// with every check Install makes (install --dry-run).
+func Plan(o Options) (Result, error) {
+	res, _, err := plan(o)
+	return res, err
+}
+
+// plan finds the Python or the wrapped kernelspec, renders kernel.json
+// and collects the files of the kernelspec o describes.
+func plan(o Options) (Result, map[string][]byte, error) {
+	ctx := context.Background()
+	var (
+		py  Python
+		f   *Foreign
+		err error
+	)
+	if o.Dest == System {
+		if err := checkSystemWideInstall(o); err != nil {
+			return Result{}, nil, err
+		}
+	}
+	if o.Wrap != "" {
+		var w Foreign
+		if w, py, err = findWrapped(ctx, o); err != nil {
+			return Result{}, nil, err
+		}
+		w.Python = py.Executable // "" when none was found (a directory given)
+		f = &w
+		if o.Name == "" {
+			o.Name = WrapName(w.Name)
+		}
+	} else if o.Dest == System {
+		if py, err = FindSystemWidePython(ctx, o.Python); err != nil {
+			return Result{}, nil, err
+		}
+	} else if py, err = FindPython(ctx, o.Python); err != nil {
+		return Result{}, nil, err
+	}
+	if f != nil && o.Dest == System {
+		if err := checkSystemWideKernel(*f); err != nil {
+			return Result{}, nil, err
+		}
+	}
+	name, err := NormalizeName(o.Name)
+	if err != nil {
+		return Result{}, nil, err
+	}
+	files := map[string][]byte{}
+	var logos map[string][]byte
+	if f != nil {
+		if files["kernel.json"], err = WrapJSON(o, *f); err != nil {
+			return Result{}, nil, err
+		}
+		var other map[string][]byte
+		if logos, other, err = f.resources(); err != nil {
+			return Result{}, nil, err
+		}
+		for n, b := range other {
+			files[n] = b
+		}
+	} else if files["kernel.json"], err = KernelJSON(o, py); err != nil {
+		return Result{}, nil, err
+	}
+	if len(logos) == 0 {
+		if logos, err = ourLogos(); err != nil {
+			return Result{}, nil, err
+		}
+	}
+	for n, b := range logos {
+		files[n] = b
+	}
+	kernels, err := KernelsDir(o.Dest, o.Prefix, py)
+	if err != nil {
+		return Result{}, nil, err
+	}
+	dir := filepath.Join(kernels, name)
+	if f != nil {
+		if err := checkNotWrapped(name, dir, *f); err != nil {
+			return Result{}, nil, err
+		}
+	}
+	if _, err := os.Lstat(dir); err == nil && !o.Replace {
+		return Result{}, nil, fmt.Errorf("%w: %s (use --replace to overwrite it)", ErrExists, dir)
 	}
 	var disp struct {
 		DisplayName string `json:"display_name"`
 	}
 	_ = json.Unmarshal(files["kernel.json"], &disp) // we just encoded it
-	return Result{Dir: dir, DisplayName: disp.DisplayName, Python: py, Wrapped: f}, nil
+	return Result{Dir: dir, DisplayName: disp.DisplayName, Python: py, Wrapped: f}, files, nil
 }
 
 // findWrapped finds the kernelspec o.Wrap names, and the Python that found
@@ -118,8 +151,12 @@ func findWrapped(ctx context.Context, o Options) (Foreign, Python, error) {
 	var py Python
 	byName := !isPathArg(o.Wrap)
 	if byName || o.Dest == SysPrefix {
+		find := FindPython
+		if o.Dest == System {
+			find = FindSystemWidePython // root never runs a user's program
+		}
 		var err error
-		if py, err = FindPython(ctx, o.Python); err != nil && (o.Python == "" || !errors.Is(err, ErrNoIPykernel)) {
+		if py, err = find(ctx, o.Python); err != nil && (o.Python == "" || !errors.Is(err, ErrNoIPykernel)) {
 			return Foreign{}, Python{}, err
 		}
 	}
@@ -157,6 +194,64 @@ func ourLogos() (map[string][]byte, error) {
 		m[n] = b
 	}
 	return m, nil
+}
+
+// ErrNotRoot means a system-wide install was asked for by another user.
+var ErrNotRoot = errors.New("only root installs for every user")
+
+// checkSystemWideInstall refuses a system-wide install by anyone but root,
+// or of a binary a user could change (checked before anything is run).
+func checkSystemWideInstall(o Options) error {
+	if os.Geteuid() != 0 {
+		return fmt.Errorf("%w: --system writes %s (run it as root: sudo tfgpu-kernel install --system)",
+			ErrNotRoot, filepath.Join(SystemDataDir, "kernels"))
+	}
+	if err := CheckSystemWide(o.Binary); err != nil {
+		return invalid(nil, "the supervisor %s cannot serve every user: %v (install it in /usr/local/bin: ./install.sh --system)", o.Binary, err)
+	}
+	return nil
+}
+
+// checkSystemWideKernel refuses to wrap, for every user, a kernel whose
+// program a user could change (a venv or conda env in a home directory).
+func checkSystemWideKernel(f Foreign) error {
+	prog := f.Argv[0]
+	if f.Python != "" && barePython.MatchString(prog) {
+		prog = f.Python
+	}
+	abs, err := exec.LookPath(prog)
+	if err == nil {
+		err = CheckSystemWide(abs)
+	}
+	if err != nil {
+		return invalid(nil, "kernelspec %q runs %s, which cannot serve every user: %v", f.Name, prog, err)
+	}
+	return nil
+}
+
+// mkdirAll makes dir and its missing parents 0755 whatever the umask
+// (Jupyter servers of other users read --prefix and --system specs); it
+// leaves the mode of directories that were there alone.
+func mkdirAll(dir string) error {
+	if fi, err := os.Stat(dir); err == nil {
+		if !fi.IsDir() {
+			return fmt.Errorf("create %s: not a directory", dir)
+		}
+		return nil
+	}
+	if parent := filepath.Dir(dir); parent != dir {
+		if err := mkdirAll(parent); err != nil {
+			return err
+		}
+	}
+	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("create %s: %w", dir, err)
+	} else if err == nil {
+		if err := os.Chmod(dir, 0o755); err != nil {
+			return fmt.Errorf("chmod %s: %w", dir, err)
+		}
+	}
+	return nil
 }
 
 // populate writes files into dir, 0755 / 0644 whatever the umask, since
@@ -209,6 +304,9 @@ func swapIn(tmp, dir string, replace bool) error {
 // metadata.tfgpu, and returns the directory. A missing spec is an error
 // wrapping fs.ErrNotExist; someone else's spec one wrapping ErrNotOurs.
 func Uninstall(o Options) (string, error) {
+	if o.Dest == System && os.Geteuid() != 0 {
+		return "", fmt.Errorf("%w: --system removes from %s (run it as root)", ErrNotRoot, filepath.Join(SystemDataDir, "kernels"))
+	}
 	dir, err := SpecDir(context.Background(), o)
 	if err != nil {
 		return "", err

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io/fs"
 	"os/exec"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -35,7 +36,7 @@ func TestPythonDiscoverySkipsPathWithoutIPykernel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got != want {
+	if !reflect.DeepEqual(got, want) {
 		t.Errorf("FindPython = %+v, want %+v", got, want)
 	}
 }

@@ -26,6 +26,7 @@ const (
 	User      Dest = iota // $JUPYTER_DATA_DIR or ~/.local/share/jupyter (default)
 	SysPrefix             // sys.prefix of the chosen Python
 	Prefix                // Options.Prefix
+	System                // SystemDataDir: every user's (root only)
 )
 
 func (d Dest) String() string {
@@ -36,6 +37,8 @@ func (d Dest) String() string {
 		return "sys-prefix"
 	case Prefix:
 		return "prefix"
+	case System:
+		return "system"
 	}
 	return fmt.Sprintf("Dest(%d)", int(d))
 }
@@ -113,7 +116,8 @@ func KernelJSON(o Options, py Python) ([]byte, error) {
 	if !filepath.IsAbs(py.Executable) {
 		return nil, fmt.Errorf("%w: python path %q is not absolute", ErrInvalid, py.Executable)
 	}
-	argv, err := runArgv(o, []string{py.Executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"})
+	kernel := append(append([]string{py.Executable}, py.Args...), "-m", "ipykernel_launcher", "-f", "{connection_file}")
+	argv, err := runArgv(o, kernel)
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,111 @@
+package kernelspec
+
+import (
+	"cmp"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+)
+
+// Previous is what an installed kernelspec of ours was configured with,
+// read back from its kernel.json so that an upgrade (install --replace,
+// ./install.sh run again) keeps it: the Python, the run flags, the env
+// given with --env and the display name (docs/design.md#install).
+type Previous struct {
+	Dir         string
+	Binary      string      // argv[0]: the supervisor it runs
+	Python      string      // the ipykernel Python; "" for a wrapper
+	RunFlags    [][2]string // run flags in argv order: {"--memory-limit", "8G"}
+	Env         map[string]string
+	DisplayName string
+	// DisplayDefault says DisplayName is the default one: ours, or for a
+	// wrapper "<theirs> (clean restart)" of their spec as it is now.
+	DisplayDefault bool
+	Wraps          string // the wrapped kernelspec's name; "" for an ipykernel spec
+	WrapsDir       string
+	// Kernel is the argv after "--": what the supervisor runs, the
+	// connection file argument included.
+	Kernel []string
+}
+
+// ReadPrevious reads the kernelspec in dir. It returns nil and no error
+// when there is none, and an error wrapping ErrNotOurs when the directory
+// holds a kernelspec tfgpu-kernel did not write. The file is data someone
+// may have edited: anything that is not the shape we write is refused
+// rather than guessed at.
+func ReadPrevious(dir string) (*Previous, error) {
+	kj := filepath.Join(dir, "kernel.json")
+	data, err := os.ReadFile(kj)
+	if errors.Is(err, fs.ErrNotExist) {
+		if _, err := os.Lstat(dir); errors.Is(err, fs.ErrNotExist) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("%s: %w (it has no kernel.json)", dir, ErrNotOurs)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", kj, err)
+	}
+	if !isOurs(data) {
+		return nil, fmt.Errorf("%s: %w (no metadata.tfgpu in kernel.json)", dir, ErrNotOurs)
+	}
+	var s struct {
+		Argv        []string          `json:"argv"`
+		DisplayName string            `json:"display_name"`
+		Env         map[string]string `json:"env"`
+		Metadata    struct {
+			TFGPU tfgpuTag `json:"tfgpu"`
+		} `json:"metadata"`
+	}
+	if err := json.Unmarshal(data, &s); err != nil {
+		return nil, fmt.Errorf("%s: %w", kj, err)
+	}
+	bad := func(why string) (*Previous, error) {
+		return nil, fmt.Errorf("%s: %s; reinstall it from scratch (install --reset)", kj, why)
+	}
+	// <binary> run [--flag value]… -f {connection_file} -- <kernel argv…>
+	dd := slices.Index(s.Argv, "--")
+	if len(s.Argv) < 2 || s.Argv[1] != "run" || dd < 4 || s.Argv[dd-2] != "-f" || dd+1 >= len(s.Argv) {
+		return bad(fmt.Sprintf("its argv %q is not one tfgpu-kernel writes", s.Argv))
+	}
+	p := &Previous{Dir: dir, Binary: s.Argv[0], DisplayName: s.DisplayName, Env: map[string]string{},
+		Wraps: s.Metadata.TFGPU.Wraps, WrapsDir: s.Metadata.TFGPU.WrapsDir, Kernel: slices.Clone(s.Argv[dd+1:])}
+	flags := s.Argv[2 : dd-2]
+	if len(flags)%2 != 0 {
+		return bad(fmt.Sprintf("its run flags %q are not --flag value pairs", flags))
+	}
+	for i := 0; i < len(flags); i += 2 {
+		if !strings.HasPrefix(flags[i], "--") {
+			return bad(fmt.Sprintf("its run flags %q are not --flag value pairs", flags))
+		}
+		p.RunFlags = append(p.RunFlags, [2]string{flags[i], flags[i+1]})
+	}
+	if p.Wraps == "" {
+		p.Python = s.Metadata.TFGPU.Python
+		if p.Python == "" {
+			p.Python = p.Kernel[0]
+		}
+		maps.Copy(p.Env, s.Env)
+		p.DisplayDefault = p.DisplayName == DefaultDisplayName
+		return p, nil
+	}
+	// A wrapper's env is DefaultEnv, then theirs, then --env: what --env
+	// gave is what differs from theirs as it is now (DefaultEnv when they
+	// have none). Their spec may be gone; then all of it is kept.
+	theirs := maps.Clone(DefaultEnv)
+	if f, err := ReadSpec(p.WrapsDir); err == nil {
+		maps.Copy(theirs, f.Env)
+		p.DisplayDefault = p.DisplayName == cmp.Or(f.DisplayName, f.Name)+" (clean restart)"
+	}
+	for k, v := range s.Env {
+		if w, ok := theirs[k]; !ok || w != v {
+			p.Env[k] = v
+		}
+	}
+	return p, nil
+}

@@ -1,0 +1,132 @@
+package kernelspec
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
+)
+
+// A program every user's kernelspec names must be root's all the way up,
+// writable by nobody else, and runnable by everyone.
+func TestCheckSystemWide(t *testing.T) {
+	if os.Geteuid() != 0 {
+		testutil.RequireOrSkip(t, "needs root: the files must be root's, and others' made with chown")
+	}
+	top := t.TempDir()
+	if err := os.Chmod(top, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	mk := func(rel string, mode os.FileMode, uid int) string {
+		p := filepath.Join(top, rel)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte("#!/bin/sh\n"), mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Lchown(p, uid, uid); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	good := mk("ok/bin/python3", 0o755, 0)
+	link := filepath.Join(top, "ok/bin/python")
+	if err := os.Symlink("python3", link); err != nil {
+		t.Fatal(err)
+	}
+	users := mk("venv/bin/python3", 0o755, 65534)
+	groupW := mk("gw/bin/python3", 0o775, 0)
+	private := mk("priv/bin/python3", 0o750, 0)
+	openDir := filepath.Join(top, "open/bin/python3")
+	mk("open/bin/python3", 0o755, 0)
+	if err := os.Chmod(filepath.Dir(openDir), 0o777); err != nil {
+		t.Fatal(err)
+	}
+	closedDir := filepath.Join(top, "closed/bin/python3")
+	mk("closed/bin/python3", 0o755, 0)
+	if err := os.Chmod(filepath.Join(top, "closed"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	usersDir := filepath.Join(top, "home/alice/python3")
+	mk("home/alice/python3", 0o755, 0)
+	if err := os.Chown(filepath.Join(top, "home/alice"), 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	toUsers := filepath.Join(top, "ok/bin/python-user")
+	if err := os.Symlink(usersDir, toUsers); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, path, want string // want: "" for accepted, else part of the error
+	}{
+		{"root's, 0755", good, ""},
+		{"a link to it", link, ""},
+		{"a user's file", users, "owned by uid 65534"},
+		{"group-writable", groupW, "writable by its group"},
+		{"others cannot run it", private, "cannot be run by other users"},
+		{"a world-writable directory", openDir, "and everyone"},
+		{"a directory others cannot enter", closedDir, "cannot be entered"},
+		{"in a user's directory", usersDir, "owned by uid 65534"},
+		{"a root link into a user's directory", toUsers, "owned by uid 65534"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := checkChain(tc.path, top)
+			if real, rerr := filepath.EvalSymlinks(tc.path); err == nil && rerr == nil && real != tc.path {
+				err = checkChain(real, top)
+			}
+			if tc.want == "" {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want %q", err, tc.want)
+			}
+		})
+	}
+
+	// The real thing: Debian's Python passes, anything under /tmp does not.
+	if _, err := os.Stat("/usr/bin/python3"); err == nil {
+		if err := CheckSystemWide("/usr/bin/python3"); err != nil {
+			t.Errorf("CheckSystemWide(/usr/bin/python3): %v", err)
+		}
+	}
+	if err := CheckSystemWide(good); err == nil {
+		t.Errorf("CheckSystemWide of a file in a test's private temporary directory: accepted")
+	}
+	if err := CheckSystemWide("python3"); err == nil {
+		t.Error("a relative path accepted")
+	}
+}
+
+// Install makes the directories it creates 0755 whatever the umask, so
+// other users' Jupyter can read a --prefix or --system kernelspec.
+func TestInstallDirectoriesIgnoreTheUmask(t *testing.T) {
+	py := systemPython(t)
+	isolate(t)
+	old := syscall.Umask(0o077)
+	defer syscall.Umask(old)
+	prefix := filepath.Join(t.TempDir(), "a", "b")
+	res, err := Install(Options{Binary: "/usr/local/bin/tfgpu-kernel", Python: py.Executable, Dest: Prefix, Prefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p := res.Dir; p != filepath.Dir(prefix); p = filepath.Dir(p) {
+		fi, err := os.Stat(p)
+		if err != nil || fi.Mode().Perm() != 0o755 {
+			t.Errorf("%s: %v %v, want 0755", p, fi.Mode(), err)
+		}
+	}
+	fi, err := os.Stat(filepath.Join(res.Dir, "kernel.json"))
+	if err != nil || fi.Mode().Perm() != 0o644 {
+		t.Errorf("kernel.json: %v %v, want 0644", fi.Mode(), err)
+	}
+}
