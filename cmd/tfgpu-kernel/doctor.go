@@ -16,9 +16,9 @@ import (
 // 1 otherwise.
 func cmdDoctor(args []string) int {
 	fs := flag.NewFlagSet("doctor", flag.ContinueOnError)
-	stateDir := fs.String("state-dir", record.DefaultDir(), "where supervisors record their kernels")
-	nvmlLib := fs.String("nvml-library", "", "NVML library file to load; empty: "+gpuSoname+" through the dynamic loader")
-	if code, done := parseFlags(fs, args, "tfgpu-kernel doctor"); done {
+	stateDir := fs.String("state-dir", record.DefaultDir(), "`DIR` where supervisors record their kernels")
+	nvmlLib := fs.String("nvml-library", "", "NVML library `FILE` to load; empty: "+gpuSoname+" through the dynamic loader")
+	if _, code, done := parseFlags(fs, args, "tfgpu-kernel doctor"); done {
 		return code
 	}
 	if fs.NArg() > 0 {
@@ -84,7 +84,7 @@ func diagnoseKernelspecs() []doctor.Finding {
 				f.Text += ", kernel " + sp.Kernel // not a Python (a wrapped R or Julia kernel)
 			case err != nil:
 				f.Problem, f.Text = true, fmt.Sprintf("%s: Python %s %s cannot import ipykernel", f.Text, kpy.Version, kpy.Executable)
-				f.Fix = kpy.Executable + " -m pip install ipykernel (or apt-get install python3-ipykernel)"
+				f.Fix = kpy.InstallAdvice()
 			default:
 				f.Text += fmt.Sprintf(", Python %s %s, ipykernel %s", kpy.Version, kpy.Executable, kpy.IPykernel)
 			}

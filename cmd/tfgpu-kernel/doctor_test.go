@@ -60,6 +60,7 @@ func TestDoctorAndStopOfAStaleKernel(t *testing.T) {
 // ipykernel each runs, and says how to fix a missing one or one whose
 // supervisor binary is gone.
 func TestDoctorKernelspecs(t *testing.T) {
+	testutil.RequireHermetic(t)
 	installJupyterPython(t)
 	bin := buildInstallTestBinary(t)
 	home, data, prefix := t.TempDir(), t.TempDir(), t.TempDir()

@@ -38,7 +38,7 @@ func TestRunFlagsComeFromTheEnvironment(t *testing.T) {
 			fs := flag.NewFlagSet("run", flag.ContinueOnError)
 			level := fs.String("log-level", "info", "")
 			grace := fs.Duration("shutdown-grace", time.Second, "")
-			code, done := parseFlags(fs, tc.args, "")
+			_, code, done := parseFlags(fs, tc.args, "")
 			if code != tc.wantCode || done != tc.wantDone {
 				t.Fatalf("parseFlags = %d, %v; want %d, %v", code, done, tc.wantCode, tc.wantDone)
 			}

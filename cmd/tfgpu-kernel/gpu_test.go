@@ -22,6 +22,9 @@ import (
 // leaves the NVML symbols undefined until the library is loaded, so with
 // BIND_NOW it would not even start on a host without the driver.
 func TestBinaryStartsWithoutNVML(t *testing.T) {
+	if len(testutil.HostNVML()) > 0 {
+		testutil.RequireHermetic(t) // the host's driver, hidden
+	}
 	bin := buildInstallTestBinary(t)
 	f, err := elf.Open(bin)
 	if err != nil {

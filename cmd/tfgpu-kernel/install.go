@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -13,13 +14,18 @@ import (
 	"github.com/tfgpu/tfgpu-kernel/kernelspec"
 )
 
-const installUsage = `usage: tfgpu-kernel install [--user | --sys-prefix | --prefix DIR] [flags] [run flags]
+const installUsage = `usage: tfgpu-kernel install [--user | --system | --sys-prefix | --prefix DIR] [flags] [run flags]
        tfgpu-kernel install --wrap KERNELSPEC [flags] [run flags]
-       tfgpu-kernel install --uninstall [--name NAME | --wrap KERNELSPEC] [--user | --sys-prefix | --prefix DIR]
+       tfgpu-kernel install --uninstall [--name NAME | --wrap KERNELSPEC] [--user | --system | --sys-prefix | --prefix DIR]
 
 Write the Jupyter kernelspec that runs ipykernel under tfgpu-kernel, so
 "Restart Kernel" really gives the GPU back. The kernelspec refers to this
 binary by its absolute path.
+
+Installing over a kernelspec of ours (--replace) is an upgrade: what it
+was configured with (the Python, run flags, --env, display name, what it
+wraps) is kept unless given again; a run flag given empty (--memory-limit
+"") drops it; --reset starts from the defaults.
 
 With --wrap, write a new kernelspec that runs an existing one (e.g. a conda
 env's kernel) under tfgpu-kernel: its argv unchanged (but a bare "python",
@@ -31,13 +37,14 @@ through the jupyter_client of --python, or of the default Python), or a
 directory holding kernel.json. The wrapped kernelspec is never modified.
 
 Examples:
-  tfgpu-kernel install --python /usr/bin/python3 --env CUDA_VISIBLE_DEVICES=0
+  tfgpu-kernel install --python ~/venvs/tf/bin/python3 --env CUDA_VISIBLE_DEVICES=0
   jupyter console --kernel tfgpu
+
+  sudo tfgpu-kernel install --system --gpu-memory-limit 40G   # every user's Jupyter lists it
 
   tfgpu-kernel install --wrap condaenv --memory-limit 16G
   jupyter console --kernel condaenv-tfgpu
 
-  tfgpu-kernel install --wrap /opt/conda/envs/tf/share/jupyter/kernels/python3 --name tf-conda
   tfgpu-kernel install --uninstall --wrap condaenv      # removes condaenv-tfgpu only
 
 flags:
@@ -45,9 +52,17 @@ flags:
 
 // installRunFlagsHeader introduces the run flags in --help.
 const installRunFlagsHeader = `
-run flags (written into the kernelspec's argv only when given, checked as
-'tfgpu-kernel run' checks them; defaults are run's):
+run flags (written into the kernelspec's argv, checked as 'tfgpu-kernel run'
+checks them; defaults are run's; --env TFGPU_<FLAG>=V is checked the same way):
 `
+
+// Exit codes of install besides 0, 1 and 2 (docs/design.md#install).
+const (
+	// installExitNoPython: no Python imports ipykernel, and Debian's
+	// packages for /usr/bin/python3 would give one (install.sh then
+	// installs them with apt-get when it runs as root).
+	installExitNoPython = 3
+)
 
 // installEnvFlags collects repeatable --env K=V.
 type installEnvFlags map[string]string
@@ -56,7 +71,7 @@ func (e installEnvFlags) String() string { return "" }
 func (e installEnvFlags) Set(s string) error {
 	k, v, ok := strings.Cut(s, "=")
 	if !ok || k == "" {
-		return fmt.Errorf("want K=V, got %q", s)
+		return fmt.Errorf("want NAME=VALUE, such as CUDA_VISIBLE_DEVICES=0")
 	}
 	e[k] = v
 	return nil
@@ -66,90 +81,162 @@ func cmdInstall(args []string) int {
 	return installMain(args, os.Stdout, os.Stderr)
 }
 
+// installCmd is one parsed `install` command line.
+type installCmd struct {
+	fs      *flag.FlagSet
+	o       kernelspec.Options
+	env     installEnvFlags
+	rf      runFlags
+	set     map[string]bool
+	src     flagSource // how each run flag was given, for errors
+	dryRun  bool
+	reset   bool
+	stdout  io.Writer
+	display string // o.DisplayName as given
+}
+
 func installMain(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("install", flag.ContinueOnError)
+	c := &installCmd{fs: flag.NewFlagSet("install", flag.ContinueOnError), env: installEnvFlags{}, stdout: stdout, src: flagSource{}}
+	fs, o := c.fs, &c.o
 	fs.SetOutput(io.Discard) // errors are reported as one line below
-	env := installEnvFlags{}
-	o := kernelspec.Options{Env: env, Version: version}
+	o.Env, o.Version = c.env, version
 	user := fs.Bool("user", false, "install for the current user (default; honours JUPYTER_DATA_DIR)")
+	system := fs.Bool("system", false, "install for every user of this machine, in "+filepath.Join(kernelspec.SystemDataDir, "kernels")+" (root; the binary and the Python must be root's)")
 	sysPrefix := fs.Bool("sys-prefix", false, "install into the chosen Python's sys.prefix (virtualenv, conda env)")
 	fs.StringVar(&o.Prefix, "prefix", "", "install into `DIR`/share/jupyter/kernels")
-	fs.StringVar(&o.Name, "name", kernelspec.DefaultName, "kernelspec `name` (letters, digits, . _ -; with --wrap the default is KERNELSPEC-tfgpu)")
-	fs.StringVar(&o.DisplayName, "display-name", kernelspec.DefaultDisplayName, "`name` shown in Jupyter's kernel list (with --wrap the default is \"<theirs> (clean restart)\")")
-	fs.StringVar(&o.Python, "python", "", "`PY` to run ipykernel with (default: first of python3 on PATH, /usr/bin/python3 that imports ipykernel); with --wrap, the Python whose jupyter_client finds KERNELSPEC")
+	fs.StringVar(&o.Name, "name", kernelspec.DefaultName, "kernelspec `NAME` (letters, digits, . _ -; with --wrap the default is KERNELSPEC-tfgpu)")
+	fs.StringVar(&c.display, "display-name", "", "`NAME` shown in Jupyter's kernel list (default \""+kernelspec.DefaultDisplayName+"\"; with --wrap \"<theirs> (clean restart)\")")
+	fs.StringVar(&o.Python, "python", "", "`PY` to run ipykernel with (default: the installed kernelspec's on an upgrade, else the first of python3 on PATH, /usr/bin/python3 that imports ipykernel); with --wrap, the Python whose jupyter_client finds KERNELSPEC")
 	fs.StringVar(&o.Wrap, "wrap", "", "wrap the existing `KERNELSPEC` (a name, or a directory with kernel.json) instead of writing an ipykernel one")
-	fs.Var(env, "env", "`K=V` set in the kernel's environment (repeatable; with --wrap, overrides theirs)")
-	fs.BoolVar(&o.Replace, "replace", false, "overwrite an existing kernelspec of the same name")
-	uninstall := fs.Bool("uninstall", false, "remove the kernelspec (only one written by tfgpu-kernel; with --wrap, only the wrapper)")
-	var rf runFlags
-	rf.define(fs)
+	fs.Var(c.env, "env", "`NAME=VALUE` set in the kernel's environment (repeatable; with --wrap, overrides theirs)")
+	fs.BoolVar(&o.Replace, "replace", false, "install over an existing kernelspec of the same name, keeping what it was configured with")
+	fs.BoolVar(&c.reset, "reset", false, "with --replace: keep nothing of the installed kernelspec")
+	fs.BoolVar(&c.dryRun, "dry-run", false, "say what would be installed and kept; write nothing")
+	uninstall := fs.Bool("uninstall", false, "remove the kernelspec (only one written by tfgpu-kernel; with --wrap, only the wrapper) and say which kernels still run on it")
+	c.rf.define(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			printInstallUsage(stdout, installUsage, fs)
 			return 0
 		}
-		return installFail(stderr, 2, err)
+		return installFail(stderr, 2, errors.New(flagError(err)))
 	}
 	if fs.NArg() > 0 {
 		return installFail(stderr, 2, fmt.Errorf("unexpected argument %q", fs.Arg(0)))
 	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	if _, err := rf.check(); err != nil {
-		return installFail(stderr, 2, err)
-	}
-	flags, err := installRunArgv(fs, set)
-	if err != nil {
-		return installFail(stderr, 2, err)
-	}
-	o.RunFlags = flags
-	if set["wrap"] && o.Wrap == "" {
+	c.set = map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { c.set[f.Name] = true })
+	if c.set["wrap"] && o.Wrap == "" {
 		return installFail(stderr, 2, errors.New("--wrap needs a kernelspec name or directory"))
 	}
-	if o.Wrap != "" { // their names are the defaults, not ours
-		if !set["name"] {
-			o.Name = ""
-		}
-		if !set["display-name"] {
-			o.DisplayName = ""
-		}
+	if !c.set["name"] && o.Wrap != "" {
+		o.Name = "" // theirs is the default, not ours
 	}
+	o.DisplayName = c.display
 	switch {
-	case installCountTrue(*user, *sysPrefix, set["prefix"]) > 1:
-		return installFail(stderr, 2, errors.New("--user, --sys-prefix and --prefix are mutually exclusive"))
-	case set["prefix"] && o.Prefix == "":
+	case installCountTrue(*user, *system, *sysPrefix, c.set["prefix"]) > 1:
+		return installFail(stderr, 2, errors.New("--user, --system, --sys-prefix and --prefix are mutually exclusive"))
+	case c.set["prefix"] && o.Prefix == "":
 		return installFail(stderr, 2, errors.New("--prefix needs a directory"))
+	case c.reset && !o.Replace:
+		return installFail(stderr, 2, errors.New("--reset goes with --replace"))
 	case *sysPrefix:
 		o.Dest = kernelspec.SysPrefix
-	case set["prefix"]:
+	case *system:
+		o.Dest = kernelspec.System
+	case c.set["prefix"]:
 		o.Dest = kernelspec.Prefix
 	}
-
 	if *uninstall {
-		dir, err := kernelspec.Uninstall(o)
-		if err != nil {
-			return installFail(stderr, installExitCode(err), err)
-		}
-		fmt.Fprintf(stdout, "removed kernelspec %q from %s\n", filepath.Base(dir), dir)
-		return 0
+		return c.uninstall(stderr)
 	}
+	return c.install(stderr)
+}
+
+// install writes the kernelspec, keeping what an installed one of ours
+// was configured with (keep), after checking every setting as run would.
+func (c *installCmd) install(stderr io.Writer) int {
+	o := &c.o
 	bin, err := installSelfPath()
 	if err != nil {
 		return installFail(stderr, 1, err)
 	}
 	o.Binary = bin
-	res, err := kernelspec.Install(o)
+	kept, prev, err := c.keep()
 	if err != nil {
 		return installFail(stderr, installExitCode(err), err)
 	}
+	if _, err := c.rf.check(c.src); err != nil {
+		return installFail(stderr, 2, err)
+	}
+	if err := c.checkEnv(); err != nil {
+		return installFail(stderr, 2, err)
+	}
+	if o.RunFlags, err = installRunArgv(c.fs, c.set); err != nil {
+		return installFail(stderr, 2, err)
+	}
+	install := kernelspec.Install
+	verb := "installed"
+	if c.dryRun {
+		install, verb = kernelspec.Plan, "would install"
+	}
+	res, err := install(*o)
+	if err != nil {
+		if prev != nil && prev.Python != "" && !c.set["python"] && errors.Is(err, kernelspec.ErrNoIPykernel) {
+			err = fmt.Errorf("the installed kernelspec %s runs %w; or give another with --python", prev.Dir, err)
+		}
+		return installFail(stderr, installExitCode(err), err)
+	}
+	if len(kept) > 0 {
+		fmt.Fprintf(c.stdout, "kept from the installed kernelspec: %s\n", strings.Join(kept, ", "))
+	}
+	if prev != nil && prev.Python != "" && res.Wrapped == nil && prev.Python != res.Python.Executable {
+		fmt.Fprintf(c.stdout, "python changed: %s → %s\n", prev.Python, res.Python.Executable)
+	}
 	if w := res.Wrapped; w != nil {
-		fmt.Fprintf(stdout, "installed kernelspec %q (%q) in %s; it runs kernelspec %q from %s under tfgpu-kernel\n",
-			filepath.Base(res.Dir), res.DisplayName, res.Dir, w.Name, w.Dir)
+		fmt.Fprintf(c.stdout, "%s kernelspec %q (%q) in %s; it runs kernelspec %q from %s under tfgpu-kernel\n",
+			verb, filepath.Base(res.Dir), res.DisplayName, res.Dir, w.Name, w.Dir)
 		return 0
 	}
-	fmt.Fprintf(stdout, "installed kernelspec %q (%q) in %s; python %s (ipykernel %s)\n",
-		filepath.Base(res.Dir), res.DisplayName, res.Dir, res.Python.Executable, res.Python.IPykernel)
+	fmt.Fprintf(c.stdout, "%s kernelspec %q (%q) in %s; python %s (ipykernel %s)\n",
+		verb, filepath.Base(res.Dir), res.DisplayName, res.Dir, res.Python.Executable, res.Python.IPykernel)
 	return 0
+}
+
+// uninstall removes the kernelspec and says which kernels still run on it.
+func (c *installCmd) uninstall(stderr io.Writer) int {
+	dir, err := kernelspec.SpecDir(context.Background(), c.o)
+	if err != nil {
+		return installFail(stderr, installExitCode(err), err)
+	}
+	prev, prevErr := kernelspec.ReadPrevious(dir)
+	if c.dryRun {
+		if prevErr != nil || prev == nil {
+			return installFail(stderr, 1, fmt.Errorf("would remove nothing: %v", cmpOr(prevErr, fmt.Errorf("no kernelspec at %s", dir))))
+		}
+		fmt.Fprintf(c.stdout, "would remove kernelspec %q from %s\n", filepath.Base(dir), dir)
+		return 0
+	}
+	if dir, err = kernelspec.Uninstall(c.o); err != nil {
+		return installFail(stderr, installExitCode(err), err)
+	}
+	fmt.Fprintf(c.stdout, "removed kernelspec %q from %s\n", filepath.Base(dir), dir)
+	if prev != nil {
+		if running := kernelsRunningOn(prev); len(running) > 0 {
+			fmt.Fprintf(c.stdout, "%d kernel(s) still running on it: %s; they run until shut down, but a restart of one fails now that its kernelspec is gone\n",
+				len(running), strings.Join(running, ", "))
+		}
+	}
+	return 0
+}
+
+func cmpOr(errs ...error) error {
+	for _, e := range errs {
+		if e != nil {
+			return e
+		}
+	}
+	return nil
 }
 
 // installRunArgv turns the run flags given on the command line (and not
@@ -192,8 +279,12 @@ func installSelfPath() (string, error) {
 }
 
 func installExitCode(err error) int {
-	if errors.Is(err, kernelspec.ErrInvalid) {
+	var np *kernelspec.NoPythonError
+	switch {
+	case errors.Is(err, kernelspec.ErrInvalid):
 		return 2
+	case errors.As(err, &np) && np.Apt:
+		return installExitNoPython
 	}
 	return 1
 }
@@ -207,29 +298,10 @@ func installFail(w io.Writer, code int, err error) int {
 // users type them: install's own, then the run flags.
 func printInstallUsage(w io.Writer, usage string, fs *flag.FlagSet) {
 	fmt.Fprint(w, usage)
-	fs.VisitAll(func(f *flag.Flag) {
-		if !slices.Contains(kernelspecRunFlags, f.Name) {
-			printInstallFlag(w, f)
-		}
-	})
+	isRun := func(f *flag.Flag) bool { return slices.Contains(kernelspecRunFlags, f.Name) }
+	printFlags(w, fs, func(f *flag.Flag) bool { return !isRun(f) })
 	fmt.Fprint(w, installRunFlagsHeader)
-	fs.VisitAll(func(f *flag.Flag) {
-		if slices.Contains(kernelspecRunFlags, f.Name) {
-			printInstallFlag(w, f)
-		}
-	})
-}
-
-func printInstallFlag(w io.Writer, f *flag.Flag) {
-	arg, help := flag.UnquoteUsage(f)
-	if arg != "" {
-		arg = " " + arg
-	}
-	def := ""
-	if f.DefValue != "" && f.DefValue != "false" {
-		def = fmt.Sprintf(" (default %q)", f.DefValue)
-	}
-	fmt.Fprintf(w, "  --%s%s\n        %s%s\n", f.Name, arg, help, def)
+	printFlags(w, fs, isRun)
 }
 
 func installCountTrue(bs ...bool) int {

@@ -24,6 +24,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
 
 var updateInstallGolden = flag.Bool("update-install", false, "rewrite testdata/install golden files")
@@ -79,6 +81,7 @@ func installWriteSpec(t *testing.T, dir, kernelJSON string, files map[string]str
 // `jupyter kernelspec list`, removes it with `jupyter kernelspec remove -f`,
 // and checks --uninstall refuses a kernelspec in the same place it did not write.
 func TestInstallModes(t *testing.T) {
+	testutil.RequireHermetic(t)
 	py := installJupyterPython(t)
 	bin := buildInstallTestBinary(t)
 	realBin, _ := filepath.EvalSymlinks(bin)
@@ -196,7 +199,17 @@ func TestInstallRunFlags(t *testing.T) {
 		{name: "bad memory limit", args: []string{"--memory-limit", "0"}, wantFail: `tfgpu-kernel install: --memory-limit "0"`},
 		{name: "bad GPU memory limit", args: []string{"--gpu-memory-limit", "lots"}, wantFail: `tfgpu-kernel install: --gpu-memory-limit "lots": want a size`},
 		{name: "max message size under 1M", args: []string{"--max-message-size", "64K"}, wantFail: `tfgpu-kernel install: --max-message-size "64K": want a size of at least 1M`},
-		{name: "bad duration", args: []string{"--kill-timeout", "soon"}, wantFail: `tfgpu-kernel install: invalid value "soon" for flag -kill-timeout`},
+		{name: "bad duration", args: []string{"--kill-timeout", "soon"}, wantFail: `tfgpu-kernel install: --kill-timeout "soon": want a duration such as 1.5s`},
+		{name: "negative kill timeout", args: []string{"--kill-timeout=-1s"}, wantFail: `tfgpu-kernel install: --kill-timeout -1s: want a positive duration`},
+		{name: "memory limit too small to start a kernel", args: []string{"--memory-limit", "1K"}, wantFail: `tfgpu-kernel install: --memory-limit "1K": too small for any kernel (ipykernel alone needs about 70 MiB to start); want at least 128M, such as 8G`},
+		{name: "GPU limit too small", args: []string{"--gpu-memory-limit", "100M"}, wantFail: `tfgpu-kernel install: --gpu-memory-limit "100M": too small`},
+		{name: "bad TFGPU_ value in --env names it", args: []string{"--env", "TFGPU_GPU_MEMORY_LIMIT=abc"}, wantFail: `tfgpu-kernel install: --env TFGPU_GPU_MEMORY_LIMIT "abc": want a size such as 8G or 300M`},
+		{name: "a TFGPU_ variable run does not read", args: []string{"--env", "TFGPU_GPU_MEM_LIMIT=8G"}, wantFail: `tfgpu-kernel install: --env TFGPU_GPU_MEM_LIMIT: tfgpu-kernel run has no such setting (it reads TFGPU_CGROUP, TFGPU_MEMORY_LIMIT`},
+		{name: "a flag and its variable", args: []string{"--memory-limit", "1G", "--env", "TFGPU_MEMORY_LIMIT=2G"}, wantFail: `tfgpu-kernel install: --memory-limit and --env TFGPU_MEMORY_LIMIT are one setting; give one`},
+		{name: "bad duration in --env", args: []string{"--env", "TFGPU_KILL_TIMEOUT=soon"}, wantFail: `tfgpu-kernel install: --env TFGPU_KILL_TIMEOUT="soon": want a duration such as 1.5s`},
+		{name: "relative state dir in --env", args: []string{"--env", "TFGPU_STATE_DIR=state"}, wantFail: `tfgpu-kernel install: --env TFGPU_STATE_DIR="state": want an absolute directory`},
+		{name: "a bad --env", args: []string{"--env", "NOVALUE"}, wantFail: `tfgpu-kernel install: --env "NOVALUE": want NAME=VALUE, such as CUDA_VISIBLE_DEVICES=0`},
+		{name: "--reset without --replace", args: []string{"--reset"}, wantFail: `tfgpu-kernel install: --reset goes with --replace`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -3,10 +3,12 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -25,15 +27,34 @@ func installJupyterPython(t *testing.T) string {
 	return py
 }
 
-// buildInstallTestBinary builds the command into a temp dir and returns its path.
+// testBinary is the command, built once per test binary (testBinaryDir
+// is removed by TestMain).
+var (
+	testBinaryOnce sync.Once
+	testBinaryDir  string
+	testBinaryPath string
+	testBinaryErr  error
+)
+
+// buildInstallTestBinary builds the command as install.sh does (once per
+// test binary) and returns its path. Tests only run it; one that changes
+// or moves a binary copies it first.
 func buildInstallTestBinary(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "tfgpu-kernel")
-	cmd := exec.Command("go", "build", "-ldflags=-extldflags=-Wl,-z,lazy", "-o", bin, ".") // as install.sh
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	testBinaryOnce.Do(func() {
+		if testBinaryDir, testBinaryErr = os.MkdirTemp("", "tfgpu-test-bin-"); testBinaryErr != nil {
+			return
+		}
+		testBinaryPath = filepath.Join(testBinaryDir, "tfgpu-kernel")
+		cmd := exec.Command("go", "build", "-ldflags=-extldflags=-Wl,-z,lazy", "-o", testBinaryPath, ".") // as install.sh
+		if out, err := cmd.CombinedOutput(); err != nil {
+			testBinaryErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if testBinaryErr != nil {
+		t.Fatal(testBinaryErr)
 	}
-	return bin
+	return testBinaryPath
 }
 
 type installRunResult struct {

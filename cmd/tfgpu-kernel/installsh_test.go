@@ -8,24 +8,30 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
 
-// TestInstallScript runs install.sh as CI does (no stdin) against a temp
-// --prefix and a temp JUPYTER_DATA_DIR, with HOME a temp dir too, so the
-// real system is not touched: install, then --uninstall twice (idempotent).
-// It needs the Go toolchain this test runs with and Debian's Jupyter stack
-// (--no-deps: it never runs apt-get).
-func TestInstallScript(t *testing.T) {
-	py := installJupyterPython(t)
+// installSh runs ./install.sh as CI does (no stdin), with env, in dir.
+type installSh struct {
+	t      *testing.T
+	script string
+	env    []string
+	dir    string
+	wrap   []string // argv before the script: e.g. unshare and a shell
+}
+
+// newInstallSh is install.sh with a temp HOME and JUPYTER_DATA_DIR, so the
+// real system is not touched, and the Go setup of this test run.
+func newInstallSh(t *testing.T, extra ...string) (*installSh, string) {
+	t.Helper()
 	script, err := filepath.Abs(filepath.Join("..", "..", "install.sh"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	env, tmp := installEnv(t)
-	data := filepath.Join(tmp, "data")
-	env = append(env, "JUPYTER_DATA_DIR="+data)
+	env, tmp := installEnv(t, extra...)
+	env = append(env, "JUPYTER_DATA_DIR="+filepath.Join(tmp, "data"))
 	// The temp HOME must not hide the Go setup: same caches, same go env file.
 	for _, k := range []string{"GOENV", "GOCACHE", "GOMODCACHE", "GOPATH", "GOFLAGS", "GOTOOLCHAIN", "GOPROXY"} {
 		out, err := exec.Command("go", "env", k).Output()
@@ -34,51 +40,94 @@ func TestInstallScript(t *testing.T) {
 		}
 		env = append(env, k+"="+strings.TrimSpace(string(out)))
 	}
-	run := func(args ...string) (int, string, string) {
-		t.Helper()
-		cmd := exec.Command(script, args...) // stdin: /dev/null, as under CI
-		cmd.Dir = tmp
-		var stdout, stderr bytes.Buffer
-		cmd.Env, cmd.Stdout, cmd.Stderr = env, &stdout, &stderr
-		err := cmd.Run()
-		code := 0
-		if ee, ok := err.(*exec.ExitError); ok {
-			code = ee.ExitCode()
-		} else if err != nil {
-			t.Fatalf("install.sh %q: %v", args, err)
-		}
-		return code, stdout.String(), stderr.String()
-	}
-	// Every line install.sh says itself starts "install.sh: ".
-	ownLines := func(s string) bool {
-		for _, l := range strings.Split(strings.TrimSuffix(s, "\n"), "\n") {
-			if !strings.HasPrefix(l, "install.sh: ") {
-				return false
-			}
-		}
-		return s != ""
-	}
+	return &installSh{t: t, script: script, env: env, dir: tmp}, tmp
+}
 
-	if code, out, _ := run("--help"); code != 0 || !strings.Contains(out, "--uninstall") || !strings.Contains(out, "--python PATH") {
+func (s *installSh) run(args ...string) (int, string, string) {
+	s.t.Helper()
+	argv := append(append(slices.Clone(s.wrap), s.script), args...)
+	cmd := exec.Command(argv[0], argv[1:]...) // stdin: /dev/null, as under CI
+	cmd.Dir = s.dir
+	var stdout, stderr bytes.Buffer
+	cmd.Env, cmd.Stdout, cmd.Stderr = s.env, &stdout, &stderr
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		s.t.Fatalf("install.sh %q: %v", args, err)
+	}
+	return code, stdout.String(), stderr.String()
+}
+
+// ownLines says every line install.sh said itself starts "install.sh: ".
+func ownLines(s string) bool {
+	for _, l := range strings.Split(strings.TrimSuffix(s, "\n"), "\n") {
+		if !strings.HasPrefix(l, "install.sh: ") {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// TestInstallScript runs install.sh against a temp --prefix and data dir:
+// its usage errors; an install with Debian's Python, flags passed through
+// to `tfgpu-kernel install`; an upgrade that keeps them and the Python,
+// from a shell whose python3 is another; --uninstall twice (idempotent),
+// and once more after the binary is gone, which removes an orphaned
+// kernelspec by itself. It needs the Go toolchain this test runs with and
+// Debian's Jupyter stack (--no-deps: it never runs apt-get).
+func TestInstallScript(t *testing.T) {
+	py := installJupyterPython(t)
+	sh, tmp := newInstallSh(t)
+	data := filepath.Join(tmp, "data")
+
+	if code, out, _ := sh.run("--help"); code != 0 || !strings.Contains(out, "--uninstall") || !strings.Contains(out, "--python PATH") ||
+		!strings.Contains(out, "--system") {
 		t.Errorf("--help: exit %d\n%s", code, out)
 	}
-	if code, out, errOut := run("--bogus"); code != 2 || out != "" || !isInstallErrLine(errOut, "install.sh: unknown argument '--bogus'") {
-		t.Errorf("--bogus: exit %d, stdout %q, stderr %q", code, out, errOut)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--bogus"}, "install.sh: unknown argument '--bogus' (see ./install.sh --help)"},
+		{[]string{"--prefix"}, "install.sh: --prefix needs a directory"},
+		{[]string{"--user", "--system"}, "install.sh: --user and --system are exclusive"},
+	} {
+		if code, out, errOut := sh.run(tc.args...); code != 2 || out != "" || !isInstallErrLine(errOut, tc.want) {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q; want exit 2 and %q", tc.args, code, out, errOut, tc.want)
+		}
 	}
 
 	prefix := filepath.Join(tmp, "p")
 	bin := filepath.Join(prefix, "bin", "tfgpu-kernel")
 	spec := filepath.Join(data, "kernels", "tfgpu")
-	code, out, errOut := run("--prefix", prefix, "--python", py, "--no-deps")
-	if code != 0 || !strings.Contains(out, "install.sh --uninstall --prefix "+prefix) {
+	code, out, errOut := sh.run("--prefix", prefix, "--python", py, "--no-deps", "--", "--gpu-memory-limit", "40G", "--env", "CUDA_VISIBLE_DEVICES=0")
+	if code != 0 || !strings.Contains(out, "install.sh --uninstall --prefix "+prefix) || !strings.Contains(out, "python "+py) {
 		t.Fatalf("install.sh: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
 	}
-	var s struct{ Argv []string }
-	if err := json.Unmarshal(readInstallFile(t, filepath.Join(spec, "kernel.json")), &s); err != nil || len(s.Argv) == 0 || s.Argv[0] != bin {
-		t.Fatalf("kernelspec argv = %q, %v; want %s first", s.Argv, err, bin)
+	s := readInstalledSpec(t, spec)
+	if s.Argv[0] != bin || s.runFlagsOf() != "--gpu-memory-limit 40G" || s.Env["CUDA_VISIBLE_DEVICES"] != "0" || s.kernelOf() != py+" -m ipykernel_launcher -f {connection_file}" {
+		t.Fatalf("kernelspec after install.sh:\n%s", s.raw)
+	}
+	if fi, err := os.Stat(bin); err != nil || fi.Mode().Perm() != 0o755 {
+		t.Errorf("%s: %v", bin, err)
 	}
 
-	code, out, errOut = run("--uninstall", "--prefix", prefix)
+	// Again, from a shell whose python3 is a venv's: an upgrade keeps the
+	// Python and the configuration.
+	venv := systemSiteVenv(t, py)
+	upgrade := *sh
+	upgrade.env = append(slices.Clone(sh.env), "PATH="+filepath.Dir(venv)+":"+os.Getenv("PATH"))
+	code, out, errOut = upgrade.run("--prefix", prefix, "--no-deps")
+	if code != 0 || !strings.Contains(out, "kept from the installed kernelspec: python "+py+", --gpu-memory-limit 40G, --env CUDA_VISIBLE_DEVICES=0") {
+		t.Fatalf("upgrade: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	if s2 := readInstalledSpec(t, spec); string(s2.raw) != string(s.raw) {
+		t.Errorf("the upgrade changed the kernelspec:\n%s\nwas\n%s", s2.raw, s.raw)
+	}
+
+	code, out, errOut = sh.run("--uninstall", "--prefix", prefix)
 	if code != 0 || !ownLines(out) || errOut != "" || !strings.Contains(out, "removed kernelspec") || !strings.Contains(out, "removed "+bin) {
 		t.Errorf("--uninstall: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
 	}
@@ -87,36 +136,80 @@ func TestInstallScript(t *testing.T) {
 			t.Errorf("%s still there after --uninstall: %v", p, err)
 		}
 	}
-	code, out, errOut = run("--uninstall", "--prefix="+prefix)
+	code, out, errOut = sh.run("--uninstall", "--prefix="+prefix)
 	if code != 0 || !ownLines(out) || strings.Count(out, "\n") != 1 || errOut != "" {
 		t.Errorf("second --uninstall: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
 	}
 
-	// A user whose Jupyter lives in a venv (the current stack's): --python
-	// that venv's python, and that Jupyter's `kernelspec list` shows the
-	// kernelspec, running the venv's Python.
-	vpy := stackPython(t, stackCurrent)
-	code, out, errOut = run("--prefix", prefix, "--python", vpy, "--no-deps")
-	if code != 0 {
-		t.Fatalf("install.sh --python %s: exit %d\nstdout:\n%s\nstderr:\n%s", vpy, code, out, errOut)
+	// A kernelspec whose binary is gone is removed too: no user is left
+	// with a kernel that cannot start.
+	if code, out, errOut = sh.run("--prefix", prefix, "--python", py, "--no-deps"); code != 0 {
+		t.Fatalf("install.sh: exit %d\n%s%s", code, out, errOut)
 	}
-	list := exec.Command(filepath.Join(filepath.Dir(vpy), "jupyter"), "kernelspec", "list", "--json")
-	list.Env = env
-	b, err := list.Output()
+	if err := os.Remove(bin); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut = sh.run("--uninstall", "--prefix", prefix)
+	if _, err := os.Lstat(spec); code != 0 || !os.IsNotExist(err) || !strings.Contains(out, "was gone already") {
+		t.Errorf("--uninstall without the binary: exit %d, kernelspec %v\n%s%s", code, err, out, errOut)
+	}
+}
+
+// A venv without ipykernel given with --python: the advice is that venv's
+// pip, never apt (it is not resolved to the interpreter it links to), and
+// nothing is left installed.
+func TestInstallScriptAdvisesTheVenvsPip(t *testing.T) {
+	py := installJupyterPython(t)
+	sh, tmp := newInstallSh(t)
+	bare := filepath.Join(tmp, "bare")
+	if out, err := exec.Command(py, "-m", "venv", "--without-pip", bare).CombinedOutput(); err != nil {
+		t.Fatalf("venv: %v\n%s", err, out)
+	}
+	bpy := filepath.Join(bare, "bin", "python3")
+	prefix := filepath.Join(tmp, "p")
+	for _, tc := range []struct {
+		name string
+		env  []string
+		args []string
+	}{
+		{"given with --python", nil, []string{"--python", bpy}},
+		{"first on PATH", []string{"PATH=" + filepath.Join(bare, "bin") + ":" + os.Getenv("PATH")}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			run := *sh
+			run.env = append(slices.Clone(sh.env), tc.env...)
+			code, out, errOut := run.run(append([]string{"--prefix", prefix}, tc.args...)...)
+			want := bpy + " -m pip install ipykernel"
+			if code != 1 || !strings.Contains(errOut, want) || strings.Contains(errOut+out, "apt-get") || strings.Contains(errOut, "/usr/bin/python3.") {
+				t.Errorf("exit %d, want 1 and %q, no apt\nstdout:\n%s\nstderr:\n%s", code, want, out, errOut)
+			}
+			if _, err := os.Lstat(filepath.Join(prefix, "bin", "tfgpu-kernel")); !os.IsNotExist(err) {
+				t.Errorf("a failed install left the binary: %v", err)
+			}
+			if _, err := os.Lstat(filepath.Join(tmp, "data", "kernels", "tfgpu")); !os.IsNotExist(err) {
+				t.Errorf("a failed install left a kernelspec: %v", err)
+			}
+		})
+	}
+}
+
+// installListed is `jupyter kernelspec list --json` of the Python py.
+func installListed(t *testing.T, env []string, jupyter string) map[string][]string {
+	t.Helper()
+	cmd := exec.Command(jupyter, "kernelspec", "list", "--json")
+	cmd.Env = env
+	b, err := cmd.Output()
 	var specs struct {
 		Kernelspecs map[string]struct {
-			ResourceDir string `json:"resource_dir"`
-			Spec        struct{ Argv []string }
+			Spec struct{ Argv []string }
 		}
 	}
 	if err != nil || json.Unmarshal(b, &specs) != nil {
-		t.Fatalf("the venv's jupyter kernelspec list: %v\n%s", err, b)
+		t.Fatalf("%s kernelspec list: %v\n%s", jupyter, err, b)
 	}
-	ks, ok := specs.Kernelspecs["tfgpu"]
-	if !ok || !strings.Contains(strings.Join(ks.Spec.Argv, " "), "-- "+vpy+" -m ipykernel_launcher") {
-		t.Fatalf("the venv's Jupyter lists %s", b)
+	out := map[string][]string{}
+	for k, v := range specs.Kernelspecs {
+		out[k] = v.Spec.Argv
 	}
-	if code, out, errOut := run("--uninstall", "--prefix", prefix); code != 0 {
-		t.Errorf("--uninstall after the venv install: exit %d\n%s%s", code, out, errOut)
-	}
+	return out
 }

@@ -3,12 +3,46 @@ package main
 import (
 	"fmt"
 	"os"
+	"runtime/debug"
 
 	"github.com/tfgpu/tfgpu-kernel/wrapper"
 )
 
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
+// version is set at build time with -ldflags "-X main.version=..."
+// (install.sh sets `git describe`); a plain `go build` in a checkout says
+// "dev" and the commit the toolchain recorded.
+var version = buildVersion("dev", debug.ReadBuildInfo)
+
+// buildVersion is v, or "dev (COMMIT[, modified])" from the build's VCS
+// stamp when v is "dev".
+func buildVersion(v string, info func() (*debug.BuildInfo, bool)) string {
+	if v != "dev" {
+		return v
+	}
+	bi, ok := info()
+	if !ok {
+		return v
+	}
+	var rev, modified string
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			modified = s.Value
+		}
+	}
+	if len(rev) > 12 {
+		rev = rev[:12]
+	}
+	switch {
+	case rev == "":
+		return v
+	case modified == "true":
+		return v + " (" + rev + ", modified)"
+	}
+	return v + " (" + rev + ")"
+}
 
 type subcommand struct {
 	name, summary string
@@ -27,7 +61,7 @@ func subcommands() []subcommand {
 }
 
 func usage() {
-	fmt.Fprintf(os.Stderr, "usage: tfgpu-kernel COMMAND [flags]\n\ncommands:\n")
+	fmt.Fprintf(os.Stderr, "usage: tfgpu-kernel COMMAND [flags]\n       tfgpu-kernel --version\n\ncommands:\n")
 	for _, c := range subcommands() {
 		fmt.Fprintf(os.Stderr, "  %-8s %s\n", c.name, c.summary)
 	}
@@ -43,8 +77,12 @@ func main() {
 		os.Exit(2)
 	}
 	name := os.Args[1]
-	if name == "-h" || name == "--help" || name == "help" {
+	switch name {
+	case "-h", "--help", "help":
 		usage()
+		os.Exit(0)
+	case "--version", "-V":
+		fmt.Println("tfgpu-kernel", version)
 		os.Exit(0)
 	}
 	for _, c := range subcommands() {

@@ -4,6 +4,7 @@ import (
 	"os"
 	"testing"
 
+	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 	"github.com/tfgpu/tfgpu-kernel/wrapper"
 )
 
@@ -20,5 +21,17 @@ func TestMain(m *testing.M) {
 		main()
 		return
 	}
-	os.Exit(m.Run())
+	// Nothing installed on the host may change an outcome: no kernelspec
+	// or Jupyter config of the machine's, and no NVIDIA driver, but where
+	// the real-GPU check runs on purpose (docs/testing.md#hermetic).
+	var nvml []string
+	if os.Getenv("TFGPU_REAL_GPU") == "" {
+		nvml = testutil.HostNVML()
+	}
+	testutil.Hermetic(testutil.HostJupyterDirs(), nvml)
+	code := m.Run()
+	if testBinaryDir != "" {
+		os.RemoveAll(testBinaryDir)
+	}
+	os.Exit(code)
 }

@@ -21,10 +21,10 @@ import (
 func cmdPs(args []string) int {
 	fs := flag.NewFlagSet("ps", flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print a JSON array, one object per kernel (--format json)")
-	format := fs.String("format", "table", "table, json, or prometheus (the text exposition format, for node_exporter's textfile collector)")
-	stateDir := fs.String("state-dir", record.DefaultDir(), "where supervisors record their kernels")
-	nvmlLib := fs.String("nvml-library", "", "NVML library file to load; empty: "+gpuSoname+" through the dynamic loader")
-	if code, done := parseFlags(fs, args, "tfgpu-kernel ps --json | jq '.[] | {kernel_id, gpu}'"); done {
+	format := fs.String("format", "table", "`FORMAT`: table, json, or prometheus (the text exposition format, for node_exporter's textfile collector)")
+	stateDir := fs.String("state-dir", record.DefaultDir(), "`DIR` where supervisors record their kernels")
+	nvmlLib := fs.String("nvml-library", "", "NVML library `FILE` to load; empty: "+gpuSoname+" through the dynamic loader")
+	if _, code, done := parseFlags(fs, args, "tfgpu-kernel ps --json | jq '.[] | {kernel_id, gpu}'"); done {
 		return code
 	}
 	if fs.NArg() > 0 {

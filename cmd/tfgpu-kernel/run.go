@@ -20,12 +20,13 @@ import (
 //	tfgpu-kernel run [flags] -f {connection_file} -- python -m ipykernel_launcher -f {connection_file}
 func cmdRun(args []string) int {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	conn := fs.String("f", "", "the connection file Jupyter wrote (required)")
+	conn := fs.String("f", "", "the connection `FILE` Jupyter wrote (required)")
 	var rf runFlags
 	rf.define(fs) // shared with install, which writes them into kernelspecs
-	stateDir := fs.String("state-dir", record.DefaultDir(), "where the kernel's state file goes (read by 'tfgpu-kernel stop')")
+	stateDir := fs.String("state-dir", record.DefaultDir(), "`DIR` where the kernel's state file goes (read by 'tfgpu-kernel ps' and 'stop')")
 	example := "tfgpu-kernel run -f kernel-1.json -- /usr/bin/python3 -m ipykernel_launcher -f kernel-1.json"
-	if code, done := parseFlags(fs, args, example); done {
+	src, code, done := parseFlags(fs, args, example)
+	if done {
 		return code
 	}
 	argv := fs.Args()
@@ -35,7 +36,7 @@ func cmdRun(args []string) int {
 	case len(argv) == 0:
 		return usageError("run", "no kernel command given after --")
 	}
-	v, err := rf.check()
+	v, err := rf.check(src)
 	if err != nil {
 		return usageError("run", err.Error())
 	}

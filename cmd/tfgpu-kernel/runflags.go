@@ -38,49 +38,76 @@ var kernelspecRunFlags = []string{
 
 // define adds the flags to fs with run's defaults and help.
 func (r *runFlags) define(fs *flag.FlagSet) {
-	fs.StringVar(&r.level, "log-level", "info", "log level: debug, info, warn, error")
-	fs.DurationVar(&r.grace, "shutdown-grace", wrapper.DefaultShutdownGrace, "how long the kernel may take to exit by itself after shutdown_request")
-	fs.DurationVar(&r.killTimeout, "kill-timeout", wrapper.DefaultKillTimeout, "how long killing the kernel's tree may take")
-	fs.StringVar(&r.inner, "inner-transport", "auto", "transport to the kernel: auto (ipc, else tcp), ipc, tcp")
-	fs.StringVar(&r.memLimit, "memory-limit", "", "memory the kernel's whole tree may use, e.g. 8G (powers of 1024); empty: no limit")
-	fs.StringVar(&r.gpuLimit, "gpu-memory-limit", "", "GPU memory the kernel's whole tree may hold, summed over the watched GPUs, e.g. 8G; over it the tree is killed and Jupyter restarts the kernel; empty: no limit")
-	fs.StringVar(&r.cg, "cgroup", cgroup.Auto, "containment: auto (first of v2, systemd, v1 that works, else none), v2, systemd (user scope via systemd-run), v1 (freezer), none (process group and /proc)")
-	fs.StringVar(&r.nvmlLib, "nvml-library", "", "NVML library file to load; empty: "+gpuSoname+" through the dynamic loader (LD_LIBRARY_PATH)")
-	fs.DurationVar(&r.confirm, "confirm-timeout", wrapper.DefaultConfirmTimeout, "how long to wait for NVML to list none of a killed tree's GPU contexts")
-	fs.StringVar(&r.maxMsg, "max-message-size", "1G", "the largest message a client may send the kernel (all its frames, e.g. a comm's buffers); a client that sends a larger one is disconnected")
+	fs.StringVar(&r.level, "log-level", "info", "`LEVEL`: debug, info, warn, error")
+	durationVar(fs, &r.grace, "shutdown-grace", wrapper.DefaultShutdownGrace, "how long the kernel may take to exit by itself after shutdown_request")
+	durationVar(fs, &r.killTimeout, "kill-timeout", wrapper.DefaultKillTimeout, "how long killing the kernel's tree may take")
+	fs.StringVar(&r.inner, "inner-transport", "auto", "`TRANSPORT` to the kernel: auto (ipc, else tcp), ipc, tcp")
+	fs.StringVar(&r.memLimit, "memory-limit", "", "`SIZE` of memory the kernel's whole tree may use, e.g. 8G (powers of 1024; at least 128M); empty: no limit")
+	fs.StringVar(&r.gpuLimit, "gpu-memory-limit", "", "`SIZE` of GPU memory the kernel's whole tree may hold, summed over the watched GPUs, e.g. 8G (at least 128M); over it the tree is killed and Jupyter restarts the kernel; empty: no limit")
+	fs.StringVar(&r.cg, "cgroup", cgroup.Auto, "`MODE` of containment: auto (first of v2, systemd, v1 that works, else none), v2, systemd (user scope via systemd-run), v1 (freezer), none (process group and /proc)")
+	fs.StringVar(&r.nvmlLib, "nvml-library", "", "NVML library `FILE` to load; empty: "+gpuSoname+" through the dynamic loader (LD_LIBRARY_PATH)")
+	durationVar(fs, &r.confirm, "confirm-timeout", wrapper.DefaultConfirmTimeout, "how long to wait for NVML to list none of a killed tree's GPU contexts")
+	fs.StringVar(&r.maxMsg, "max-message-size", "1G", "the largest message (`SIZE`) a client may send the kernel (all its frames, e.g. a comm's buffers); a client that sends a larger one is disconnected")
 }
 
+// MinMemoryLimit is the smallest --memory-limit and --gpu-memory-limit
+// taken. Below it no kernel could start: ipykernel alone is about 70 MiB
+// resident once started (Debian's 6.17 on Python 3.11, VmHWM), and the
+// OOM killer would end it before kernel_info, which Jupyter reports only
+// as "Kernel died before replying to kernel_info"; a CUDA context alone
+// holds a few hundred MiB of GPU memory.
+const MinMemoryLimit = 128 << 20
+
 // check validates the values and parses the sizes and the log level. The
-// error is one line naming the flag.
-func (r *runFlags) check() (v runValues, err error) {
+// error is one line naming the setting as the user gave it (src: the
+// flag, or the TFGPU_ variable that set it) and showing a valid value.
+func (r *runFlags) check(src flagSource) (v runValues, err error) {
+	n := src.name
 	switch {
 	case !slices.Contains(cgroup.Choices, r.cg):
-		return v, fmt.Errorf("--cgroup %q: want auto, v2, systemd, v1 or none", r.cg)
+		return v, fmt.Errorf("%s %q: want auto, v2, systemd, v1 or none", n("cgroup"), r.cg)
 	case r.confirm <= 0:
-		return v, fmt.Errorf("--confirm-timeout %v: want a positive duration such as 10s", r.confirm)
+		return v, fmt.Errorf("%s %v: want a positive duration such as 10s", n("confirm-timeout"), r.confirm)
+	case r.killTimeout <= 0:
+		return v, fmt.Errorf("%s %v: want a positive duration such as 1.2s", n("kill-timeout"), r.killTimeout)
+	case r.grace < 0:
+		return v, fmt.Errorf("%s %v: want a duration of 0 or more, such as 1s", n("shutdown-grace"), r.grace)
 	case r.inner != "auto" && r.inner != "ipc" && r.inner != "tcp":
-		return v, fmt.Errorf("--inner-transport %q: want auto, ipc or tcp", r.inner)
+		return v, fmt.Errorf("%s %q: want auto, ipc or tcp", n("inner-transport"), r.inner)
 	}
-	if r.memLimit != "" {
-		if v.memLimit, err = cgroup.ParseSize(r.memLimit); err != nil || v.memLimit <= 0 {
-			return v, fmt.Errorf("--memory-limit %q: want a size such as 8G or 300M", r.memLimit)
-		}
+	if v.memLimit, err = checkLimit(n("memory-limit"), r.memLimit, "ipykernel alone needs about 70 MiB to start"); err != nil {
+		return v, err
 	}
-	if r.gpuLimit != "" {
-		if v.gpuLimit, err = cgroup.ParseSize(r.gpuLimit); err != nil || v.gpuLimit <= 0 {
-			return v, fmt.Errorf("--gpu-memory-limit %q: want a size such as 8G or 300M", r.gpuLimit)
-		}
+	if v.gpuLimit, err = checkLimit(n("gpu-memory-limit"), r.gpuLimit, "a CUDA context alone holds a few hundred MiB"); err != nil {
+		return v, err
 	}
 	v.maxMessage = zmtp.DefaultMaxMessage
 	if r.maxMsg != "" {
 		// Below 1 MiB even kernel_info and execute requests of long cells
 		// would be refused.
 		if v.maxMessage, err = cgroup.ParseSize(r.maxMsg); err != nil || v.maxMessage < 1<<20 {
-			return v, fmt.Errorf("--max-message-size %q: want a size of at least 1M, such as 2G", r.maxMsg)
+			return v, fmt.Errorf("%s %q: want a size of at least 1M, such as 2G", n("max-message-size"), r.maxMsg)
 		}
 	}
 	if err := v.level.UnmarshalText([]byte(r.level)); err != nil {
-		return v, fmt.Errorf("--log-level %q: want debug, info, warn or error", r.level)
+		return v, fmt.Errorf("%s %q: want debug, info, warn or error", n("log-level"), r.level)
 	}
 	return v, nil
+}
+
+// checkLimit parses a memory limit given as name ("" is none): a size of
+// at least MinMemoryLimit, the reason for which is why.
+func checkLimit(name, s, why string) (int64, error) {
+	if s == "" {
+		return 0, nil
+	}
+	b, err := cgroup.ParseSize(s)
+	switch {
+	case err != nil || b <= 0:
+		return 0, fmt.Errorf("%s %q: want a size such as 8G or 300M", name, s)
+	case b < MinMemoryLimit:
+		return 0, fmt.Errorf("%s %q: too small for any kernel (%s); want at least %dM, such as 8G",
+			name, s, why, MinMemoryLimit>>20)
+	}
+	return b, nil
 }

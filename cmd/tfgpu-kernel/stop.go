@@ -22,19 +22,24 @@ import (
 func cmdStop(args []string) int {
 	fs := flag.NewFlagSet("stop", flag.ContinueOnError)
 	every := fs.Bool("all", false, "stop every supervised kernel")
-	idleFor := fs.Duration("idle-for", 0, "stop the running kernels idle (no cell running) at least this long, e.g. 2h")
+	var idleFor, timeout, confirm time.Duration
+	durationVar(fs, &idleFor, "idle-for", 0, "stop the running kernels idle (no cell running) at least this long, e.g. 2h")
 	holdingGPU := fs.Bool("holding-gpu", false, "with --idle-for: only those whose tree holds GPU memory")
-	timeout := fs.Duration("timeout", 15*time.Second, "how long a kernel's supervisor may take to stop it (it also confirms the GPU release)")
-	stateDir := fs.String("state-dir", record.DefaultDir(), "where supervisors record their kernels")
-	confirm := fs.Duration("confirm-timeout", wrapper.DefaultConfirmTimeout, "how long to wait for NVML to list none of the tree's GPU contexts")
-	nvmlLib := fs.String("nvml-library", "", "NVML library file to load; empty: "+gpuSoname+" through the dynamic loader")
-	if code, done := parseFlags(fs, args, "tfgpu-kernel stop 5b2c1e7a   # a kernel id, or a unique prefix of one"); done {
+	durationVar(fs, &timeout, "timeout", 15*time.Second, "how long a kernel's supervisor may take to stop it (it also confirms the GPU release)")
+	stateDir := fs.String("state-dir", record.DefaultDir(), "`DIR` where supervisors record their kernels")
+	durationVar(fs, &confirm, "confirm-timeout", wrapper.DefaultConfirmTimeout, "how long to wait for NVML to list none of the tree's GPU contexts")
+	nvmlLib := fs.String("nvml-library", "", "NVML library `FILE` to load; empty: "+gpuSoname+" through the dynamic loader")
+	if _, code, done := parseFlags(fs, args, "tfgpu-kernel stop 5b2c1e7a   # a kernel id, or a unique prefix of one"); done {
 		return code
 	}
-	idle := *idleFor > 0
+	idle := idleFor > 0
 	switch {
-	case *idleFor < 0:
-		return usageError("stop", fmt.Sprintf("--idle-for %v: give a positive duration, e.g. 2h", *idleFor))
+	case idleFor < 0:
+		return usageError("stop", fmt.Sprintf("--idle-for %v: give a positive duration, e.g. 2h", idleFor))
+	case timeout <= 0:
+		return usageError("stop", fmt.Sprintf("--timeout %v: give a positive duration, e.g. 15s", timeout))
+	case confirm <= 0:
+		return usageError("stop", fmt.Sprintf("--confirm-timeout %v: give a positive duration, e.g. 10s", confirm))
 	case *holdingGPU && !idle:
 		return usageError("stop", "--holding-gpu goes with --idle-for")
 	case btoi(*every)+btoi(idle)+fs.NArg() != 1:
@@ -64,7 +69,7 @@ func cmdStop(args []string) int {
 	n := gpu.Connect(*nvmlLib, "")
 	defer n.Close()
 	if idle {
-		return stopIdle(states, *idleFor, *holdingGPU, n, *timeout, *confirm)
+		return stopIdle(states, idleFor, *holdingGPU, n, timeout, confirm)
 	}
 	var chosen []record.State
 	for _, st := range states {
@@ -86,7 +91,7 @@ func cmdStop(args []string) int {
 	}
 	code := 0
 	for _, st := range chosen {
-		if _, err := stopOne(st, *timeout, n, *confirm); err != nil {
+		if _, err := stopOne(st, timeout, n, confirm); err != nil {
 			fmt.Fprintf(os.Stderr, "tfgpu-kernel stop: kernel %s: %s\n", st.KernelID, record.Printable(err.Error()))
 			code = 1
 		}

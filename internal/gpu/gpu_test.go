@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tfgpu/tfgpu-kernel/internal/gpu/gputest"
+	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
 
 // A test that loads an NVML library does it in a child process (the test
@@ -20,6 +21,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv("GPU_TEST_PROBE") != "" {
 		os.Exit(probe())
 	}
+	testutil.Hermetic(nil, testutil.HostNVML()) // a real driver must not answer for "no driver"
 	os.Exit(m.Run())
 }
 
@@ -110,6 +112,9 @@ func TestOpenListsHoldersOfTheWatchedDevices(t *testing.T) {
 func TestOpenDegrades(t *testing.T) {
 	f := gputest.New(t, 1, gputest.Full)
 	t.Run("no library", func(t *testing.T) {
+		if len(testutil.HostNVML()) > 0 {
+			testutil.RequireHermetic(t) // the host's driver, hidden
+		}
 		r := look(t, "LD_LIBRARY_PATH="+t.TempDir())
 		if !strings.Contains(r.Err, "no NVIDIA driver: cannot load libnvidia-ml.so.1") {
 			t.Fatalf("err %q", r.Err)

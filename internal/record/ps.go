@@ -82,7 +82,7 @@ func PS(stateDirs []string, nvmlLibrary string) (rows []KernelStatus, gpuNote st
 	names := map[int]string{} // one lookup per user: NSS may be LDAP
 	for _, st := range states {
 		if _, ok := names[st.Owner]; !ok {
-			names[st.Owner] = userName(st.Owner)
+			names[st.Owner] = UserName(st.Owner)
 		}
 		rows = append(rows, st.status(holders, names[st.Owner]))
 	}
@@ -128,8 +128,8 @@ func (st State) status(holders []gpu.Holder, user string) KernelStatus {
 	return row
 }
 
-// userName is uid's login name, or the uid when it has none.
-func userName(uid int) string {
+// UserName is uid's login name, or the uid when it has none.
+func UserName(uid int) string {
 	id := strconv.Itoa(uid)
 	if u, err := user.LookupId(id); err == nil && u.Username != "" {
 		return Printable(u.Username)

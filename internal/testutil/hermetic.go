@@ -1,0 +1,103 @@
+//go:build linux
+
+package testutil
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// hermeticEnv is set in a test binary's environment once it runs in a
+// mount namespace of its own (Hermetic), and inherited by what it starts.
+const hermeticEnv = "TFGPU_TEST_HERMETIC"
+
+// HostJupyterDirs are the directories every Jupyter on this machine reads
+// whatever its environment says (jupyter_core's SYSTEM_JUPYTER_PATH and
+// SYSTEM_CONFIG_PATH, and the home's, which some tests keep): a kernelspec
+// installed on the host (a system-wide "tfgpu", say) or a site config
+// would otherwise change what the tests see. Only those that exist.
+func HostJupyterDirs() []string {
+	dirs := []string{"/usr/local/share/jupyter", "/usr/share/jupyter/kernels", "/etc/jupyter", "/usr/local/etc/jupyter"}
+	if home, err := os.UserHomeDir(); err == nil && filepath.IsAbs(home) {
+		dirs = append(dirs, filepath.Join(home, ".local", "share", "jupyter"), filepath.Join(home, ".jupyter"))
+	}
+	var have []string
+	for _, d := range dirs {
+		if fi, err := os.Stat(d); err == nil && fi.IsDir() {
+			have = append(have, d)
+		}
+	}
+	return have
+}
+
+// HostNVML are the NVIDIA driver's NVML libraries the dynamic loader finds
+// on this machine (ldconfig -p): none on the team's machines, the real
+// driver on a GPU host, where a test of "no driver" would find it.
+func HostNVML() []string {
+	out, err := exec.Command("ldconfig", "-p").Output()
+	if err != nil {
+		return nil
+	}
+	var libs []string
+	for _, l := range strings.Split(string(out), "\n") {
+		if _, path, ok := strings.Cut(l, " => "); ok && strings.Contains(l, "libnvidia-ml.so") {
+			if fi, err := os.Stat(path); err == nil && fi.Mode().IsRegular() {
+				libs = append(libs, path)
+			}
+		}
+	}
+	return libs
+}
+
+// Hermetic re-executes the test binary, when it runs as root, in a mount
+// namespace of its own where each of dirs is an empty tmpfs and each of
+// files reads as /dev/null, so that nothing installed on the host changes
+// a test's outcome; nothing is mounted or changed on the host. The pid,
+// the arguments and the open files stay (exec, twice). Without root, or
+// without unshare(1), it returns: tests that need the host hidden call
+// RequireHermetic. Call it first thing in TestMain, after the branches
+// where the binary plays a helper process.
+func Hermetic(dirs, files []string) {
+	if os.Geteuid() != 0 || os.Getenv(hermeticEnv) != "" {
+		return
+	}
+	unshare, err := exec.LookPath("unshare")
+	if err != nil {
+		return
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return
+	}
+	for _, p := range append(slices.Clone(dirs), files...) {
+		if strings.ContainsRune(p, ':') {
+			return // cannot be passed; RequireHermetic says so
+		}
+	}
+	const script = `set -e
+IFS=:
+for d in $TFGPU_TEST_HIDE_DIRS; do mount -t tmpfs -o mode=0755,size=64m tfgpu-test-hide "$d"; done
+for f in $TFGPU_TEST_HIDE_FILES; do mount --bind /dev/null "$f"; done
+unset IFS TFGPU_TEST_HIDE_DIRS TFGPU_TEST_HIDE_FILES
+exec "$@"`
+	env := append(os.Environ(), hermeticEnv+"=1",
+		"TFGPU_TEST_HIDE_DIRS="+strings.Join(dirs, ":"), "TFGPU_TEST_HIDE_FILES="+strings.Join(files, ":"))
+	argv := append([]string{"unshare", "--mount", "--propagation", "private", "/bin/sh", "-c", script, "sh", self}, os.Args[1:]...)
+	err = syscall.Exec(unshare, argv, env)
+	os.Stderr.WriteString("tests: cannot hide the host's files: " + err.Error() + "\n") // only when the exec failed
+}
+
+// RequireHermetic is for a test whose outcome something on the host could
+// change (a kernelspec installed there, the NVIDIA driver): it needs
+// Hermetic's namespace, hence root (a failure in CI, a skip elsewhere).
+func RequireHermetic(t testing.TB) {
+	t.Helper()
+	if os.Getenv(hermeticEnv) == "" {
+		RequireOrSkip(t, "needs root and unshare(1), to hide the host's Jupyter directories and NVIDIA driver")
+	}
+}

@@ -1,0 +1,14 @@
+//go:build !linux
+
+package testutil
+
+import "testing"
+
+func HostJupyterDirs() []string     { return nil }
+func HostNVML() []string            { return nil }
+func Hermetic(dirs, files []string) {}
+
+func RequireHermetic(t testing.TB) {
+	t.Helper()
+	RequireOrSkip(t, "needs Linux mount namespaces to hide the host's files")
+}
