@@ -17,6 +17,14 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// tortureProcs is how many live processes the "torture" helper tree has
+// when it is killed: the leader (16 threads, ignoring SIGTERM), 6 setsid'd
+// daemons left by double forks, a SIGSTOPped process, 2 children ignoring
+// SIGTERM, and a forker with the sleeps it forked every 10 ms so far (it
+// keeps forking while it is killed). The 6 middle processes of the double
+// forks report too, and exit.
+const tortureProcs = 30
+
 // The test binary plays every process of the trees (os/exec's TestMain
 // helper-process pattern): with CGROUP_TEST_HELPER set it runs helper(mode)
 // instead of the tests. Each helper appends "pid starttime" to

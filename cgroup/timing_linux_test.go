@@ -1,3 +1,8 @@
+//go:build linux && e2e
+
+// The containment timing figures: the full suite only (go test -tags e2e),
+// since they are figures, not checks (docs/testing.md#running).
+
 package cgroup
 
 import (
@@ -6,14 +11,6 @@ import (
 	"testing"
 	"time"
 )
-
-// tortureProcs is how many live processes the "torture" helper tree has
-// when it is killed: the leader (16 threads, ignoring SIGTERM), 6 setsid'd
-// daemons left by double forks, a SIGSTOPped process, 2 children ignoring
-// SIGTERM, and a forker with the sleeps it forked every 10 ms so far (it
-// keeps forking while it is killed). The 6 middle processes of the double
-// forks report too, and exit.
-const tortureProcs = 30
 
 // TestKillTiming logs kill + wait-until-empty, median of 20, per mode, of
 // a 30-process binary tree and of the 30-process torture tree, the runs of

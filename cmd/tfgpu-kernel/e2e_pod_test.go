@@ -1,3 +1,5 @@
+//go:build linux && e2e
+
 package main
 
 import (

@@ -24,8 +24,9 @@ const (
 	stackCurrent = "current"
 )
 
-// e2eStacks are the stacks every stack-aware E2E test runs on.
-var e2eStacks = []string{stackDebian, stackCurrent}
+// e2eStacks (stacks_quick_test.go, stacks_full_test.go) are the stacks
+// every stack-aware E2E test runs on: Debian's alone in the quick suite,
+// which needs nothing from the network; both in the full one.
 
 var (
 	currentOnce sync.Once

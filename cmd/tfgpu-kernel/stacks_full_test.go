@@ -1,0 +1,7 @@
+//go:build e2e
+
+package main
+
+// e2eStacks: the full suite (go test -tags e2e ./...) runs every
+// stack-aware end-to-end test on both stacks (docs/testing.md#two-jupyter-stacks).
+var e2eStacks = []string{stackDebian, stackCurrent}

@@ -1,0 +1,8 @@
+//go:build !e2e
+
+package main
+
+// e2eStacks: the quick suite (go test ./...) runs the end-to-end tests it
+// has on Debian's stack only, which install.sh puts on the machine: no
+// venv to build from PyPI (docs/testing.md#running).
+var e2eStacks = []string{stackDebian}
