@@ -29,7 +29,12 @@ func TestE2EBrowser(t *testing.T) {
 		}
 	}
 	if _, err := os.Stat(filepath.Join("testdata", "browser", "node_modules", "playwright-core")); err != nil {
-		testutil.RequireOrSkip(t, "need playwright-core (npm ci --prefix cmd/tfgpu-kernel/testdata/browser): %v", err)
+		// playwright-core as package-lock.json pins it (it never downloads
+		// a browser), installed the first time, as the current stack's venv.
+		npm := exec.Command("npm", "ci", "--prefix", filepath.Join("testdata", "browser"), "--no-audit", "--no-fund", "--loglevel=error")
+		if out, err := npm.CombinedOutput(); err != nil {
+			testutil.RequireOrSkip(t, "need playwright-core: npm ci --prefix cmd/tfgpu-kernel/testdata/browser: %v\n%s", err, out)
+		}
 	}
 	artifacts := t.TempDir()
 	if d := os.Getenv("TFGPU_ARTIFACTS"); d != "" {
