@@ -7,6 +7,12 @@
 //                         under Notebook; wait for the kernel to be idle
 //   opennb URL            Notebook 7 instead: its tree's New → TF-GPU, in
 //                         the new tab it opens
+//   openpath URL          a notebook's own URL (/lab/tree/NAME.ipynb);
+//                         wait for its kernel to be idle
+//   runcell N             select code cell N (0 first) and run it with
+//                         Shift+Enter as it is; wait for idle; its output
+//   startcell N           the same, without waiting
+//   waitanyoutput TEXT    until some cell's output shows TEXT; that output
 //   run CODE_JSON         type the code into a new last cell, run it with
 //                         Shift+Enter, wait for idle; answer its output text
 //   start CODE_JSON       the same, without waiting
@@ -83,6 +89,15 @@ async function start(code) {
   return cell;
 }
 
+// startCell runs code cell n as it is, with Shift+Enter from its prompt.
+async function startCell(n) {
+  const cell = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Cell.jp-CodeCell").nth(n);
+  await cell.locator(".jp-InputPrompt").click();
+  await page.keyboard.press("Shift+Enter");
+  lastCell = cell;
+  return cell;
+}
+
 async function run(code) {
   const cell = await start(code);
   // Running a cell adds a new last one; wait for this one's prompt to show
@@ -114,6 +129,27 @@ const commands = {
     await page.locator(".jp-NotebookPanel .jp-Cell").first().waitFor();
     await waitIdle();
     return { url: page.url() };
+  },
+  async openpath(url) {
+    await page.goto(url);
+    await page.locator(".jp-NotebookPanel .jp-Cell").first().waitFor();
+    await waitIdle();
+    return {};
+  },
+  async runcell(n) {
+    const cell = await startCell(Number(n));
+    await cell.locator(".jp-InputPrompt").filter({ hasText: /\[\d+\]/ }).waitFor({ timeout: 120000 });
+    await waitIdle();
+    return { output: await cell.locator(".jp-OutputArea").innerText() };
+  },
+  async startcell(n) {
+    await startCell(Number(n));
+    return {};
+  },
+  async waitanyoutput(text) {
+    const out = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-OutputArea", { hasText: text }).first();
+    await out.waitFor({ timeout: 120000 });
+    return { output: await out.innerText() };
   },
   async run(codeJSON) {
     return { output: await run(JSON.parse(codeJSON)) };

@@ -12,9 +12,16 @@ kernel, on the current stack with the fake NVML:
      the cell shows why the kernel died, the server's restarter brings a
      fresh kernel, and nothing of the old tree is left;
   4. Kernel → Shut Down Kernel: nothing of the tree alive, NVML clear, no
-     ps row.
+     ps row;
+  5. (JupyterLab) the README's picture, a notebook as a user writes it:
+     train.ipynb starts a worker in a session of its own, then a native
+     crash (SIGSEGV) kills the kernel; the cell says why and that the
+     worker was killed with it, and it is gone; the next cell runs in the
+     fresh kernel. JupyterLab is set not to
+     ask about its news, so the screenshot shows only what a user sees.
 
-A screenshot of each step goes to E2E_ARTIFACTS.
+A screenshot of each step goes to E2E_ARTIFACTS (lab-readme.png is the
+README's docs/img/lab-kernel-died.png).
 """
 
 import json
@@ -89,7 +96,44 @@ def check_gone(old, what, kid=None, within=0.0):
 UI = os.environ.get("E2E_UI", "lab")  # "lab": JupyterLab 4; "notebook": Notebook 7
 
 
+# The notebook of the README's picture: what a user writes, no test
+# scaffolding. The worker stands for a data loader or a launcher's helper
+# that left the kernel's process group; the crash for a native extension's.
+README_NOTEBOOK = {
+    "nbformat": 4, "nbformat_minor": 5,
+    "metadata": {"kernelspec": {"name": "tfgpu", "display_name": "TF-GPU (clean restart)", "language": "python"},
+                 "language_info": {"name": "python"}},
+    "cells": [
+        {"cell_type": "markdown", "id": "intro", "metadata": {}, "source": "# Training run\nA data loader worker, then a crash in native code."},
+        {"cell_type": "code", "id": "worker", "metadata": {}, "execution_count": None, "outputs": [], "source":
+            "import os, subprocess\n"
+            "# a data loader worker in a session of its own\n"
+            "worker = subprocess.Popen([\"sleep\", \"3600\"], start_new_session=True)\n"
+            "print(\"kernel\", os.getpid(), \"worker\", worker.pid)"},
+        {"cell_type": "code", "id": "crash", "metadata": {}, "execution_count": None, "outputs": [], "source":
+            "import ctypes\n"
+            "ctypes.string_at(0)  # a bug in native code"},
+        {"cell_type": "code", "id": "again", "metadata": {}, "execution_count": None, "outputs": [], "source":
+            "import os\n"
+            "print(\"a fresh kernel\", os.getpid())"},
+    ],
+}
+
+
+def quiet_lab_settings():
+    """JupyterLab asks, in a popup, whether to fetch Jupyter's news: the
+    user settings say no, as a user who answered would have."""
+    d = os.path.join(h.TMP, "lab-settings")
+    p = os.path.join(d, "@jupyterlab", "apputils-extension")
+    os.makedirs(p)
+    with open(os.path.join(p, "notification.jupyterlab-settings"), "w") as f:
+        json.dump({"fetchNews": "false", "checkForUpdates": False}, f)
+    os.environ["JUPYTERLAB_SETTINGS_DIR"] = d
+
+
 def main():
+    if UI == "lab":
+        quiet_lab_settings()
     # JupyterLab's server encrypts its kernels' traffic (the supervisor speaks
     # CURVE), Notebook 7's does not: the same steps pass either way.
     srv = sh.NotebookServer(os.path.join(h.TMP, "server"), app={"lab": "jupyterlab", "notebook": "notebook"}[UI],
@@ -151,6 +195,35 @@ def steps(srv, b):
     b.do("shutdown")
     check_gone(tree3 | {sup3}, "shutdown", kid, within=10)
     b.do("shot", UI + "-5-shut-down")
+    if UI == "lab":
+        readme_picture(srv, b)
+
+
+def readme_picture(srv, b):
+    srv.curl("PUT", "/api/contents/train.ipynb", {"type": "notebook", "format": "json", "content": README_NOTEBOOK})
+    # reset: Lab's saved workspace would reopen the first notebook, whose
+    # kernel is shut down, with a "Select Kernel" dialog over everything.
+    b.do("openpath", srv.url + "/lab/tree/train.ipynb?reset&token=" + srv.token)
+    started = b.do("runcell", "0")["output"].split()
+    kernel, worker = int(started[1]), int(started[3])
+    h.track(worker)
+    b.do("startcell", "1")
+    died = b.do("waitoutput", "the kernel died")["output"]
+    h.note(readme_notice=died)
+    assert "signal SIGSEGV" in died and "1 leftover process(es)" in died, "the crash cell says %r" % died
+    b.do("dismiss")
+    check_gone({kernel, worker}, "readme")
+    # JupyterLab shows the restarted kernel as "Starting" until it is next
+    # asked something (a stock kernel too): the user runs the next cell.
+    fresh = int(b.do("runcell", "2")["output"].split()[-1])
+    assert fresh not in (kernel, worker), "the cell after the crash ran in %d" % fresh
+    b.do("shot", UI + "-readme")
+    sess = [s for s in srv.curl("GET", "/api/sessions")[1] if s["path"] == "train.ipynb"]
+    assert len(sess) == 1, "sessions: %s" % sess
+    kid = sess[0]["kernel"]["id"]
+    b.do("shutdown")
+    _, _ = sh.poll(lambda: sh.ps_row(BIN, kid) is None, 10, 0.1)
+    assert sh.ps_row(BIN, kid) is None, "readme: ps still has a row for %s after the shutdown" % kid
 
 
 h.run(main)
