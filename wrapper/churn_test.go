@@ -1,12 +1,14 @@
 package wrapper
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -66,6 +68,14 @@ func TestClientChurnLeavesNothingBehind(t *testing.T) {
 		cmd.Env = append(os.Environ(), "PYTHONNOUSERSITE=1")
 		cmd.WaitDelay = 5 * time.Second
 		out, err := cmd.CombinedOutput()
+		// The supervisor under test runs in this process, and its Reaper
+		// reaps every child that exits (the process's only caller of
+		// wait4, cgroup's contract): it may take the client's status
+		// before os/exec does. The output is whole either way (Wait
+		// still waits for the pipes); the client's verdict is its "done".
+		if errors.Is(err, syscall.ECHILD) {
+			err = nil
+		}
 		if err != nil || !strings.Contains(string(out), "done") {
 			t.Fatalf("churn client: %v\n%s", err, out)
 		}
