@@ -2,8 +2,14 @@ package main
 
 import (
 	"flag"
+	"os"
+	"regexp"
+	"runtime/debug"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
 
 func TestRunFlagsComeFromTheEnvironment(t *testing.T) {
@@ -49,5 +55,73 @@ func TestRunFlagsComeFromTheEnvironment(t *testing.T) {
 	}
 	if got := envName("inner-transport"); got != "TFGPU_INNER_TRANSPORT" {
 		t.Fatalf("envName = %q", got)
+	}
+}
+
+// Every command's help names its flags as users type them and as the
+// README writes them (--format, -f), and parse errors do too, with a
+// valid example where a value was wrong.
+func TestHelpAndErrorsAreGNUStyle(t *testing.T) {
+	bin := buildInstallTestBinary(t)
+	singleDashLong := regexp.MustCompile(`(?m)^\s+-[a-z][a-z-]+`)
+	for _, cmd := range []string{"run", "install", "ps", "stop", "doctor"} {
+		r := runInstallBin(t, os.Environ(), bin, cmd, "--help")
+		help := r.stdout + r.stderr
+		if r.code != 0 || !strings.Contains(help, "usage: tfgpu-kernel "+cmd) || !strings.Contains(help, "  --") {
+			t.Errorf("%s --help: exit %d\n%s", cmd, r.code, help)
+		}
+		if m := singleDashLong.FindString(help); m != "" {
+			t.Errorf("%s --help names a flag with one dash: %q", cmd, m)
+		}
+	}
+	for _, tc := range []struct {
+		args []string
+		env  string
+		want string
+	}{
+		{[]string{"ps", "--bogus"}, "", `tfgpu-kernel ps: unknown flag --bogus (see 'tfgpu-kernel ps --help')`},
+		{[]string{"stop", "--timeout"}, "", `tfgpu-kernel stop: --timeout needs a value`},
+		{[]string{"stop", "--timeout", "soon", "x"}, "", `tfgpu-kernel stop: --timeout "soon": want a duration such as 1.5s, 500ms or 2h`},
+		{[]string{"stop", "--timeout=-1s", "x"}, "", `tfgpu-kernel stop: --timeout -1s: give a positive duration, e.g. 15s`},
+		{[]string{"ps", "--json=maybe"}, "", `tfgpu-kernel ps: --json "maybe": want true or false`},
+		{[]string{"run", "-f", "x", "--", "y"}, "TFGPU_GPU_MEMORY_LIMIT=abc", `tfgpu-kernel run: TFGPU_GPU_MEMORY_LIMIT "abc": want a size such as 8G or 300M`},
+		{[]string{"run", "-f", "x", "--", "y"}, "TFGPU_KILL_TIMEOUT=5", `tfgpu-kernel run: TFGPU_KILL_TIMEOUT="5": want a duration such as 1.5s, 500ms or 2h`},
+		{[]string{"run", "-f", "x", "--memory-limit", "64M", "--", "y"}, "", `tfgpu-kernel run: --memory-limit "64M": too small for any kernel`},
+		{[]string{"install", "--kill-timeout", "5"}, "", `tfgpu-kernel install: --kill-timeout "5": want a duration such as 1.5s, 500ms or 2h`},
+	} {
+		env := append(os.Environ(), "TFGPU_STATE_DIR="+testutil.PrivateDir(t))
+		if tc.env != "" {
+			env = append(env, tc.env)
+		}
+		r := runInstallBin(t, env, bin, tc.args...)
+		if r.code != 2 || r.stdout != "" || !isInstallErrLine(r.stderr, tc.want) {
+			t.Errorf("%q (%s): exit %d, stdout %q, stderr %q; want exit 2 and %q", tc.args, tc.env, r.code, r.stdout, r.stderr, tc.want)
+		}
+	}
+	for _, arg := range []string{"--version", "-V", "version"} {
+		if r := runInstallBin(t, os.Environ(), bin, arg); r.code != 0 || !strings.HasPrefix(r.stdout, "tfgpu-kernel ") || strings.Count(r.stdout, "\n") != 1 {
+			t.Errorf("%s: exit %d, %q", arg, r.code, r.stdout)
+		}
+	}
+}
+
+func TestBuildVersion(t *testing.T) {
+	info := func(settings ...debug.BuildSetting) func() (*debug.BuildInfo, bool) {
+		return func() (*debug.BuildInfo, bool) { return &debug.BuildInfo{Settings: settings}, true }
+	}
+	for _, tc := range []struct {
+		v    string
+		info func() (*debug.BuildInfo, bool)
+		want string
+	}{
+		{"v1.2.3", info(), "v1.2.3"},
+		{"dev", info(), "dev"},
+		{"dev", info(debug.BuildSetting{Key: "vcs.revision", Value: "0123456789abcdef0123"}), "dev (0123456789ab)"},
+		{"dev", info(debug.BuildSetting{Key: "vcs.revision", Value: "abc"}, debug.BuildSetting{Key: "vcs.modified", Value: "true"}), "dev (abc, modified)"},
+		{"dev", func() (*debug.BuildInfo, bool) { return nil, false }, "dev"},
+	} {
+		if got := buildVersion(tc.v, tc.info); got != tc.want {
+			t.Errorf("buildVersion(%q) = %q, want %q", tc.v, got, tc.want)
+		}
 	}
 }
