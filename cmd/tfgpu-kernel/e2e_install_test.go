@@ -16,7 +16,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -224,46 +223,7 @@ func (u *installUser) holdKernel(env []string, python, name string) func() {
 	}
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env, cmd.Dir = env, u.home
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	stdin, _ := cmd.StdinPipe()
-	stdout, _ := cmd.StdoutPipe()
-	var errOut bytes.Buffer
-	cmd.Stderr = &errOut
-	if err := cmd.Start(); err != nil {
-		u.t.Fatal(err)
-	}
-	done := make(chan struct{})
-	ready := make(chan int, 1)
-	go func() {
-		defer close(done)
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			if p, ok := strings.CutPrefix(sc.Text(), "READY "); ok {
-				n, _ := strconv.Atoi(p)
-				ready <- n
-			}
-		}
-		io.Copy(io.Discard, stdout)
-		cmd.Wait()
-	}()
-	stop := func() {
-		stdin.Close()
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
-			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			<-done
-			u.t.Errorf("the kernel %s of %s did not shut down within 30 s", name, u.name)
-		}
-	}
-	select {
-	case <-ready:
-	case <-done:
-		u.t.Fatalf("kernel %s as %s did not start:\n%s", name, u.name, errOut.String())
-	case <-time.After(2 * time.Minute):
-		stop()
-		u.t.Fatalf("kernel %s as %s: not ready within 2 minutes", name, u.name)
-	}
+	_, stop := holdKernel(u.t, cmd, name+" of "+u.name)
 	return stop
 }
 

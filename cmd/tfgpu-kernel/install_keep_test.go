@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -153,49 +154,14 @@ func TestInstallUninstallSaysWhichKernelsRun(t *testing.T) {
 	script, _ := filepath.Abs(filepath.Join("testdata", "install", "hold.py"))
 	hold := exec.Command(py, script, "tfgpu")
 	hold.Env = env
-	hold.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	stdin, _ := hold.StdinPipe()
-	stdout, _ := hold.StdoutPipe()
-	hold.Stderr = os.Stderr
-	if err := hold.Start(); err != nil {
-		t.Fatal(err)
-	}
-	var supervisor int
-	done := make(chan struct{})
+	supervisor, stop := holdKernel(t, hold, "tfgpu")
 	t.Cleanup(func() {
-		stdin.Close()
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
-			syscall.Kill(-hold.Process.Pid, syscall.SIGKILL)
-			<-done
-		}
-		if supervisor > 0 {
-			if err := syscall.Kill(supervisor, 0); err == nil {
-				syscall.Kill(supervisor, syscall.SIGKILL)
-				t.Errorf("the supervisor %d outlived its shutdown", supervisor)
-			}
+		stop()
+		if err := syscall.Kill(supervisor, 0); err == nil {
+			syscall.Kill(supervisor, syscall.SIGKILL)
+			t.Errorf("the supervisor %d outlived its shutdown", supervisor)
 		}
 	})
-	lines := bufio.NewScanner(stdout)
-	ready := make(chan string, 1)
-	go func() {
-		defer close(done)
-		for lines.Scan() {
-			if l := lines.Text(); strings.HasPrefix(l, "READY ") {
-				ready <- l
-			}
-		}
-		hold.Wait()
-	}()
-	select {
-	case l := <-ready:
-		supervisor, _ = stringsAtoi(strings.TrimPrefix(l, "READY "))
-	case <-done:
-		t.Fatal("the kernel did not start")
-	case <-time.After(90 * time.Second):
-		t.Fatal("no kernel within 90 s")
-	}
 	r := runInstallBin(t, env, bin, "install", "--uninstall", "--prefix", prefix)
 	if r.code != 0 || !strings.Contains(r.stdout, "removed kernelspec \"tfgpu\"") ||
 		!strings.Contains(r.stdout, "1 kernel(s) still running on it: ") {
@@ -209,8 +175,52 @@ func TestInstallUninstallSaysWhichKernelsRun(t *testing.T) {
 	}
 }
 
-func stringsAtoi(s string) (int, error) {
-	var n int
-	err := json.Unmarshal([]byte(strings.TrimSpace(s)), &n)
-	return n, err
+// holdKernel starts cmd, which runs testdata/install/hold.py (perhaps
+// through setpriv and nsenter), in a process group of its own, and returns
+// once the kernel answers, with the pid jupyter_client launched (the
+// supervisor). stop shuts the kernel down and waits, killing the group
+// after 30 s (and failing the test) if it has to.
+func holdKernel(t *testing.T, cmd *exec.Cmd, what string) (pid int, stop func()) {
+	t.Helper()
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	var errOut testutil.Buffer
+	cmd.Stderr = &errOut
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	ready := make(chan int, 1)
+	go func() {
+		defer close(done)
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if p, ok := strings.CutPrefix(sc.Text(), "READY "); ok {
+				n, _ := strconv.Atoi(p)
+				ready <- n
+			}
+		}
+		cmd.Wait()
+	}()
+	stop = func() {
+		stdin.Close()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			<-done
+			t.Errorf("kernel %s did not shut down within 30 s", what)
+		}
+	}
+	select {
+	case pid = <-ready:
+		return pid, stop
+	case <-done:
+		t.Fatalf("kernel %s did not start:\n%s", what, errOut.String())
+	case <-time.After(2 * time.Minute):
+		stop()
+		t.Fatalf("kernel %s: not ready within 2 minutes", what)
+	}
+	return 0, stop
 }

@@ -4,7 +4,6 @@ package main
 
 import (
 	"bytes"
-	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -191,25 +190,4 @@ func TestInstallScriptAdvisesTheVenvsPip(t *testing.T) {
 			}
 		})
 	}
-}
-
-// installListed is `jupyter kernelspec list --json` of the Python py.
-func installListed(t *testing.T, env []string, jupyter string) map[string][]string {
-	t.Helper()
-	cmd := exec.Command(jupyter, "kernelspec", "list", "--json")
-	cmd.Env = env
-	b, err := cmd.Output()
-	var specs struct {
-		Kernelspecs map[string]struct {
-			Spec struct{ Argv []string }
-		}
-	}
-	if err != nil || json.Unmarshal(b, &specs) != nil {
-		t.Fatalf("%s kernelspec list: %v\n%s", jupyter, err, b)
-	}
-	out := map[string][]string{}
-	for k, v := range specs.Kernelspecs {
-		out[k] = v.Spec.Argv
-	}
-	return out
 }
