@@ -62,7 +62,7 @@ func Plan(o Options) (Result, error) {
 
 // plan finds the Python or the wrapped kernelspec, renders kernel.json
 // and collects the files of the kernelspec o describes.
-func plan(o Options) (Result, map[string][]byte, error) {
+func plan(o Options) (Result, map[string]specFile, error) {
 	ctx := context.Background()
 	var (
 		py  Python
@@ -100,22 +100,24 @@ func plan(o Options) (Result, map[string][]byte, error) {
 	if err != nil {
 		return Result{}, nil, err
 	}
-	files := map[string][]byte{}
-	var logos map[string][]byte
+	files := map[string]specFile{}
+	var logos map[string]specFile
+	var kj []byte
 	if f != nil {
-		if files["kernel.json"], err = WrapJSON(o, *f); err != nil {
+		if kj, err = WrapJSON(o, *f); err != nil {
 			return Result{}, nil, err
 		}
-		var other map[string][]byte
+		var other map[string]specFile
 		if logos, other, err = f.resources(); err != nil {
 			return Result{}, nil, err
 		}
 		for n, b := range other {
 			files[n] = b
 		}
-	} else if files["kernel.json"], err = KernelJSON(o, py); err != nil {
+	} else if kj, err = KernelJSON(o, py); err != nil {
 		return Result{}, nil, err
 	}
+	files["kernel.json"] = specFile{data: kj, mode: 0o644}
 	if len(logos) == 0 {
 		if logos, err = ourLogos(); err != nil {
 			return Result{}, nil, err
@@ -140,7 +142,7 @@ func plan(o Options) (Result, map[string][]byte, error) {
 	var disp struct {
 		DisplayName string `json:"display_name"`
 	}
-	_ = json.Unmarshal(files["kernel.json"], &disp) // we just encoded it
+	_ = json.Unmarshal(kj, &disp) // we just encoded it
 	return Result{Dir: dir, DisplayName: disp.DisplayName, Python: py, Wrapped: f}, files, nil
 }
 
@@ -184,14 +186,14 @@ func checkNotWrapped(name, dir string, f Foreign) error {
 	return nil
 }
 
-func ourLogos() (map[string][]byte, error) {
-	m := map[string][]byte{}
+func ourLogos() (map[string]specFile, error) {
+	m := map[string]specFile{}
 	for _, n := range logoFiles {
 		b, err := logos.ReadFile("logos/" + n)
 		if err != nil {
 			return nil, fmt.Errorf("embedded logo %s: %w", n, err)
 		}
-		m[n] = b
+		m[n] = specFile{data: b, mode: 0o644}
 	}
 	return m, nil
 }
@@ -254,18 +256,26 @@ func mkdirAll(dir string) error {
 	return nil
 }
 
-// populate writes files into dir, 0755 / 0644 whatever the umask, since
-// Jupyter servers of other users read --prefix specs.
-func populate(dir string, files map[string][]byte) error {
+// specFile is a file of a kernelspec to write: its content and its mode.
+type specFile struct {
+	data []byte
+	mode os.FileMode
+}
+
+// populate writes files into dir, 0755 / 0644 (or a copied file's own,
+// narrower mode) whatever the umask, since Jupyter servers of other users
+// read --prefix and --system specs.
+func populate(dir string, files map[string]specFile) error {
 	if err := os.Chmod(dir, 0o755); err != nil { // MkdirTemp made it 0700
 		return fmt.Errorf("chmod %s: %w", dir, err)
 	}
-	for n, b := range files {
+	for n, f := range files {
+		mode := f.mode
 		p := filepath.Join(dir, n)
-		if err := os.WriteFile(p, b, 0o644); err != nil {
+		if err := os.WriteFile(p, f.data, mode); err != nil {
 			return fmt.Errorf("write %s: %w", p, err)
 		}
-		if err := os.Chmod(p, 0o644); err != nil {
+		if err := os.Chmod(p, mode); err != nil {
 			return fmt.Errorf("chmod %s: %w", p, err)
 		}
 	}

@@ -196,11 +196,26 @@ func ipykernelArgs(argv []string) []string {
 // the last line of its output (the scripts print one JSON line last: site
 // hooks may print before it). The error says whether it timed out, and
 // carries the last line of its stderr.
+//
+// Every Python this package runs, it runs here, and never as a program a
+// user controls: it runs in "/" (python -c puts the working directory
+// first on sys.path, where anyone may have left a json.py), and as root
+// only a Python whose file and directory are root's and writable by no
+// one else (RootMayRun, the rule NVML libraries follow), isolated (-I:
+// no PYTHON* variables, no user site, no script directory).
 func runScript(ctx context.Context, python, script string, args ...string) (string, error) {
+	argv := append([]string{"-c", script}, args...)
+	if os.Geteuid() == 0 {
+		if err := RootMayRun(python); err != nil {
+			return "", err
+		}
+		argv = append([]string{"-I"}, argv...)
+	}
 	ctx, cancel := context.WithTimeout(ctx, ProbeTimeout)
 	defer cancel()
 	var stdout, stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, python, append([]string{"-c", script}, args...)...)
+	cmd := exec.CommandContext(ctx, python, argv...)
+	cmd.Dir = "/"
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	cmd.WaitDelay = time.Second // a child holding the pipes must not hang us
 	if err := cmd.Run(); err != nil {

@@ -1,12 +1,53 @@
 package kernelspec
 
 import (
+	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 )
+
+// ErrNotRootsProgram means root was to run a program someone else could
+// change; it is not run (as root, this package runs only RootMayRun ones).
+var ErrNotRootsProgram = errors.New("root runs only programs no other user can change")
+
+// RootMayRun says why root must not run path, or nil: the program, as
+// named and with its links resolved, and the directory of each, must be
+// root's and writable by no one else (the rule for NVML libraries,
+// docs/security.md). A venv in a user's home fails it; Debian's
+// /usr/bin/python3 and a root-owned /opt/conda pass.
+func RootMayRun(path string) error {
+	abs, err := exec.LookPath(path)
+	if err == nil {
+		abs, err = filepath.Abs(abs)
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	real, err := filepath.EvalSymlinks(abs)
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	for _, p := range []string{abs, filepath.Dir(abs), real, filepath.Dir(real)} {
+		fi, err := os.Lstat(p)
+		if err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		st, ok := fi.Sys().(*syscall.Stat_t)
+		switch {
+		case !ok:
+			return fmt.Errorf("%s: no owner to check", p)
+		case st.Uid != 0:
+			return fmt.Errorf("%w: %s belongs to uid %d", ErrNotRootsProgram, p, st.Uid)
+		case fi.Mode()&os.ModeSymlink == 0 && fi.Mode().Perm()&0o022 != 0:
+			return fmt.Errorf("%w: %s is writable by %s (mode %04o)", ErrNotRootsProgram, p, writers(fi.Mode()), fi.Mode().Perm())
+		}
+	}
+	return nil
+}
 
 // CheckSystemWide says why path may not be named in a kernelspec that
 // every user's Jupyter runs (Dest System), or nil. Every user would run

@@ -5,12 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
+	"syscall"
 )
 
 // ErrNoSuchKernel means Jupyter knows no kernelspec of the name given to wrap.
@@ -251,15 +253,23 @@ func WrapJSON(o Options, f Foreign) ([]byte, error) {
 	})
 }
 
+// maxResource bounds a logo, kernel.js or kernel.css copied from the
+// wrapped kernelspec: theirs is read, not trusted.
+const maxResource = 4 << 20
+
 // resources returns the files Jupyter serves from f's directory that the
 // wrapper should show too: its logo-* files (else none, and ours are used)
-// and kernel.js / kernel.css, which frontends load for its language.
-func (f Foreign) resources() (logos, other map[string][]byte, err error) {
+// and kernel.js / kernel.css, which frontends load for its language. Only
+// regular files are copied, never through a link (opened with O_NOFOLLOW:
+// a link planted as logo-64x64.png → /etc/shadow would have root copy the
+// secret into a kernelspec every user can read), and a copy is never
+// readable by more than its original (mode: theirs, at most 0644).
+func (f Foreign) resources() (logos, other map[string]specFile, err error) {
 	ents, err := os.ReadDir(f.Dir)
 	if err != nil {
 		return nil, nil, fmt.Errorf("read kernelspec %q: %w", f.Name, err)
 	}
-	logos, other = map[string][]byte{}, map[string][]byte{}
+	logos, other = map[string]specFile{}, map[string]specFile{}
 	for _, e := range ents {
 		n := e.Name()
 		isLogo := strings.HasPrefix(n, "logo-")
@@ -267,20 +277,51 @@ func (f Foreign) resources() (logos, other map[string][]byte, err error) {
 			continue
 		}
 		p := filepath.Join(f.Dir, n)
-		if fi, err := os.Stat(p); err != nil || !fi.Mode().IsRegular() {
-			continue // a dangling link or a directory: nothing Jupyter would serve
+		b, mode, err := readRegular(p)
+		if errors.Is(err, errNotRegular) {
+			continue // a link, a directory, a fifo: not copied
 		}
-		b, err := os.ReadFile(p)
 		if err != nil {
 			return nil, nil, fmt.Errorf("copy %s: %w", p, err)
 		}
+		sf := specFile{data: b, mode: mode.Perm() & 0o644}
 		if isLogo {
-			logos[n] = b
+			logos[n] = sf
 		} else {
-			other[n] = b
+			other[n] = sf
 		}
 	}
 	return logos, other, nil
+}
+
+var errNotRegular = errors.New("not a regular file")
+
+// readRegular reads p, which must be a regular file (not a link to one),
+// of at most maxResource bytes, and returns its mode.
+func readRegular(p string) ([]byte, os.FileMode, error) {
+	fd, err := syscall.Open(p, syscall.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
+	if errors.Is(err, syscall.ELOOP) {
+		return nil, 0, errNotRegular
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	file := os.NewFile(uintptr(fd), p)
+	defer file.Close()
+	fi, err := file.Stat()
+	switch {
+	case err != nil:
+		return nil, 0, err
+	case !fi.Mode().IsRegular():
+		return nil, 0, errNotRegular
+	case fi.Size() > maxResource:
+		return nil, 0, fmt.Errorf("%d bytes, more than a kernelspec resource has (%d)", fi.Size(), maxResource)
+	}
+	b, err := io.ReadAll(io.LimitReader(file, maxResource+1))
+	if err == nil && len(b) > maxResource {
+		err = fmt.Errorf("more than %d bytes", maxResource)
+	}
+	return b, fi.Mode(), err
 }
 
 // oneLine joins a multi-line message so an error stays one line on stderr.

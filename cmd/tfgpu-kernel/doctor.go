@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -80,6 +81,10 @@ func diagnoseKernelspecs() []doctor.Finding {
 		default:
 			kpy, err := kernelspec.ProbePython(ctx, sp.Kernel)
 			switch {
+			case errors.Is(err, kernelspec.ErrNotRootsProgram):
+				// Root never runs a program another user could change
+				// (docs/security.md): that user's doctor checks it.
+				f.Text += ", kernel " + sp.Kernel + ": not run as root (" + err.Error() + "); its owner's 'tfgpu-kernel doctor' checks it"
 			case err != nil && kpy.Executable == "":
 				f.Text += ", kernel " + sp.Kernel // not a Python (a wrapped R or Julia kernel)
 			case err != nil:

@@ -1,0 +1,151 @@
+//go:build linux
+
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Issue 22, class 3: privileged code never runs what a user controls. Root's
+// doctor and install run Python (probes, jupyter_client) and read other
+// users' kernelspecs; bob plants what root would run or copy, each plant
+// leaving a mark if it ever runs, and nothing of his may run as root.
+
+// rootIn runs bin args as root in dir with env; exit code and output.
+func rootIn(t *testing.T, dir string, env []string, bin string, args ...string) (int, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Dir, cmd.Env = dir, env
+	cmd.WaitDelay = 5 * time.Second
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	if ee, ok := err.(*exec.ExitError); ok {
+		return ee.ExitCode(), out.String()
+	}
+	if err != nil {
+		t.Fatalf("%s %q: %v\n%s", bin, args, err, out.String())
+	}
+	return 0, out.String()
+}
+
+// markerGone fails the test if bob's plant left its mark.
+func markerGone(t *testing.T, marker, what string) {
+	t.Helper()
+	if b, err := os.ReadFile(marker); err == nil {
+		t.Errorf("%s: bob's code ran as %q", what, strings.TrimSpace(string(b)))
+		os.Remove(marker)
+	}
+}
+
+// C and E: a json.py in the directory root works in (python -c puts the
+// working directory first on sys.path), and a kernelspec whose Python is
+// bob's: root's doctor and install run neither.
+func TestSecurityRootRunsNoUsersPython(t *testing.T) {
+	installJupyterPython(t)
+	bin := sharedBinary(t)
+	bob := newLocalUser(t, "bob")
+	marks := sharedDir(t)
+	os.Chmod(marks, 0o777)
+	marker := filepath.Join(marks, "ran")
+	plant := "import os\nopen(" + `"` + marker + `"` + ", \"w\").write(\"uid %d\" % os.getuid())\n"
+
+	// C: bob's directory, with json.py, where root happens to be.
+	cwd := bob.mkdir(t, filepath.Join(bob.home, "work"), 0o755)
+	bob.own(t, filepath.Join(cwd, "json.py"), []byte(plant+"from _json import *\n"), 0o644)
+	bob.own(t, filepath.Join(cwd, "platform.py"), []byte(plant), 0o644)
+	// E: bob's Python, behind a kernelspec of ours in a directory on JUPYTER_PATH.
+	bobBin := bob.mkdir(t, filepath.Join(bob.home, "venv", "bin"), 0o755)
+	bobPy := bob.own(t, filepath.Join(bobBin, "python3"), []byte("#!/bin/sh\necho \"uid $(id -u)\" >"+marker+"\nexec /usr/bin/python3 \"$@\"\n"), 0o755)
+	jp := bob.mkdir(t, filepath.Join(bob.home, "jupyter"), 0o755)
+	bob.mkdir(t, filepath.Join(jp, "kernels"), 0o755)
+	spec := bob.mkdir(t, filepath.Join(jp, "kernels", "bobs"), 0o755)
+	kj, _ := json.Marshal(map[string]any{
+		"argv":         []string{bin, "run", "-f", "{connection_file}", "--", bobPy, "-m", "ipykernel_launcher", "-f", "{connection_file}"},
+		"display_name": "bob's", "language": "python", "metadata": map[string]any{"tfgpu": map[string]any{"version": "planted"}},
+	})
+	bob.own(t, filepath.Join(spec, "kernel.json"), kj, 0o644)
+
+	home := t.TempDir()
+	env := append(e2eCleanEnv(), "HOME="+home, "JUPYTER_PATH="+jp, "TFGPU_STATE_DIR="+t.TempDir(), "PATH=/usr/bin:/bin")
+
+	code, out := rootIn(t, cwd, env, bin, "doctor")
+	markerGone(t, marker, "root's doctor")
+	if !strings.Contains(out, "kernelspec:   bobs in "+spec) || !strings.Contains(out, "not run as root") {
+		t.Errorf("doctor (exit %d) does not say it left bob's Python alone:\n%s", code, out)
+	}
+	code, out = rootIn(t, cwd, env, bin, "install", "--prefix", filepath.Join(home, "p"), "--python", "/usr/bin/python3")
+	markerGone(t, marker, "root's install")
+	if code != 0 {
+		t.Errorf("install from bob's directory: exit %d\n%s", code, out)
+	}
+	code, out = rootIn(t, cwd, env, bin, "install", "--prefix", filepath.Join(home, "p"), "--python", bobPy)
+	markerGone(t, marker, "root's install --python of bob's")
+	if code == 0 || !strings.Contains(out, "belongs to uid") {
+		t.Errorf("install --python of bob's as root: exit %d\n%s", code, out)
+	}
+	code, out = rootIn(t, cwd, env, bin, "install", "--prefix", filepath.Join(home, "p"), "--wrap", "bobs", "--python", "/usr/bin/python3")
+	markerGone(t, marker, "root's install --wrap by name")
+	if code == 0 {
+		t.Errorf("root wrapped a kernelspec that is ours already:\n%s", out)
+	}
+}
+
+// F: install --wrap of bob's kernelspec as root copies no file through a
+// link (bob's logo → root's secret) and makes no copy readable by more
+// than its original.
+func TestSecurityWrapCopiesNoSecrets(t *testing.T) {
+	installJupyterPython(t)
+	bin := sharedBinary(t)
+	bob := newLocalUser(t, "bob")
+	secret := filepath.Join(t.TempDir(), "shadow")
+	os.WriteFile(secret, []byte("root:secret-hash:19000\n"), 0o600)
+	spec := bob.mkdir(t, filepath.Join(bob.home, "kernels", "bobs"), 0o755)
+	bob.own(t, filepath.Join(spec, "kernel.json"),
+		[]byte(`{"argv":["/usr/bin/python3","-m","ipykernel_launcher","-f","{connection_file}"],"display_name":"Bob's","language":"python"}`), 0o644)
+	bob.own(t, filepath.Join(spec, "kernel.js"), []byte("// bob's own, for bob only\n"), 0o600)
+	for _, n := range []string{"logo-64x64.png", "kernel.css"} {
+		if err := os.Symlink(secret, filepath.Join(spec, n)); err != nil {
+			t.Fatal(err)
+		}
+		os.Lchown(filepath.Join(spec, n), bob.uid, bob.gid)
+	}
+	prefix := t.TempDir()
+	env := append(e2eCleanEnv(), "HOME="+t.TempDir(), "PATH=/usr/bin:/bin")
+	code, out := rootIn(t, "/", env, bin, "install", "--wrap", spec, "--prefix", prefix, "--python", "/usr/bin/python3")
+	if code != 0 {
+		t.Fatalf("install --wrap: exit %d\n%s", code, out)
+	}
+	dir := filepath.Join(prefix, "share", "jupyter", "kernels", "bobs-tfgpu")
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		p := filepath.Join(dir, e.Name())
+		b, _ := os.ReadFile(p)
+		fi, _ := os.Lstat(p)
+		if bytes.Contains(b, []byte("secret-hash")) {
+			t.Errorf("%s holds root's secret (mode %v)", p, fi.Mode())
+		}
+		if e.Name() == "kernel.js" && fi.Mode().Perm() != 0o600 {
+			t.Errorf("kernel.js copied with mode %v, wider than bob's 0600", fi.Mode().Perm())
+		}
+		if e.Name() == "kernel.css" {
+			t.Errorf("kernel.css, a link, was copied")
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "logo-64x64.png")); err != nil {
+		t.Errorf("the wrapper has no logo (ours should stand in for the refused link): %v", err)
+	}
+}
