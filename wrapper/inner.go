@@ -1,10 +1,13 @@
 package wrapper
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 
 	"github.com/tfgpu/tfgpu-kernel/internal/jmsg"
 	"github.com/tfgpu/tfgpu-kernel/internal/record"
@@ -42,25 +45,70 @@ func withoutEnv(env []string, key string) []string {
 // "-N" port suffix.
 const maxIPCPath = 100
 
+// ErrPlaintextInner means the kernel's own sockets would be TCP ports on
+// 127.0.0.1, plain text to every local user, while Jupyter asked for
+// CurveZMQ: refused rather than done (docs/design.md#transport-encryption).
+var ErrPlaintextInner = errors.New("the connection file asks for CurveZMQ, and the kernel's own ports would carry its traffic in plain text on 127.0.0.1")
+
+// shortTmp is the last base tried: /tmp (a variable for the tests).
+var shortTmp = "/tmp"
+
+// innerBases are where the private directory may go, in order: the user's
+// runtime directory, TMPDIR, and /tmp, whose short path keeps an ipc socket
+// possible when the others are too long for sun_path.
+func innerBases() []string {
+	var bases []string
+	for _, b := range []string{os.Getenv("XDG_RUNTIME_DIR"), os.TempDir(), shortTmp} {
+		if fi, err := os.Stat(b); b == "" || err != nil || !fi.IsDir() || slices.Contains(bases, b) {
+			continue
+		}
+		bases = append(bases, b)
+	}
+	return bases
+}
+
 // writeInner creates the private directory (0700) and the inner connection
 // file (0600, same key and scheme as Jupyter's, so frames pass untouched).
-// Endpoints are ipc sockets in that directory, reachable only by this user;
-// when the path would be too long for a unix socket, or tcp is asked for,
-// they are tcp ports on 127.0.0.1.
-func writeInner(ci *jmsg.ConnInfo, id, transport string) (*jmsg.ConnInfo, string, error) {
-	base := os.Getenv("XDG_RUNTIME_DIR")
-	if fi, err := os.Stat(base); base == "" || err != nil || !fi.IsDir() {
-		base = os.TempDir()
+// Endpoints are ipc sockets in that directory, reachable only by this user,
+// in the first base whose path is short enough for a unix socket; tcp
+// ports on 127.0.0.1 only when tcp is asked for, or (auto) when no base is
+// short enough. With curve (Jupyter's connection file has CurveZMQ keys)
+// there is never a tcp inner transport: ErrPlaintextInner instead.
+func writeInner(ci *jmsg.ConnInfo, id, transport string, curve bool) (*jmsg.ConnInfo, string, error) {
+	if transport == "tcp" && curve {
+		return nil, "", fmt.Errorf("--inner-transport tcp: %w; use ipc or auto", ErrPlaintextInner)
 	}
-	dir, err := os.MkdirTemp(base, "tfgpu-"+record.ShortID(id)+"-")
-	if err != nil {
-		return nil, "", fmt.Errorf("create inner directory: %w", err)
+	var dir string
+	for _, base := range innerBases() {
+		d, err := os.MkdirTemp(base, "tfgpu-"+record.ShortID(id)+"-")
+		if err != nil {
+			continue
+		}
+		if transport == "tcp" || len(filepath.Join(d, "k")) <= maxIPCPath {
+			dir = d
+			break
+		}
+		os.Remove(d) // too long for a socket here; the next base may do
+	}
+	useTCP := transport == "tcp"
+	if dir == "" {
+		// No base short enough for a socket (or none writable).
+		if transport == "ipc" || curve {
+			why := "no private directory short enough for a unix socket in " + strings.Join(innerBases(), ", ")
+			if curve {
+				return nil, "", fmt.Errorf("%s: %w; set TMPDIR to a short directory", why, ErrPlaintextInner)
+			}
+			return nil, "", fmt.Errorf("--inner-transport ipc: %s; set TMPDIR to a short directory", why)
+		}
+		d, err := os.MkdirTemp("", "tfgpu-"+record.ShortID(id)+"-")
+		if err != nil {
+			return nil, "", fmt.Errorf("create inner directory: %w", err)
+		}
+		dir, useTCP = d, true
 	}
 	inner := *ci
 	inner.Extra = nil
-	ip := filepath.Join(dir, "k")
-	switch {
-	case transport == "tcp" || (transport != "ipc" && len(ip) > maxIPCPath):
+	if useTCP {
 		inner.Transport, inner.IP = "tcp", "127.0.0.1"
 		for i := range inner.Ports {
 			p, err := freePort()
@@ -70,8 +118,8 @@ func writeInner(ci *jmsg.ConnInfo, id, transport string) (*jmsg.ConnInfo, string
 			}
 			inner.Ports[i] = p
 		}
-	default:
-		inner.Transport, inner.IP = "ipc", ip
+	} else {
+		inner.Transport, inner.IP = "ipc", filepath.Join(dir, "k")
 		for i := range inner.Ports {
 			inner.Ports[i] = i + 1
 		}

@@ -3,6 +3,7 @@ package wrapper
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -149,7 +150,10 @@ func (s *supervisor) prepare(ctx context.Context) (int, bool) {
 		return s.usage("connection file %s: %v", cfg.ConnFile, err)
 	}
 	s.onExit(s.outer.Close)
-	if s.inner, s.innerDir, err = writeInner(ci, s.id, cfg.InnerTransport); err != nil {
+	if s.inner, s.innerDir, err = writeInner(ci, s.id, cfg.InnerTransport, curve != nil); err != nil {
+		if errors.Is(err, ErrPlaintextInner) {
+			return s.usage("%v", err)
+		}
 		s.log.Error("cannot write the inner connection file", "err", err)
 		return ExitFailed, false
 	}
