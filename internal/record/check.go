@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"unicode"
 
 	"golang.org/x/sys/unix"
 
@@ -157,16 +158,21 @@ func (st State) checkedInnerDir() (string, error) {
 }
 
 // Printable replaces control characters, which a record could carry to a
-// terminal as escape sequences, with "?".
+// terminal as escape sequences, and the characters that reorder or break
+// what a terminal shows (bidirectional overrides such as U+202E, line and
+// paragraph separators, other invisible format characters), with "?".
 func Printable(s string) string {
 	s = strings.ReplaceAll(s, "\n", "; ") // errors.Join's separator
 	return strings.Map(controlToQ, s)
 }
 
-// controlToQ maps a control character (C0, DEL, C1) to '?' and any other
-// rune to itself, for strings.Map.
+// controlToQ maps a control character (C0, DEL, C1), a format character
+// (Unicode Cf: bidi controls, zero-width ones), a line or paragraph
+// separator (Zl, Zp) to '?', and any other rune to itself, for
+// strings.Map (which turns invalid UTF-8 into U+FFFD, itself printable).
 func controlToQ(r rune) rune {
-	if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) {
+	if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) ||
+		unicode.In(r, unicode.Cf, unicode.Zl, unicode.Zp) {
 		return '?'
 	}
 	return r

@@ -263,3 +263,25 @@ func zombieChild(t *testing.T) int {
 	t.Fatal("child never became a zombie")
 	return 0
 }
+
+// What root's terminal shows of what a user wrote: no escape sequences,
+// nothing that reorders the line (U+202E) or breaks it (U+2028), nothing
+// invisible; the rest of the text as it is.
+func TestPrintable(t *testing.T) {
+	for in, want := range map[string]string{
+		"train.ipynb":               "train.ipynb",
+		"naïve café 🚀.ipynb":        "naïve café 🚀.ipynb",
+		"nb\x1b]0;owned\x07\x1b[2J": "nb?]0;owned??[2J",
+		"evil\u202egnp.exe":         "evil?gnp.exe",
+		"line\u2028break\u2029para": "line?break?para",
+		"zero\u200bwidth\ufeffbom":  "zero?width?bom",
+		"isolate\u2066x\u2069":      "isolate?x?",
+		"c1\u0085\u009b":            "c1??",
+		"bad \xff utf8":             "bad \ufffd utf8",
+		"two\nlines":                "two; lines",
+	} {
+		if got := Printable(in); got != want {
+			t.Errorf("Printable(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
