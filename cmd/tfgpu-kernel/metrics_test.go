@@ -101,3 +101,32 @@ next:
 	}
 	return 0, false
 }
+
+// An exact id always wins over ids it is a prefix of (a planted
+// "<id>x"); a prefix that names two kernels names none.
+func TestChooseKernels(t *testing.T) {
+	sts := []record.State{{KernelID: "5b2c1e7a-1"}, {KernelID: "5b2c1e7a-1x"}, {KernelID: "9f00aa00-2"}}
+	ids := func(s []record.State) string {
+		var out []string
+		for _, st := range s {
+			out = append(out, st.KernelID)
+		}
+		return strings.Join(out, " ")
+	}
+	for _, tc := range []struct {
+		id   string
+		all  bool
+		want string
+	}{
+		{"5b2c1e7a-1", false, "5b2c1e7a-1"},
+		{"5b2c1e7a-1x", false, "5b2c1e7a-1x"},
+		{"5b2c", false, "5b2c1e7a-1 5b2c1e7a-1x"},
+		{"9f00", false, "9f00aa00-2"},
+		{"nope", false, ""},
+		{"", true, "5b2c1e7a-1 5b2c1e7a-1x 9f00aa00-2"},
+	} {
+		if got := ids(chooseKernels(sts, tc.id, tc.all)); got != tc.want {
+			t.Errorf("chooseKernels(%q, %v) = %q, want %q", tc.id, tc.all, got, tc.want)
+		}
+	}
+}

@@ -9,9 +9,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tfgpu/tfgpu-kernel/internal/record"
 )
 
 // Issue 22, class 3: privileged code never runs what a user controls. Root's
@@ -147,5 +150,38 @@ func TestSecurityWrapCopiesNoSecrets(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "logo-64x64.png")); err != nil {
 		t.Errorf("the wrapper has no logo (ours should stand in for the refused link): %v", err)
+	}
+}
+
+// J: ids are public (the supervisor's command line), so bob plants a
+// record whose id is alice's with an "x" after it: root's `stop <alice's
+// id>` still stops alice's kernel, and nothing of bob's plant is acted on.
+func TestSecurityRootStopsTheExactID(t *testing.T) {
+	bin := sharedBinary(t)
+	alice, bob := newLocalUser(t, "alice"), newLocalUser(t, "bob")
+	const id = "5b2c1e7a-aaaa-4bbb-8ccc-0000000000a1"
+	runState := func(u localUser) string {
+		run := filepath.Join("/run/user", strconv.Itoa(u.uid))
+		u.mkdir(t, run, 0o700)
+		t.Cleanup(func() { os.RemoveAll(run) })
+		return u.mkdir(t, filepath.Join(run, "tfgpu-kernel"), 0o700)
+	}
+	alicePid, aliceStart := sleeper(t, alice.credential)
+	alice.own(t, filepath.Join(runState(alice), id+".json"), recordJSON(t, record.State{KernelID: id, SupervisorPID: 1 << 30,
+		KernelPID: alicePid, KernelStart: aliceStart, Containment: "proc"}), 0o600)
+	bobPid, bobStart := sleeper(t, bob.credential)
+	bob.own(t, filepath.Join(runState(bob), id+"x.json"), recordJSON(t, record.State{KernelID: id + "x", SupervisorPID: 1 << 30,
+		KernelPID: bobPid, KernelStart: bobStart, Containment: "proc"}), 0o600)
+
+	env := append(os.Environ(), "TFGPU_STATE_DIR=")
+	code, out := runAs(t, nil, env, 60*time.Second, bin, "stop", id)
+	for i := 0; i < 100 && alive(alicePid); i++ {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if code != 0 || alive(alicePid) || !strings.Contains(out, "stopped kernel "+id) {
+		t.Fatalf("root's stop %s with bob's %sx planted: exit %d, alice's kernel alive %v:\n%s", id, id, code, alive(alicePid), out)
+	}
+	if !alive(bobPid) {
+		t.Errorf("bob's planted record was acted on")
 	}
 }

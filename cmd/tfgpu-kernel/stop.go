@@ -71,12 +71,7 @@ func cmdStop(args []string) int {
 	if idle {
 		return stopIdle(states, idleFor, *holdingGPU, n, timeout, confirm)
 	}
-	var chosen []record.State
-	for _, st := range states {
-		if *every || strings.HasPrefix(st.KernelID, fs.Arg(0)) {
-			chosen = append(chosen, st)
-		}
-	}
+	chosen := chooseKernels(states, fs.Arg(0), *every)
 	switch {
 	case len(chosen) == 0 && *every:
 		fmt.Println("no supervised kernels")
@@ -145,6 +140,29 @@ func stopOne(st record.State, timeout time.Duration, n gpu.Session, confirm time
 	}
 	fmt.Printf("GPU memory released: %s (NVML, by %s, %v)\n", f.GPU.ReleasedText(), f.GPU.By, f.GPU.Took.Round(time.Millisecond))
 	return f, nil
+}
+
+// chooseKernels is every kernel (all), else the kernel whose id is id,
+// else those whose id starts with id. An exact id always wins: a record
+// planted with the id "<yours>x" (ids are public, in the supervisor's
+// command line) must not make a kernel's own id ambiguous.
+func chooseKernels(states []record.State, id string, all bool) []record.State {
+	if all {
+		return states
+	}
+	var exact, prefixed []record.State
+	for _, st := range states {
+		switch {
+		case st.KernelID == id:
+			exact = append(exact, st)
+		case strings.HasPrefix(st.KernelID, id):
+			prefixed = append(prefixed, st)
+		}
+	}
+	if len(exact) > 0 {
+		return exact
+	}
+	return prefixed
 }
 
 func btoi(b bool) int {

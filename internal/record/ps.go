@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/tfgpu/tfgpu-kernel/cgroup"
@@ -176,9 +177,8 @@ func (st State) TreePids() []int {
 // (/run/user/UID) and ~/.local/state/tfgpu-kernel/HOSTNAME of every home
 // in /etc/passwd, so root sees and stops all users' kernels by id.
 func StateDirs(dir string, allUsers bool) []string {
-	dirs := []string{dir}
 	if !allUsers {
-		return dirs
+		return []string{dir}
 	}
 	m, _ := filepath.Glob("/run/user/*/tfgpu-kernel")
 	host, err := os.Hostname()
@@ -188,13 +188,38 @@ func StateDirs(dir string, allUsers bool) []string {
 	for _, home := range passwdHomes() {
 		m = append(m, filepath.Join(home, ".local", "state", "tfgpu-kernel", host))
 	}
-	for _, d := range m {
+	return uniqueDirs(dir, m)
+}
+
+// uniqueDirs is dir, then each of candidates that is a directory (not a
+// link) and not one already listed under another path: the same directory
+// reached twice (a user's home linked to another's) would list its
+// kernels twice and make an exact id look ambiguous. Directories are told
+// apart by device and inode.
+func uniqueDirs(dir string, candidates []string) []string {
+	dirs := []string{dir}
+	type key struct{ dev, ino uint64 }
+	seen := map[key]bool{}
+	if fi, err := os.Stat(dir); err == nil {
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			seen[key{uint64(st.Dev), st.Ino}] = true
+		}
+	}
+	for _, d := range candidates {
 		if d == dir || slices.Contains(dirs, d) {
 			continue
 		}
-		if fi, err := os.Lstat(d); err == nil && fi.IsDir() {
-			dirs = append(dirs, d)
+		li, err := os.Lstat(d)
+		if err != nil || !li.IsDir() {
+			continue // gone, or a link: OpenDir would refuse it anyway
 		}
+		fi, err := os.Stat(d)
+		st, ok := fi.Sys().(*syscall.Stat_t)
+		if err != nil || !ok || seen[key{uint64(st.Dev), st.Ino}] {
+			continue
+		}
+		seen[key{uint64(st.Dev), st.Ino}] = true
+		dirs = append(dirs, d)
 	}
 	return dirs
 }

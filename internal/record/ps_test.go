@@ -2,6 +2,8 @@ package record
 
 import (
 	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -74,5 +76,32 @@ func TestRecordWithoutStartTimeIsNotTakenForDead(t *testing.T) {
 	st.Owner, st.SupervisorPID = os.Geteuid(), deadPid(t)
 	if st.SupervisorAlive() {
 		t.Fatal("a gone supervisor is taken for alive")
+	}
+}
+
+// A state directory reached by two paths (a user's home linked to
+// another's) is read once: its kernels are not listed twice, and an exact
+// id does not look ambiguous.
+func TestUniqueDirs(t *testing.T) {
+	root := t.TempDir()
+	a := filepath.Join(root, "alice", "state")
+	b := filepath.Join(root, "bob", "state")
+	for _, d := range []string{a, b} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(filepath.Join(root, "alice"), filepath.Join(root, "mallory")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(b, filepath.Join(root, "linked")); err != nil {
+		t.Fatal(err)
+	}
+	own := filepath.Join(root, "own")
+	os.Mkdir(own, 0o700)
+	got := uniqueDirs(own, []string{a, filepath.Join(root, "mallory", "state"), b, filepath.Join(root, "linked"), a, filepath.Join(root, "none"), own})
+	want := []string{own, a, b}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("uniqueDirs = %q, want %q", got, want)
 	}
 }
