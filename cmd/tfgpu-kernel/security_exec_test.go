@@ -5,15 +5,19 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/tfgpu/tfgpu-kernel/cgroup"
 	"github.com/tfgpu/tfgpu-kernel/internal/record"
 )
 
@@ -183,5 +187,65 @@ func TestSecurityRootStopsTheExactID(t *testing.T) {
 	}
 	if !alive(bobPid) {
 		t.Errorf("bob's planted record was acted on")
+	}
+}
+
+// I: bob plants "running, idle 3 h" kernels whose "supervisor" is his own
+// process that ignores SIGTERM: each costs root's `stop --idle-for` its
+// --timeout. They are stopped side by side, so each costs its own
+// timeout, not every kernel's after it: every planted "supervisor" is
+// asked (SIGTERM) while all of them are still alive; one by one, each
+// would be asked only once the ones before it were killed.
+func TestSecurityIdleStopIsNotStalledByPlantedSupervisors(t *testing.T) {
+	bin := sharedBinary(t)
+	bob := newLocalUser(t, "bob")
+	const n = 6
+	shared := sharedDir(t)
+	os.Chmod(shared, 0o777)
+	pidsFile, seenFile := filepath.Join(shared, "pids"), filepath.Join(shared, "seen")
+	// Each counts, when SIGTERMed, how many of the planted are alive (not
+	// zombies: this test reaps them only at its end).
+	script := `trap 'n=0; for p in $(cat ` + pidsFile + `); do s=$(cut -d" " -f3 /proc/$p/stat 2>/dev/null); [ -n "$s" ] && [ "$s" != Z ] && n=$((n+1)); done; echo $n >> ` + seenFile + `' TERM
+while :; do sleep 0.1; done`
+	run := filepath.Join("/run/user", strconv.Itoa(bob.uid))
+	bob.mkdir(t, run, 0o700)
+	t.Cleanup(func() { os.RemoveAll(run) })
+	state := bob.mkdir(t, filepath.Join(run, "tfgpu-kernel"), 0o700)
+	var pids []string
+	for i := 0; i < n; i++ {
+		cmd := exec.Command("/bin/sh", "-c", script)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: bob.credential}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); cmd.Wait() })
+		pid := cmd.Process.Pid
+		start, err := cgroup.StartTime(pid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pids = append(pids, strconv.Itoa(pid))
+		id := fmt.Sprintf("5b2c1e7a-bbbb-4bbb-8ccc-00000000000%d", i)
+		bob.own(t, filepath.Join(state, id+".json"), recordJSON(t, record.State{KernelID: id, SupervisorPID: pid, SupervisorStart: start,
+			KernelPID: pid, KernelStart: start, Containment: "proc", Phase: record.PhaseRunning}), 0o600)
+		act := make([]byte, 24)
+		copy(act, "tfgpuAc1")
+		binary.NativeEndian.PutUint64(act[8:], uint64(pid))
+		binary.NativeEndian.PutUint64(act[16:], uint64(time.Now().Add(-3*time.Hour).UnixMilli())<<1)
+		bob.own(t, filepath.Join(state, id+".activity"), act, 0o600)
+	}
+	os.WriteFile(pidsFile, []byte(strings.Join(pids, " ")), 0o644)
+
+	env := append(os.Environ(), "TFGPU_STATE_DIR=")
+	code, out := runAs(t, nil, env, 5*time.Minute, bin, "stop", "--idle-for", "1h", "--timeout", "2s")
+	seen, _ := os.ReadFile(seenFile)
+	counts := strings.Fields(string(seen))
+	if strings.Count(out, ": stopping") != n || len(counts) != n {
+		t.Fatalf("stop --idle-for (exit %d) stopped %d of the %d planted, %d asked:\n%s", code, strings.Count(out, ": stopping"), n, len(counts), out)
+	}
+	for _, c := range counts {
+		if c != strconv.Itoa(n) {
+			t.Errorf("a planted supervisor was asked to stop while only %s of the %d were alive: one at a time, each waits for the ones before (%q)", c, n, counts)
+		}
 	}
 }

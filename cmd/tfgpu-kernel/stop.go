@@ -7,6 +7,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -85,20 +86,64 @@ func cmdStop(args []string) int {
 		fmt.Printf("GPU release not checked: %v\n", err)
 	}
 	code := 0
-	for _, st := range chosen {
-		if _, err := stopOne(st, timeout, n, confirm); err != nil {
-			fmt.Fprintf(os.Stderr, "tfgpu-kernel stop: kernel %s: %s\n", st.KernelID, record.Printable(err.Error()))
+	stopEach(chosen, func(st record.State, w *stopOutput) {
+		if _, err := stopOne(w, st, timeout, n, confirm); err != nil {
+			w.errorf("tfgpu-kernel stop: kernel %s: %s\n", st.KernelID, record.Printable(err.Error()))
+		}
+	}, func(failed bool) {
+		if failed {
 			code = 1
 		}
-	}
+	})
 	return code
+}
+
+// stopParallel is how many kernels stop works on at once: a supervisor
+// that ignores SIGTERM (a record planted with a user's own such process
+// as its "supervisor", attack I) then costs its own --timeout, not every
+// kernel's after it.
+const stopParallel = 16
+
+// stopOutput is what stopping one kernel says, kept until it is printed
+// with the others, in their order.
+type stopOutput struct {
+	out, err strings.Builder
+	failed   bool
+}
+
+func (w *stopOutput) printf(format string, args ...any) { fmt.Fprintf(&w.out, format, args...) }
+func (w *stopOutput) errorf(format string, args ...any) {
+	fmt.Fprintf(&w.err, format, args...)
+	w.failed = true
+}
+
+// stopEach runs stop for every state, stopParallel at a time, then prints
+// what each said, in the states' order, and reports each one's failure.
+func stopEach(states []record.State, stop func(record.State, *stopOutput), failed func(bool)) {
+	outs := make([]stopOutput, len(states))
+	sem := make(chan struct{}, stopParallel)
+	var wg sync.WaitGroup
+	for i, st := range states {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			stop(st, &outs[i])
+		}()
+	}
+	wg.Wait()
+	for i := range outs {
+		fmt.Print(outs[i].out.String())
+		fmt.Fprint(os.Stderr, outs[i].err.String())
+		failed(outs[i].failed)
+	}
 }
 
 // stopOne asks a live, running supervisor to stop (SIGTERM: it kills the
 // tree itself and Jupyter sees the kernel end); when it does not within the
 // timeout, or is stopped or gone, the tree is killed through its record
 // (record.FinishKernel), and the GPU release confirmed.
-func stopOne(st record.State, timeout time.Duration, n gpu.Session, confirm time.Duration) (record.Finished, error) {
+func stopOne(w *stopOutput, st record.State, timeout time.Duration, n gpu.Session, confirm time.Duration) (record.Finished, error) {
 	d, err := record.OpenDir(st.Dir, false, true)
 	if err != nil {
 		return record.Finished{}, err
@@ -129,7 +174,7 @@ func stopOne(st record.State, timeout time.Duration, n gpu.Session, confirm time
 	if st.Session != "" {
 		label += " (" + record.Printable(st.Session) + ")"
 	}
-	fmt.Printf("stopped kernel %s: %s; %d processes killed; %v\n", label, how, f.Killed, time.Since(start).Round(time.Millisecond))
+	w.printf("stopped kernel %s: %s; %d processes killed; %v\n", label, how, f.Killed, time.Since(start).Round(time.Millisecond))
 	switch {
 	case f.GPU == nil:
 		return f, nil // not checked (said above)
@@ -138,7 +183,7 @@ func stopOne(st record.State, timeout time.Duration, n gpu.Session, confirm time
 	case len(f.GPU.Held) > 0:
 		return f, fmt.Errorf("GPU memory still held %v after the kill: %s", confirm, f.GPU.HeldText())
 	}
-	fmt.Printf("GPU memory released: %s (NVML, by %s, %v)\n", f.GPU.ReleasedText(), f.GPU.By, f.GPU.Took.Round(time.Millisecond))
+	w.printf("GPU memory released: %s (NVML, by %s, %v)\n", f.GPU.ReleasedText(), f.GPU.By, f.GPU.Took.Round(time.Millisecond))
 	return f, nil
 }
 
@@ -200,6 +245,12 @@ func stopIdle(states []record.State, idleFor time.Duration, holdingGPU bool, n g
 	code, stopped := 0, 0
 	left := map[string]int{}
 	freed := map[int]int64{}
+	type candidate struct {
+		idle time.Duration
+		held map[int]int64
+	}
+	var chosen []record.State
+	cands := map[string]candidate{}
 	for _, st := range states {
 		idle, why := idleLongEnough(st, idleFor, time.Now())
 		var held map[int]int64
@@ -208,29 +259,53 @@ func stopIdle(states []record.State, idleFor time.Duration, holdingGPU bool, n g
 				why = "holding no GPU memory"
 			}
 		}
-		if why == "" { // again, now: a cell may have started since
-			if a, err := record.ReadActivity(st); err != nil || a.Busy || !a.Since.Equal(st.Activity.Since) {
-				why = "busy since the list was read"
-			}
-		}
 		if why != "" {
 			left[why]++
 			continue
 		}
+		chosen = append(chosen, st)
+		cands[st.File()] = candidate{idle, held}
+	}
+	// Each is checked again just before it is stopped, and they are
+	// stopped stopParallel at a time (stopEach).
+	results := make(map[string]record.Finished, len(chosen))
+	busy := make(map[string]bool, len(chosen))
+	var mu sync.Mutex
+	stopEach(chosen, func(st record.State, w *stopOutput) {
+		if a, err := record.ReadActivity(st); err != nil || a.Busy || !a.Since.Equal(st.Activity.Since) {
+			mu.Lock()
+			busy[st.File()] = true // a cell may have started since the list was read
+			mu.Unlock()
+			return
+		}
+		c := cands[st.File()]
 		label := st.KernelID
 		if st.Session != "" {
 			label += " (" + record.Printable(st.Session) + ")"
 		}
 		holding := ""
-		if len(held) > 0 {
-			holding = ", holding " + (gpu.Result{Released: held}).ReleasedText()
+		if len(c.held) > 0 {
+			holding = ", holding " + (gpu.Result{Released: c.held}).ReleasedText()
 		}
-		fmt.Printf("kernel %s: idle for %v%s: stopping\n", label, idle.Round(time.Second), holding)
-		f, err := stopOne(st, timeout, n, confirm)
+		w.printf("kernel %s: idle for %v%s: stopping\n", label, c.idle.Round(time.Second), holding)
+		f, err := stopOne(w, st, timeout, n, confirm)
 		if err != nil {
-			fmt.Fprintf(os.Stderr, "tfgpu-kernel stop: kernel %s: %s\n", st.KernelID, record.Printable(err.Error()))
+			w.errorf("tfgpu-kernel stop: kernel %s: %s\n", st.KernelID, record.Printable(err.Error()))
+		}
+		mu.Lock()
+		results[st.File()] = f
+		mu.Unlock()
+	}, func(failed bool) {
+		if failed {
 			code = 1
 		}
+	})
+	for _, st := range chosen {
+		if busy[st.File()] {
+			left["busy since the list was read"]++
+			continue
+		}
+		f := results[st.File()]
 		if f.GPU != nil && f.GPUErr == nil && len(f.GPU.Held) == 0 {
 			for dev, b := range f.GPU.Released {
 				freed[dev] += b
