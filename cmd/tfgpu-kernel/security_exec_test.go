@@ -249,3 +249,64 @@ while :; do sleep 0.1; done`
 		}
 	}
 }
+
+// H: bob plants a proc-mode record whose "supervisor" is a subreaper that
+// is not his (here this test process, which alice's orphan is reparented
+// to) and whose kernel is his own process: root's ps must not count
+// alice's orphan, or any process but bob's, as his kernel's.
+func TestSecurityPsAttributesOnlyTheOwnersProcesses(t *testing.T) {
+	bin := sharedBinary(t)
+	alice, bob := newLocalUser(t, "alice"), newLocalUser(t, "bob")
+	if err := cgroup.SetChildSubreaper(); err != nil {
+		t.Fatal(err)
+	}
+	// alice's orphan: her shell exits, its sleep is reparented to us.
+	orphanFile := filepath.Join(sharedDir(t), "orphan")
+	os.Chmod(filepath.Dir(orphanFile), 0o777)
+	sh := exec.Command("/bin/sh", "-c", "sleep 600 & echo $! > "+orphanFile)
+	sh.SysProcAttr = &syscall.SysProcAttr{Credential: alice.credential}
+	if err := sh.Run(); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(orphanFile)
+	orphan, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	t.Cleanup(func() {
+		syscall.Kill(orphan, syscall.SIGKILL)
+		var ws syscall.WaitStatus
+		syscall.Wait4(orphan, &ws, 0, nil)
+	})
+	bobPid, bobStart := sleeper(t, bob.credential)
+	self, _ := cgroup.StartTime(os.Getpid())
+	run := filepath.Join("/run/user", strconv.Itoa(bob.uid))
+	bob.mkdir(t, run, 0o700)
+	t.Cleanup(func() { os.RemoveAll(run) })
+	state := bob.mkdir(t, filepath.Join(run, "tfgpu-kernel"), 0o700)
+	const id = "5b2c1e7a-cccc-4bbb-8ccc-0000000000c1"
+	bob.own(t, filepath.Join(state, id+".json"), recordJSON(t, record.State{KernelID: id, SupervisorPID: os.Getpid(), SupervisorStart: self,
+		KernelPID: bobPid, KernelStart: bobStart, Containment: "proc", Phase: record.PhaseRunning}), 0o600)
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "ps", "--json")
+	cmd.Env = append(os.Environ(), "TFGPU_STATE_DIR=")
+	out, err := cmd.Output()
+	var rows []record.KernelStatus
+	if err != nil || json.Unmarshal(out, &rows) != nil {
+		t.Fatalf("root's ps --json: %v\n%s", err, out)
+	}
+	found := false
+	for _, r := range rows {
+		if r.KernelID != id {
+			continue
+		}
+		found = true
+		for _, p := range r.PIDs {
+			if owner := cgroup.ProcOwner(p); owner != bob.uid {
+				t.Errorf("bob's planted kernel is shown with pid %d of uid %d (alice's orphan is %d)", p, owner, orphan)
+			}
+		}
+	}
+	if !found {
+		t.Fatalf("root's ps does not list bob's record:\n%s", out)
+	}
+}

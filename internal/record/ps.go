@@ -152,7 +152,7 @@ func (st State) TreePids() []int {
 			pids = append(pids, procs...)
 			slices.Sort(pids)
 		}
-		return pids
+		return st.ownersOnly(pids)
 	}
 	if !st.SupervisorAlive() && st.validMarker() {
 		// The supervisor (the subreaper) is gone; its tree is what carries
@@ -162,14 +162,35 @@ func (st State) TreePids() []int {
 	if !st.owns(st.KernelPID, st.KernelStart) {
 		return []int{} // the kernel is gone; a reused pid is someone else's
 	}
-	t := cgroup.NewProcTree(st.SupervisorPID)
+	// The supervisor is the subreaper whose children are the tree's
+	// orphans, but only when it is the record owner's, alive, with its
+	// recorded start time: a record naming another process (pid 1, or any
+	// subreaper's) as its "supervisor" would claim that process's children.
+	sup := -1
+	if st.SupervisorAlive() {
+		sup = st.SupervisorPID
+	}
+	t := cgroup.NewProcTree(sup)
 	defer t.Close()
 	t.Started(st.KernelPID)
 	pids, err := t.Pids()
 	if err != nil || pids == nil {
 		return []int{}
 	}
-	return pids
+	return st.ownersOnly(pids)
+}
+
+// ownersOnly keeps the pids the record's owner owns: whatever a record
+// says, ps never names another user's process as a kernel's, nor counts
+// its memory or GPU memory.
+func (st State) ownersOnly(pids []int) []int {
+	out := pids[:0]
+	for _, p := range pids {
+		if cgroup.ProcOwner(p) == st.Owner {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // StateDirs is where ps and stop look: dir, and for root also every
