@@ -29,21 +29,7 @@ import (
 // rootIn runs bin args as root in dir with env; exit code and output.
 func rootIn(t *testing.T, dir string, env []string, bin string, args ...string) (int, string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Dir, cmd.Env = dir, env
-	cmd.WaitDelay = 5 * time.Second
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Run()
-	if ee, ok := err.(*exec.ExitError); ok {
-		return ee.ExitCode(), out.String()
-	}
-	if err != nil {
-		t.Fatalf("%s %q: %v\n%s", bin, args, err, out.String())
-	}
-	return 0, out.String()
+	return runAsIn(t, nil, dir, env, 2*time.Minute, bin, args...)
 }
 
 // markerGone fails the test if bob's plant left its mark.

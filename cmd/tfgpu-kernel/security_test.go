@@ -162,15 +162,21 @@ func recordJSON(t *testing.T, st record.State) []byte {
 	return b
 }
 
-// runAs runs the command as cred with env; it returns the exit code and
-// the combined output.
+// runAs runs the command as cred with env, in "/"; it returns the exit
+// code and the combined output.
 func runAs(t *testing.T, cred *syscall.Credential, env []string, timeout time.Duration, bin string, args ...string) (int, string) {
+	t.Helper()
+	return runAsIn(t, cred, "/", env, timeout, bin, args...)
+}
+
+// runAsIn is runAs in the working directory dir.
+func runAsIn(t *testing.T, cred *syscall.Credential, dir string, env []string, timeout time.Duration, bin string, args ...string) (int, string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Env = env
-	cmd.Dir = "/"
+	cmd.Dir = dir
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = 5 * time.Second
