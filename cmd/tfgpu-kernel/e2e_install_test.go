@@ -40,12 +40,7 @@ type installUser struct {
 // run runs argv as u (nil u: root) in dir with env, within 5 minutes.
 func runIn(t *testing.T, u *localUser, ns int, env []string, dir string, argv ...string) (int, string, string) {
 	t.Helper()
-	if u != nil {
-		argv = append([]string{"setpriv", "--reuid", strconv.Itoa(u.uid), "--regid", strconv.Itoa(u.gid), "--clear-groups", "--"}, argv...)
-	}
-	if ns > 0 { // setns(2) into a mount namespace leaves the process in "/"
-		argv = append([]string{"nsenter", "--mount=/proc/" + strconv.Itoa(ns) + "/ns/mnt", "--wd=" + dir, "--"}, argv...)
-	}
+	argv = asIn(u, ns, dir, argv)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
@@ -63,6 +58,18 @@ func runIn(t *testing.T, u *localUser, ns int, env []string, dir string, argv ..
 		t.Fatalf("%q: %v\n%s%s", argv, err, stdout.String(), stderr.String())
 	}
 	return 0, stdout.String(), stderr.String()
+}
+
+// asIn is argv run as u (nil: root, as is) in ns's mount namespace (0:
+// ours) and directory dir.
+func asIn(u *localUser, ns int, dir string, argv []string) []string {
+	if u != nil {
+		argv = append([]string{"setpriv", "--reuid", strconv.Itoa(u.uid), "--regid", strconv.Itoa(u.gid), "--clear-groups", "--"}, argv...)
+	}
+	if ns > 0 { // setns(2) into a mount namespace leaves the process in "/"
+		argv = append([]string{"nsenter", "--mount=/proc/" + strconv.Itoa(ns) + "/ns/mnt", "--wd=" + dir, "--"}, argv...)
+	}
+	return argv
 }
 
 func (u *installUser) run(env []string, argv ...string) (int, string, string) {
@@ -216,11 +223,7 @@ func kernelLines(r stderrResult) []string {
 // returns once it answers; the returned func shuts it down and waits.
 func (u *installUser) holdKernel(env []string, python, name string) func() {
 	u.t.Helper()
-	argv := []string{python, filepath.Join(u.repo, "cmd", "tfgpu-kernel", "testdata", "install", "hold.py"), name}
-	argv = append([]string{"setpriv", "--reuid", strconv.Itoa(u.uid), "--regid", strconv.Itoa(u.gid), "--clear-groups", "--"}, argv...)
-	if u.ns > 0 {
-		argv = append([]string{"nsenter", "--mount=/proc/" + strconv.Itoa(u.ns) + "/ns/mnt", "--wd=" + u.home, "--"}, argv...)
-	}
+	argv := asIn(&u.localUser, u.ns, u.home, []string{python, filepath.Join(u.repo, "cmd", "tfgpu-kernel", "testdata", "install", "hold.py"), name})
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env, cmd.Dir = env, u.home
 	_, stop := holdKernel(u.t, cmd, name+" of "+u.name)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -212,7 +213,7 @@ func (c *installCmd) uninstall(stderr io.Writer) int {
 	prev, prevErr := kernelspec.ReadPrevious(dir)
 	if c.dryRun {
 		if prevErr != nil || prev == nil {
-			return installFail(stderr, 1, fmt.Errorf("would remove nothing: %v", cmpOr(prevErr, fmt.Errorf("no kernelspec at %s", dir))))
+			return installFail(stderr, 1, fmt.Errorf("would remove nothing: %v", cmp.Or(prevErr, fmt.Errorf("no kernelspec at %s", dir))))
 		}
 		fmt.Fprintf(c.stdout, "would remove kernelspec %q from %s\n", filepath.Base(dir), dir)
 		return 0
@@ -228,15 +229,6 @@ func (c *installCmd) uninstall(stderr io.Writer) int {
 		}
 	}
 	return 0
-}
-
-func cmpOr(errs ...error) error {
-	for _, e := range errs {
-		if e != nil {
-			return e
-		}
-	}
-	return nil
 }
 
 // installRunArgv turns the run flags given on the command line (and not

@@ -86,15 +86,15 @@ func cmdStop(args []string) int {
 		fmt.Printf("GPU release not checked: %v\n", err)
 	}
 	code := 0
-	stopEach(chosen, func(st record.State, w *stopOutput) {
+	for _, o := range stopEach(chosen, func(st record.State, w *stopOutput) {
 		if _, err := stopOne(w, st, timeout, n, confirm); err != nil {
 			w.errorf("tfgpu-kernel stop: kernel %s: %s\n", st.KernelID, record.Printable(err.Error()))
 		}
-	}, func(failed bool) {
-		if failed {
+	}) {
+		if o.failed {
 			code = 1
 		}
-	})
+	}
 	return code
 }
 
@@ -105,10 +105,12 @@ func cmdStop(args []string) int {
 const stopParallel = 16
 
 // stopOutput is what stopping one kernel says, kept until it is printed
-// with the others, in their order.
+// with the others, in their order, and how it went.
 type stopOutput struct {
 	out, err strings.Builder
 	failed   bool
+	finished record.Finished // stopOne's result, for the summary of --idle-for
+	skipped  bool            // not stopped: busy again when it came to it
 }
 
 func (w *stopOutput) printf(format string, args ...any) { fmt.Fprintf(&w.out, format, args...) }
@@ -118,8 +120,8 @@ func (w *stopOutput) errorf(format string, args ...any) {
 }
 
 // stopEach runs stop for every state, stopParallel at a time, then prints
-// what each said, in the states' order, and reports each one's failure.
-func stopEach(states []record.State, stop func(record.State, *stopOutput), failed func(bool)) {
+// what each said, in the states' order, and returns how each went.
+func stopEach(states []record.State, stop func(record.State, *stopOutput)) []stopOutput {
 	outs := make([]stopOutput, len(states))
 	sem := make(chan struct{}, stopParallel)
 	var wg sync.WaitGroup
@@ -135,8 +137,8 @@ func stopEach(states []record.State, stop func(record.State, *stopOutput), faile
 	for i := range outs {
 		fmt.Print(outs[i].out.String())
 		fmt.Fprint(os.Stderr, outs[i].err.String())
-		failed(outs[i].failed)
 	}
+	return outs
 }
 
 // stopOne asks a live, running supervisor to stop (SIGTERM: it kills the
@@ -268,14 +270,9 @@ func stopIdle(states []record.State, idleFor time.Duration, holdingGPU bool, n g
 	}
 	// Each is checked again just before it is stopped, and they are
 	// stopped stopParallel at a time (stopEach).
-	results := make(map[string]record.Finished, len(chosen))
-	busy := make(map[string]bool, len(chosen))
-	var mu sync.Mutex
-	stopEach(chosen, func(st record.State, w *stopOutput) {
+	outs := stopEach(chosen, func(st record.State, w *stopOutput) {
 		if a, err := record.ReadActivity(st); err != nil || a.Busy || !a.Since.Equal(st.Activity.Since) {
-			mu.Lock()
-			busy[st.File()] = true // a cell may have started since the list was read
-			mu.Unlock()
+			w.skipped = true // a cell may have started since the list was read
 			return
 		}
 		c := cands[st.File()]
@@ -288,25 +285,20 @@ func stopIdle(states []record.State, idleFor time.Duration, holdingGPU bool, n g
 			holding = ", holding " + (gpu.Result{Released: c.held}).ReleasedText()
 		}
 		w.printf("kernel %s: idle for %v%s: stopping\n", label, c.idle.Round(time.Second), holding)
-		f, err := stopOne(w, st, timeout, n, confirm)
-		if err != nil {
+		var err error
+		if w.finished, err = stopOne(w, st, timeout, n, confirm); err != nil {
 			w.errorf("tfgpu-kernel stop: kernel %s: %s\n", st.KernelID, record.Printable(err.Error()))
 		}
-		mu.Lock()
-		results[st.File()] = f
-		mu.Unlock()
-	}, func(failed bool) {
-		if failed {
+	})
+	for _, o := range outs {
+		if o.failed {
 			code = 1
 		}
-	})
-	for _, st := range chosen {
-		if busy[st.File()] {
+		if o.skipped {
 			left["busy since the list was read"]++
 			continue
 		}
-		f := results[st.File()]
-		if f.GPU != nil && f.GPUErr == nil && len(f.GPU.Held) == 0 {
+		if f := o.finished; f.GPU != nil && f.GPUErr == nil && len(f.GPU.Held) == 0 {
 			for dev, b := range f.GPU.Released {
 				freed[dev] += b
 			}
