@@ -5,8 +5,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -42,35 +40,16 @@ type localUser struct {
 
 func newLocalUser(t *testing.T, role string) localUser {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("CI=true: needs root (useradd)")
-		}
-		t.Skip("needs root (useradd)")
-	}
-	var b [3]byte
-	_, _ = rand.Read(b[:])
-	name := "tfgpu" + role + hex.EncodeToString(b[:])
-	home := filepath.Join(sharedDir(t), name)
-	if out, err := exec.Command("useradd", "-M", "-U", "-d", home, "-s", "/usr/sbin/nologin", name).CombinedOutput(); err != nil {
-		t.Fatalf("useradd %s: %v\n%s", name, err, out)
-	}
-	t.Cleanup(func() { _ = exec.Command("userdel", name).Run() })
-	out, err := exec.Command("id", "-u", name).Output()
-	uid, _ := strconv.Atoi(strings.TrimSpace(string(out)))
-	if err != nil || uid == 0 {
-		t.Fatalf("id -u %s: %v", name, err)
-	}
-	out, _ = exec.Command("id", "-g", name).Output()
-	gid, _ := strconv.Atoi(strings.TrimSpace(string(out)))
+	shared := sharedDir(t)
+	u := testutil.NewUser(t, role, func(name string) string { return filepath.Join(shared, name) })
+	home := filepath.Join(shared, u.Name)
 	if err := os.Mkdir(home, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Chown(home, uid, gid); err != nil {
+	if err := os.Chown(home, u.UID, u.GID); err != nil {
 		t.Fatal(err)
 	}
-	return localUser{name: name, uid: uid, gid: gid, home: home,
-		credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), NoSetGroups: true}}
+	return localUser{name: u.Name, uid: u.UID, gid: u.GID, home: home, credential: u.Cred}
 }
 
 // sharedDir is a directory every user may enter (t.TempDir's are root's
