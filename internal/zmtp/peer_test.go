@@ -86,4 +86,3 @@ func TestPeerUID(t *testing.T) {
 		})
 	}
 }
-
