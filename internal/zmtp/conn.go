@@ -45,29 +45,35 @@ type conn struct {
 	sh   *Shared  // the door's; for dialed conns a private one with defaults
 	lim  *Limits
 
-	identity string // the routing identity zmq4 is given (ROUTER doors)
-	link     *Link  // dialed through a Link: told when established, and closed
+	identity string    // the routing identity zmq4 is given (ROUTER doors)
+	link     *Link     // dialed through a Link: told when established, and closed
+	peer     peer      // accepted: who is at the other end
+	since    time.Time // accepted: when its handshake ended
+	acct     *recvAcct // accepted: its part of the receive budget
+	mayHold  bool      // iopub: a lagging reader holds the writer up (see Door.WaitRoom)
 
-	mu       sync.Mutex
-	cond     *sync.Cond // progress, close: wakes holdUp and probes
-	fw       framer     // follows what zmq4 writes
-	swallow  int        // control messages of zmq4's own handshake still to swallow
-	queue    [][]byte   // accepted, not yet written
-	owned    bool       // the last segment of queue is a buffer of ours (appendable)
-	spare    []byte     // a buffer of ours, written out, for the next small pieces
-	queued   int64      // bytes in queue plus bytes the flusher holds
-	flushing bool       // a flusher goroutine runs
-	progress time.Time  // when the peer last took bytes
-	dropping bool       // dropping the rest of the current message
-	deciding bool       // iopub: holding the first frame until its topic is known
-	head     []byte     // the held first frame
-	pongs    [][]byte   // PONGs waiting for a message boundary
-	subs     map[string]int
-	probe    []byte // the context of a PING whose PONG is awaited
-	answered bool   // that PONG came
-	closed   bool
-	err      error
-	stalledN int // messages dropped in the current stall, for the log (endStall)
+	mu        sync.Mutex
+	cond      *sync.Cond // progress, close: wakes holdUp and probes
+	fw        framer     // follows what zmq4 writes
+	swallow   int        // control messages of zmq4's own handshake still to swallow
+	queue     [][]byte   // accepted, not yet written
+	owned     bool       // the last segment of queue is a buffer of ours (appendable)
+	spare     []byte     // a buffer of ours, written out, for the next small pieces
+	queued    int64      // bytes in queue plus bytes the flusher holds
+	flushing  bool       // a flusher goroutine runs
+	progress  time.Time  // when the peer last took bytes
+	dropping  bool       // dropping the rest of the current message
+	deciding  bool       // iopub: holding the first frame until its topic is known
+	head      []byte     // the held first frame
+	pongs     [][]byte   // PONGs waiting for a message boundary
+	subs      map[string]int
+	probe     []byte // the context of a PING whose PONG is awaited
+	answered  bool   // that PONG came
+	closed    bool
+	err       error
+	stalledN  int  // messages dropped in the current stall, for the log (endStall)
+	lagSet    bool // counted in the door's heldN (mayHold, queue past QueueLimit)
+	holdSpent bool // held the writer for HoldFor or stalled: no hold until caught up
 
 	// established: zmq4 has written its handshake (greeting and READY), so
 	// messages may follow (sendMsg); handshake counts the control messages
@@ -223,9 +229,6 @@ func (c *conn) take(p []byte) (ended bool, err error) {
 			}
 		}
 		if s.start && !s.control {
-			if c.door != nil && c.door.hold {
-				c.holdUp()
-			}
 			if c.closed {
 				return ended, c.closedErr()
 			}
@@ -254,6 +257,10 @@ func (c *conn) take(p []byte) (ended bool, err error) {
 		if s.end {
 			c.dropping, c.deciding = false, false
 			ended = true
+			if c.mayHold && !c.lagSet && !c.holdSpent && c.queued >= c.lim.QueueLimit {
+				c.lagSet = true
+				c.door.hold1(+1)
+			}
 			for _, pong := range c.pongs {
 				c.enqueue(pong)
 			}
@@ -321,6 +328,23 @@ func (c *conn) dequeued(n int64) {
 		c.endStall("it reads again")
 		c.cond.Broadcast()
 	}
+	if c.lagSet && c.queued < c.lim.QueueLimit {
+		c.lagSet = false
+		c.door.hold1(-1)
+	}
+	if c.queued == 0 {
+		c.holdSpent = false // caught up: it may hold the writer again
+	}
+}
+
+// spendHold ends the connection's hold on the writer (Door.WaitRoom): it
+// misses messages past QueueLimit until it has caught up. Called with mu
+// held.
+func (c *conn) spendHold() {
+	c.lagSet, c.holdSpent = false, true
+	c.door.hold1(-1)
+	c.sh.rl.warn("zmtp: an iopub client lagged past its hold; it misses messages until it catches up",
+		"socket", c.door.name, "peer", c.RemoteAddr().String(), "who", c.peer.key, "queued", c.queued)
 }
 
 // endStall says, once a stall is over, how many messages it cost the
@@ -356,7 +380,11 @@ func (c *conn) full() bool {
 		c.closeLocked("stalled while output queues are full")
 		return true
 	}
-	drop := q >= c.lim.HardLimit || (q >= c.lim.QueueLimit && stalled)
+	// On iopub a connection that may not hold the writer (another peer's,
+	// or one whose hold is spent) misses messages past QueueLimit, as a
+	// libzmq PUB's subscriber misses them past its high-water mark.
+	holdless := c.door != nil && c.door.hold && (!c.mayHold || c.holdSpent)
+	drop := q >= c.lim.HardLimit || (q >= c.lim.QueueLimit && (stalled || holdless))
 	if drop {
 		if c.stalledN == 0 && c.door != nil {
 			c.sh.rl.warn("zmtp: dropping messages for a client that stopped reading",
@@ -366,32 +394,6 @@ func (c *conn) full() bool {
 		c.sh.dropped.Add(1)
 	}
 	return drop
-}
-
-// lagging: the peer's queue is over QueueLimit while it still reads; then
-// an iopub writer waits for it (see Limits). Called with mu held.
-func (c *conn) lagging() bool {
-	return !c.closed && c.queued >= c.lim.QueueLimit && !c.stalled()
-}
-
-// holdUp waits, before a new message, while the peer lags but reads; a
-// peer that stops reading meanwhile is given up on after StallAfter.
-// Called with mu held; releases it while waiting.
-func (c *conn) holdUp() {
-	if !c.lagging() {
-		return
-	}
-	c.door.hold1(+1)
-	defer c.door.hold1(-1)
-	for c.lagging() {
-		t := time.AfterFunc(time.Until(c.progress.Add(c.lim.StallAfter))+time.Millisecond, func() {
-			c.mu.Lock()
-			c.cond.Broadcast()
-			c.mu.Unlock()
-		})
-		c.cond.Wait()
-		t.Stop()
-	}
 }
 
 // subscribed reports whether a message whose first frame (header
@@ -646,12 +648,13 @@ func writevInto(iov *[]unix.Iovec, fd int, bufs [][]byte) (int, error) {
 // monitor's own short sleeps after each were most of the supervisor's CPU
 // (docs/benchmarks.md#relay-cpu).
 type rawReader struct {
-	nc  net.Conn
-	rc  syscall.RawConn // nil: read nc as it is
-	p   []byte
-	n   int
-	err error
-	fn  func(fd uintptr) bool
+	nc   net.Conn
+	rc   syscall.RawConn // nil: read nc as it is
+	p    []byte
+	n    int
+	err  error
+	fn   func(fd uintptr) bool
+	prog *progress // sets the read deadline of an unfinished message; nil: none
 }
 
 func newRawReader(nc net.Conn) *rawReader {
@@ -683,6 +686,9 @@ func newRawReader(nc net.Conn) *rawReader {
 // Read is io.Reader's: at least one byte, or an error (io.EOF when the
 // peer closed).
 func (r *rawReader) Read(p []byte) (int, error) {
+	if r.prog != nil {
+		r.prog.beforeRead()
+	}
 	if r.rc == nil {
 		return r.nc.Read(p)
 	}
@@ -726,6 +732,13 @@ func (c *conn) closeLocked(why string) {
 		c.sh.log.Debug("zmtp: connection closed", "socket", c.door.name, "peer", c.RemoteAddr().String(), "why", why)
 	}
 	c.dequeued(c.queued)
+	if c.lagSet {
+		c.lagSet = false
+		c.door.hold1(-1)
+	}
+	if c.acct != nil {
+		c.sh.unregister(c.acct)
+	}
 	subs := c.subs
 	c.queue, c.head, c.pongs, c.subs = nil, nil, nil, nil
 	c.cond.Broadcast()

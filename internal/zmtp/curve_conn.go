@@ -62,10 +62,12 @@ func (s *sealer) feed(p []byte, emit func([]byte)) error {
 // (its MAC covers all of it): a large one is staged as its bytes arrive,
 // counted in the receive budget all peers share, as inbound stages.
 type opener struct {
-	rd  *bufio.Reader // the connection
-	cs  *curveServer
-	lim *Limits
-	sh  *Shared // receive budget; nil in tests of the opener alone
+	rd   *bufio.Reader // the connection
+	cs   *curveServer
+	lim  *Limits
+	sh   *Shared   // receive budget; nil in tests of the opener alone
+	acct *recvAcct // the connection's part of it
+	prog *progress // the unfinished message's deadline; nil in tests
 
 	hdr     []byte // the plain frame's header, for inbound
 	payload []byte // then its body
@@ -107,25 +109,37 @@ func (o *opener) next() error {
 	if h.Size-messageExtra-1 > uint64(o.lim.MaxMessage) {
 		return protoErr("message of more than %d bytes (the limit; see --max-message-size)", o.lim.MaxMessage)
 	}
+	if o.prog != nil {
+		o.prog.open(int64(h.Size))
+	}
 	var held int64
 	hold := func(n int64) error {
 		held += n
 		if o.sh == nil {
 			return nil
 		}
-		if o.sh.receiving.Add(n) > o.sh.receiveBudget() {
-			return protoErr("inbound messages of all clients over %d bytes", o.sh.receiveBudget())
-		}
-		return nil
+		return o.sh.take(o.acct, n)
 	}
 	defer func() {
 		if o.sh != nil {
-			o.sh.receiving.Add(-held)
+			o.sh.give(o.acct, held)
 		}
 	}()
-	body, err := readStaged(o.rd, h.Size, hold)
+	chunks, err := readChunks(o.rd, h.Size, hold)
 	if err != nil {
 		return err
+	}
+	body := chunks[0]
+	if len(chunks) > 1 {
+		// The MAC covers the whole box: open it in one buffer.
+		if err := hold(int64(h.Size)); err != nil {
+			return err
+		}
+		body = make([]byte, 0, h.Size)
+		for i, c := range chunks {
+			body = append(body, c...)
+			chunks[i] = nil
+		}
 	}
 	flags, payload, err := o.cs.open(body)
 	if err != nil {

@@ -40,11 +40,13 @@ type Door struct {
 
 	mu       sync.Mutex
 	closed   bool
-	conns    map[*conn]struct{}     // established
-	shaking  map[net.Conn]time.Time // in handshake, with their start
-	ids      map[string]*conn       // ROUTER: routing identity → its connection
-	heldN    int                    // writers held up now (hold)
-	heldFree chan struct{}          // closed when heldN drops to 0
+	conns    map[*conn]struct{}      // established
+	shaking  map[net.Conn]*shakeInfo // in handshake
+	ids      map[string]*conn        // ROUTER: routing identity → its connection
+	reserved map[string]reservation  // ROUTER: identities kept for their holder's reconnect
+	probing  map[string]bool         // ROUTER: identities whose holder is being probed
+	heldN    int                     // connections holding the writer up now (hold)
+	heldFree chan struct{}           // closed when heldN drops to 0
 
 	sendMu sync.Mutex // serialises Send
 	fan    []*conn    // Send's snapshot of conns, under sendMu
@@ -106,7 +108,8 @@ func Bind(sock zmq4.Socket, socketType, name, endpoint string, sh *Shared, hold 
 	}
 	d := &Door{name: name, socketType: socketType, sh: sh, hold: hold,
 		ready: make(chan *conn, 64), done: make(chan struct{}),
-		conns: map[*conn]struct{}{}, shaking: map[net.Conn]time.Time{}, ids: map[string]*conn{}}
+		conns: map[*conn]struct{}{}, shaking: map[net.Conn]*shakeInfo{}, ids: map[string]*conn{},
+		reserved: map[string]reservation{}, probing: map[string]bool{}}
 	reg := fmt.Sprintf("tfgpu-door%d-%s", doorSeq.Add(1), scheme)
 	if err := zmq4.RegisterTransport(reg, doorTransport{d, netOf(scheme)}); err != nil {
 		return nil, err
@@ -232,51 +235,116 @@ func (d *Door) acceptLoop() {
 			continue
 		}
 		backoff = 0
-		if why := d.admit(nc); why != "" {
+		p := peerOf(nc)
+		if why := d.admit(nc, p); why != "" {
 			_ = nc.Close()
-			d.sh.rl.warn("zmtp: refused a connection", "socket", d.name, "peer", nc.RemoteAddr().String(), "why", why)
+			d.sh.rl.warn("zmtp: refused a connection", "socket", d.name, "peer", nc.RemoteAddr().String(), "who", p.key, "why", why)
 			continue
 		}
-		go d.handshake(nc)
+		go d.handshake(nc, p)
 	}
 }
 
-// admit counts nc in, or says why not. Past MaxHandshakes the oldest
-// connection still in its handshake makes room.
-func (d *Door) admit(nc net.Conn) string {
+// shakeInfo is a connection in its handshake.
+type shakeInfo struct {
+	start time.Time
+	peer  peer
+}
+
+// admit counts nc, from p, in, or says why not. The connection and
+// handshake limits are shared fairly between peers: at a limit, the peer
+// with the most connections (handshakes) loses its newest (oldest) one to
+// make room, and a newcomer from that peer itself is refused; so one
+// user's flood never locks another user's client out.
+func (d *Door) admit(nc net.Conn, p peer) string {
+	var evict []func()
+	defer func() { // conns are closed outside d.mu (their lock comes first)
+		for _, f := range evict {
+			f()
+		}
+	}()
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	lim := &d.sh.lim
-	switch {
-	case d.closed:
+	if d.closed {
 		return "closing"
-	case len(d.conns)+len(d.shaking) >= lim.MaxConns:
-		return fmt.Sprintf("%d connections on this socket (the limit)", lim.MaxConns)
-	case !d.sh.fdRoom():
-		return "too few file descriptors left (RLIMIT_NOFILE)"
+	}
+	if full, fds := len(d.conns)+len(d.shaking) >= lim.MaxConns, !d.sh.fdRoom(); full || fds {
+		why := fmt.Sprintf("%d connections on this socket (the limit)", lim.MaxConns)
+		if fds {
+			why = "too few file descriptors left (RLIMIT_NOFILE)"
+		}
+		f := d.crowdedLocked(p, false)
+		if f == nil {
+			return why + "; this peer has the most"
+		}
+		evict = append(evict, f)
+		d.sh.rl.warn("zmtp: closed a connection of the peer with the most to make room", "socket", d.name, "for", p.key, "why", why)
 	}
 	if len(d.shaking) >= lim.MaxHandshakes {
-		var oldest net.Conn
-		var at time.Time
-		for c, t := range d.shaking {
-			if oldest == nil || t.Before(at) {
-				oldest, at = c, t
-			}
+		if f := d.crowdedLocked(p, true); f != nil {
+			evict = append(evict, f)
 		}
-		_ = oldest.Close() // its handshake fails and uncounts it
-		d.sh.rl.warn("zmtp: closed the oldest unfinished handshake to make room", "socket", d.name,
-			"peer", oldest.RemoteAddr().String())
 	}
-	d.shaking[nc] = time.Now()
+	d.shaking[nc] = &shakeInfo{start: time.Now(), peer: p}
 	d.sh.conns.Add(1)
 	return ""
+}
+
+// crowdedLocked picks, to make room for a newcomer from p, a connection of
+// the peer with the most on this door (counting the newcomer), and returns
+// what closes it: among handshakes only (shaking) the oldest handshake,
+// else the newest established connection, else the oldest handshake. It
+// returns nil when p is that peer and has nothing in handshake to give up
+// (shaking) or at all (the newcomer is refused). Called with d.mu held.
+func (d *Door) crowdedLocked(p peer, shaking bool) func() {
+	count := map[string]int{p.key: 1}
+	for _, si := range d.shaking {
+		count[si.peer.key]++
+	}
+	if !shaking {
+		for c := range d.conns {
+			count[c.peer.key]++
+		}
+	}
+	top, most := p.key, count[p.key] // a tie goes against the newcomer's peer
+	for k, n := range count {
+		if n > most {
+			top, most = k, n
+		}
+	}
+	if top == p.key && !shaking {
+		return nil
+	}
+	var newest *conn
+	if !shaking {
+		for c := range d.conns {
+			if c.peer.key == top && (newest == nil || c.since.After(newest.since)) {
+				newest = c
+			}
+		}
+	}
+	if newest != nil {
+		return func() { newest.closeWith("made room for another peer") }
+	}
+	var oldest net.Conn
+	var at time.Time
+	for nc, si := range d.shaking {
+		if si.peer.key == top && (oldest == nil || si.start.Before(at)) {
+			oldest, at = nc, si.start
+		}
+	}
+	if oldest == nil {
+		return nil
+	}
+	return func() { _ = oldest.Close() } // its handshake fails and uncounts it
 }
 
 // handshake does the server side of the ZMTP 3.0 handshake with one peer
 // under HandshakeTimeout (see shake). A peer that passes becomes a conn for
 // zmq4; one that does not is closed, and logged (rate-limited).
-func (d *Door) handshake(nc net.Conn) {
-	c, err := d.shake(nc)
+func (d *Door) handshake(nc net.Conn, p peer) {
+	c, err := d.shake(nc, p)
 	d.mu.Lock()
 	delete(d.shaking, nc)
 	closed := d.closed
@@ -307,7 +375,7 @@ func (d *Door) handshake(nc net.Conn) {
 // peer's greeting and READY. CURVE sends our greeting, checks the peer's,
 // then HELLO → WELCOME, INITIATE → READY (RFC 26), and the conn seals and
 // opens every frame from then on.
-func (d *Door) shake(nc net.Conn) (*conn, error) {
+func (d *Door) shake(nc net.Conn, p peer) (*conn, error) {
 	lim := &d.sh.lim
 	mech := d.sh.Mechanism()
 	_ = nc.SetDeadline(time.Now().Add(lim.HandshakeTimeout))
@@ -318,7 +386,8 @@ func (d *Door) shake(nc net.Conn) (*conn, error) {
 	if _, err := nc.Write(out); err != nil {
 		return nil, err
 	}
-	rd := bufio.NewReaderSize(newRawReader(nc), readBuffer)
+	raw := newRawReader(nc)
+	rd := bufio.NewReaderSize(raw, readBuffer)
 	// The signature's first and last bytes as soon as they come, as
 	// libzmq does: an HTTP request or random bytes are refused at once,
 	// not at the timeout.
@@ -367,7 +436,11 @@ func (d *Door) shake(nc net.Conn) (*conn, error) {
 		return nil, protoErr("a %s cannot connect to a %s", printable(r.SocketType), d.socketType)
 	}
 	c := newConn(nc, rd, d.sh)
-	c.door = d
+	c.door, c.peer, c.since = d, p, time.Now()
+	// Only the kernel's owner (or, with CURVE, a holder of the key) may
+	// hold iopub's writer up; anyone else is a subscriber as libzmq's PUB
+	// has them: past its queue it misses messages (attack G).
+	c.mayHold = d.hold && (d.sh.curve != nil || p.uid == os.Geteuid())
 	c.swallow = 2 // zmq4 writes a greeting and a READY of its own
 	if d.socketType == "ROUTER" {
 		if err := d.claim(c, r.Identity); err != nil {
@@ -376,13 +449,17 @@ func (d *Door) shake(nc net.Conn) (*conn, error) {
 	} else {
 		c.subs = map[string]int{}
 	}
+	c.acct = &recvAcct{peer: p.key, name: d.name, addr: nc.RemoteAddr().String(), close: func() { c.closeWith("receive budget") }}
+	prog := &progress{nc: nc, idle: lim.MessageIdle}
+	raw.prog = prog // from here on: the handshake's deadline is cleared below
 	plain := rd
 	if cs != nil {
 		c.seal = &sealer{cs: cs}
-		plain = bufio.NewReaderSize(&opener{rd: rd, cs: cs, lim: lim, sh: d.sh}, readBuffer)
+		plain = bufio.NewReaderSize(&opener{rd: rd, cs: cs, lim: lim, sh: d.sh, acct: c.acct, prog: prog}, readBuffer)
 	}
-	c.in = &inbound{rd: plain, pub: d.socketType == "PUB", lim: lim, budget: d.sh,
+	c.in = &inbound{rd: plain, pub: d.socketType == "PUB", lim: lim, budget: d.sh, acct: c.acct, prog: prog,
 		hooks: inboundHooks{ping: c.pingReceived, pong: c.pongReceived, subscribe: c.subscribe}}
+	d.sh.register(c.acct)
 	c.in.pending = prelude(r.SocketType, c.identity, c.in.pub)
 	_ = nc.SetDeadline(time.Time{})
 	return c, nil
@@ -467,12 +544,17 @@ func prelude(socketType, identity string, pub bool) []byte {
 
 // claim gives c its routing identity. An empty one, or one starting with a
 // zero byte (libzmq reserves those for identities it makes up), is replaced
-// by a random one. An identity another live connection holds is refused
-// when that connection answers a PING within ProbeTimeout (libzmq's ROUTER
-// refuses duplicates too; ipykernel's ROUTER_HANDOVER would instead hand a
-// client's replies to whoever claims its identity, which any local user
-// can read off iopub); when it does not answer, it is dead or hung and is
-// closed, and the identity handed over.
+// by a random one. An identity belongs to the peer (the user, see peer)
+// whose connection holds it, and for reserveFor after that connection
+// closes, to its reconnect: a claim from another peer is refused at once,
+// without a probe, so no other user can take a client's replies, whether
+// it races the client's reconnect or not (attack B; ipykernel's
+// ROUTER_HANDOVER would hand them over, and any local user reads the
+// identities off iopub). A claim from the holder's own peer is refused
+// when the holder answers a PING within ProbeTimeout (libzmq's ROUTER
+// refuses duplicates too); when it does not, it is dead or hung and is
+// closed, and the identity handed over. One probe at a time per identity:
+// a claim while one is in flight is refused.
 func (d *Door) claim(c *conn, id []byte) error {
 	if len(id) == 0 || id[0] == 0 {
 		var b [9]byte
@@ -484,29 +566,72 @@ func (d *Door) claim(c *conn, id []byte) error {
 		return nil
 	}
 	key := string(id)
-	for {
-		d.mu.Lock()
-		old := d.ids[key]
-		if old == nil {
-			d.ids[key] = c
-			c.identity = key
+	d.mu.Lock()
+	if r, ok := d.reserved[key]; ok {
+		if r.peer != c.peer.key && time.Now().Before(r.until) {
 			d.mu.Unlock()
-			return nil
+			d.sh.rl.warn("zmtp: refused a connection claiming the identity of a client that is reconnecting",
+				"socket", d.name, "peer", c.RemoteAddr().String(), "who", c.peer.key, "holder", r.peer)
+			return protoErr("identity reserved for its holder's reconnect")
 		}
-		d.mu.Unlock()
-		if old.alive(d.sh.lim.ProbeTimeout) {
-			d.sh.rl.warn("zmtp: refused a connection claiming the identity of a live client",
-				"socket", d.name, "peer", c.RemoteAddr().String())
-			return protoErr("identity held by a live client")
-		}
-		d.sh.rl.warn("zmtp: handed an identity over from a client that did not answer a PING",
-			"socket", d.name, "peer", c.RemoteAddr().String(), "old_peer", old.RemoteAddr().String())
-		old.closeWith("identity handed over")
-		d.forget(old, nil)
+		delete(d.reserved, key)
 	}
+	old := d.ids[key]
+	switch {
+	case old == nil:
+		d.ids[key] = c
+		c.identity = key
+		d.mu.Unlock()
+		return nil
+	case old.peer.key != c.peer.key:
+		d.mu.Unlock()
+		d.sh.rl.warn("zmtp: refused a connection claiming the identity of another peer's client",
+			"socket", d.name, "peer", c.RemoteAddr().String(), "who", c.peer.key, "holder", old.peer.key)
+		return protoErr("identity held by another peer's client")
+	case d.probing[key]:
+		d.mu.Unlock()
+		return protoErr("identity being checked for another claim")
+	}
+	if d.probing == nil {
+		d.probing = map[string]bool{}
+	}
+	d.probing[key] = true
+	d.mu.Unlock()
+	alive := old.alive(d.sh.lim.ProbeTimeout)
+	d.mu.Lock()
+	delete(d.probing, key)
+	if alive || d.closed {
+		d.mu.Unlock()
+		d.sh.rl.warn("zmtp: refused a connection claiming the identity of a live client",
+			"socket", d.name, "peer", c.RemoteAddr().String())
+		return protoErr("identity held by a live client")
+	}
+	d.ids[key] = c // before old's forget, which then leaves it alone
+	c.identity = key
+	d.mu.Unlock()
+	d.sh.rl.warn("zmtp: handed an identity over from a client that did not answer a PING",
+		"socket", d.name, "peer", c.RemoteAddr().String(), "old_peer", old.RemoteAddr().String())
+	old.closeWith("identity handed over")
+	return nil
 }
 
-// forget removes a closed conn from the door.
+// A reservation keeps an identity whose connection closed for a reconnect
+// from the same peer.
+type reservation struct {
+	peer  string
+	until time.Time
+}
+
+// reserveFor is how long an identity waits for its holder's reconnect
+// (libzmq reconnects after 100 ms); maxReserved bounds the reservations of
+// one door, so that a peer making up identities cannot grow the map.
+const (
+	reserveFor  = 30 * time.Second
+	maxReserved = 4096
+)
+
+// forget removes a closed conn from the door, keeping its identity for its
+// reconnect.
 func (d *Door) forget(c *conn, subs map[string]int) {
 	d.mu.Lock()
 	if _, ok := d.conns[c]; ok {
@@ -515,6 +640,9 @@ func (d *Door) forget(c *conn, subs map[string]int) {
 	}
 	if c.identity != "" && d.ids[c.identity] == c {
 		delete(d.ids, c.identity)
+		if c.identity[0] != 0 {
+			d.reserveLocked(c.identity, c.peer.key)
+		}
 	}
 	d.mu.Unlock()
 	for t := range subs {
@@ -522,7 +650,40 @@ func (d *Door) forget(c *conn, subs map[string]int) {
 	}
 }
 
-// hold1 counts a writer held up (+1) or let go (-1).
+// reserveLocked keeps id for peer. Past maxReserved, expired reservations
+// go, then those of the peer with the most. Called with d.mu held.
+func (d *Door) reserveLocked(id, peer string) {
+	now := time.Now()
+	if d.reserved == nil {
+		d.reserved = map[string]reservation{}
+	}
+	if len(d.reserved) >= maxReserved {
+		byPeer := map[string]int{}
+		for k, r := range d.reserved {
+			if now.After(r.until) {
+				delete(d.reserved, k)
+			} else {
+				byPeer[r.peer]++
+			}
+		}
+		if len(d.reserved) >= maxReserved {
+			top, most := peer, byPeer[peer]
+			for p, n := range byPeer {
+				if n > most {
+					top, most = p, n
+				}
+			}
+			for k, r := range d.reserved {
+				if r.peer == top {
+					delete(d.reserved, k)
+				}
+			}
+		}
+	}
+	d.reserved[id] = reservation{peer: peer, until: now.Add(reserveFor)}
+}
+
+// hold1 counts a connection holding the writer up (+1) or letting go (-1).
 func (d *Door) hold1(delta int) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -533,24 +694,62 @@ func (d *Door) hold1(delta int) {
 	}
 }
 
-// WaitRoom blocks while a writer to one of the door's connections is held
-// up by a lagging reader, or until ctx ends: the relay then stops reading
-// the kernel, so the kernel waits for a slow client and nothing piles up
-// in between.
+// WaitRoom blocks while a connection of the kernel's owner lags behind the
+// door's output (its queue past Limits.QueueLimit while it reads), or until
+// ctx ends: the relay then stops reading the kernel, so the kernel waits
+// for a slow client and nothing piles up in between. It waits at most
+// Limits.HoldFor per call, and no longer for a connection that stopped
+// reading (StallAfter): such a connection's hold is spent, and until it has
+// caught up it misses messages instead (conn.full), so no reader can slow
+// the kernel's output for long. Connections of other peers never hold it
+// (conn.mayHold); the supervisor's own messages never wait (only the
+// relay's copy of the kernel's output calls WaitRoom).
 func (d *Door) WaitRoom(ctx context.Context) {
-	d.mu.Lock()
-	if d.heldN == 0 {
+	var deadline time.Time
+	for {
+		d.mu.Lock()
+		if d.heldN == 0 {
+			d.mu.Unlock()
+			return
+		}
+		if d.heldFree == nil {
+			d.heldFree = make(chan struct{})
+		}
+		ch := d.heldFree
 		d.mu.Unlock()
-		return
+		now := time.Now()
+		if deadline.IsZero() {
+			deadline = now.Add(d.sh.lim.HoldFor)
+		}
+		t := time.NewTimer(min(deadline.Sub(now), d.sh.lim.StallAfter/2) + time.Millisecond)
+		select {
+		case <-ch:
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+		if ctx.Err() != nil {
+			return
+		}
+		d.spendHolds(time.Now().After(deadline))
 	}
-	if d.heldFree == nil {
-		d.heldFree = make(chan struct{})
+}
+
+// spendHolds ends the hold of every connection that stopped reading, or of
+// every lagging one when all is set.
+func (d *Door) spendHolds(all bool) {
+	d.mu.Lock()
+	lagging := make([]*conn, 0, d.heldN)
+	for c := range d.conns {
+		lagging = append(lagging, c)
 	}
-	ch := d.heldFree
 	d.mu.Unlock()
-	select {
-	case <-ch:
-	case <-ctx.Done():
+	for _, c := range lagging { // each conn's lock before the door's
+		c.mu.Lock()
+		if c.lagSet && (all || c.stalled()) {
+			c.spendHold()
+		}
+		c.mu.Unlock()
 	}
 }
 

@@ -690,7 +690,7 @@ func TestDoorBacksOffOnAcceptErrors(t *testing.T) {
 	}
 	fl := &failingListener{Listener: real}
 	d := &Door{name: "t", socketType: "ROUTER", sh: NewShared(Limits{}, nil), ln: fl, ready: make(chan *conn, 1),
-		done: make(chan struct{}), conns: map[*conn]struct{}{}, shaking: map[net.Conn]time.Time{}, ids: map[string]*conn{}}
+		done: make(chan struct{}), conns: map[*conn]struct{}{}, shaking: map[net.Conn]*shakeInfo{}, ids: map[string]*conn{}}
 	go d.acceptLoop()
 	time.Sleep(1500 * time.Millisecond)
 	d.Close()

@@ -55,9 +55,9 @@ func FuzzDoor(f *testing.F) {
 		for _, typ := range []string{"ROUTER", "PUB"} {
 			sh := NewShared(fuzzLimits, nil)
 			d := &Door{name: "fuzz", socketType: typ, sh: sh, ready: make(chan *conn, 1),
-				done: make(chan struct{}), conns: map[*conn]struct{}{}, shaking: map[net.Conn]time.Time{},
+				done: make(chan struct{}), conns: map[*conn]struct{}{}, shaking: map[net.Conn]*shakeInfo{},
 				ids: map[string]*conn{}}
-			c, err := d.shake(&fakeConn{r: bytes.NewReader(data)})
+			c, err := d.shake(&fakeConn{r: bytes.NewReader(data)}, peer{key: "fuzz", uid: -1})
 			if err != nil {
 				continue
 			}
@@ -212,8 +212,8 @@ func TestFuzzHarnessSeesRealTraffic(t *testing.T) {
 		}
 		sh := NewShared(Limits{}, nil)
 		d := &Door{name: "t", socketType: typ, sh: sh, ready: make(chan *conn, 1), done: make(chan struct{}),
-			conns: map[*conn]struct{}{}, shaking: map[net.Conn]time.Time{}, ids: map[string]*conn{}}
-		c, err := d.shake(&fakeConn{r: bytes.NewReader(data)})
+			conns: map[*conn]struct{}{}, shaking: map[net.Conn]*shakeInfo{}, ids: map[string]*conn{}}
+		c, err := d.shake(&fakeConn{r: bytes.NewReader(data)}, peer{key: "fuzz", uid: -1})
 		if err != nil {
 			t.Fatalf("%s: handshake: %v", name, err)
 		}

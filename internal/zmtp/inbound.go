@@ -28,16 +28,18 @@ type inbound struct {
 	rd     *bufio.Reader
 	pub    bool
 	lim    *Limits
-	budget *Shared // receiving total; nil in tests of the reader alone
+	budget *Shared   // the receive budget; nil in tests of the reader alone
+	acct   *recvAcct // this connection's part of it
+	prog   *progress // the unfinished message's deadline; nil in tests of the reader alone
 	hooks  inboundHooks
 
 	pending []byte // checked bytes for zmq4: a prelude or a frame header
 	hdr     [9]byte
-	body    []byte // a staged frame body for zmq4, after pending
-	pass    uint64 // body bytes of the current frame zmq4 reads straight from rd
-	more    bool   // the current message has more frames
-	msgSize int64  // bytes the current message declared so far
-	held    int64  // bytes of it counted in the shared receive budget
+	body    [][]byte // a staged frame body for zmq4, after pending
+	pass    uint64   // body bytes of the current frame zmq4 reads straight from rd
+	more    bool     // the current message has more frames
+	msgSize int64    // bytes the current message declared so far
+	held    int64    // bytes of it counted in the shared receive budget
 	frames  int
 	err     error
 }
@@ -62,6 +64,9 @@ func (e *errRead) Temporary() bool { return false }
 // Read gives zmq4 the next checked bytes.
 func (in *inbound) Read(p []byte) (int, error) {
 	for {
+		if in.pass == 0 && !in.more && in.prog != nil {
+			in.prog.end() // the last frame is zmq4's: no deadline while idle
+		}
 		switch {
 		case len(p) == 0:
 			return 0, nil
@@ -70,10 +75,12 @@ func (in *inbound) Read(p []byte) (int, error) {
 			in.pending = in.pending[n:]
 			return n, nil
 		case len(in.body) > 0:
-			n := copy(p, in.body)
-			in.body = in.body[n:]
-			if len(in.body) == 0 {
-				in.body = nil // let the staged buffer go
+			n := copy(p, in.body[0])
+			if in.body[0] = in.body[0][n:]; len(in.body[0]) == 0 {
+				in.body[0] = nil // let the chunk go
+				if in.body = in.body[1:]; len(in.body) == 0 {
+					in.body = nil
+				}
 			}
 			return n, nil
 		case in.pass > 0:
@@ -107,25 +114,22 @@ func (in *inbound) fail(err error) {
 // endMessage gives back what the message in progress took of the budget.
 func (in *inbound) endMessage() {
 	if in.budget != nil && in.held > 0 {
-		in.budget.receiving.Add(-in.held)
+		in.budget.give(in.acct, in.held)
 	}
 	in.msgSize, in.held, in.frames, in.more = 0, 0, 0, false
 }
 
 // hold counts n more bytes of the message in progress in the receive
-// budget all peers share: bytes that have arrived (staged) or that zmq4
-// allocates at a header (at most stageAbove). A declared size alone costs
-// nothing, so a peer that announces a huge frame and stalls holds no one
-// else's room.
+// budget all peers share (see recv.go): staged chunks as they are
+// allocated, or what zmq4 allocates at a header (at most stageAbove). A
+// declared size alone costs nothing, so a peer that announces a huge frame
+// and stalls holds no one else's room.
 func (in *inbound) hold(n int64) error {
 	if in.budget == nil {
 		return nil
 	}
 	in.held += n
-	if in.budget.receiving.Add(n) > in.budget.receiveBudget() {
-		return protoErr("inbound messages of all clients over %d bytes", in.budget.receiveBudget())
-	}
-	return nil
+	return in.budget.take(in.acct, n)
 }
 
 // next reads one frame header and deals with the frame: a command is
@@ -147,6 +151,9 @@ func (in *inbound) next() error {
 	if err := in.account(h.Size); err != nil {
 		return err
 	}
+	if in.prog != nil {
+		in.prog.open(int64(h.Size))
+	}
 	in.more = h.More()
 	if in.pub {
 		return in.fromSubscriber(h)
@@ -154,7 +161,7 @@ func (in *inbound) next() error {
 	// The header goes to zmq4 only once the frame is known to be
 	// deliverable: zmq4 allocates the size it declares as it reads it.
 	if h.Size > stageAbove {
-		if in.body, err = readStaged(in.rd, h.Size, in.hold); err != nil {
+		if in.body, err = readChunks(in.rd, h.Size, in.hold); err != nil {
 			return err
 		}
 	} else {
@@ -286,32 +293,6 @@ func unexpected(err error) error {
 		return io.ErrUnexpectedEOF
 	}
 	return err
-}
-
-// readStaged reads a body of size bytes into a buffer that grows with what
-// arrives (doubling from stageAbove, at most 2×stageAbove at first), never
-// to more than size; hold is told of every byte of room taken.
-func readStaged(rd io.Reader, size uint64, hold func(int64) error) ([]byte, error) {
-	buf := make([]byte, 0, min(size, 2*stageAbove))
-	if err := hold(int64(cap(buf))); err != nil {
-		return nil, err
-	}
-	for uint64(len(buf)) < size {
-		if len(buf) == cap(buf) {
-			grown := make([]byte, len(buf), min(size, uint64(2*cap(buf))))
-			if err := hold(int64(cap(grown) - cap(buf))); err != nil {
-				return nil, err
-			}
-			copy(grown, buf)
-			buf = grown
-		}
-		n, err := rd.Read(buf[len(buf):cap(buf)])
-		buf = buf[:len(buf)+n]
-		if err != nil && uint64(len(buf)) < size {
-			return nil, unexpected(err)
-		}
-	}
-	return buf, nil
 }
 
 // reason is a short description of why a read ended, for logs: never

@@ -27,6 +27,10 @@ type Limits struct {
 	// HandshakeTimeout is how long a peer has to complete its greeting
 	// and READY (libzmq's ZMQ_HANDSHAKE_IVL, default there 30 s).
 	HandshakeTimeout time.Duration
+	// MessageIdle is how long a peer may send nothing in the middle of a
+	// message; the whole message must also arrive within MessageIdle plus
+	// its size at 1 MiB/s. Past either the connection is closed.
+	MessageIdle time.Duration
 	// ProbeTimeout is how long a client holding a routing identity has to
 	// answer a PING when another connection claims the same identity.
 	ProbeTimeout time.Duration
@@ -37,14 +41,18 @@ type Limits struct {
 	MaxTopic         int
 
 	// Outbound queues (bytes accepted for a peer, not yet written).
-	// QueueLimit: past it an iopub subscriber that still reads holds the
-	// writer up, and a stalled peer (nothing taken for StallAfter) has
-	// whole messages dropped. HardLimit: messages are dropped whatever the
+	// QueueLimit: past it an iopub subscriber of the kernel's owner that
+	// still reads holds the writer up (for at most HoldFor per message),
+	// any other subscriber misses messages, and a stalled peer (nothing
+	// taken for StallAfter) has whole messages dropped. HardLimit: messages are dropped whatever the
 	// peer does. TotalQueue: while the queues of all peers together exceed
 	// it, a stalled peer is disconnected. PongQueue: a PING is not
 	// answered while more than this is queued for the peer.
 	QueueLimit, HardLimit, TotalQueue, PongQueue int64
 	StallAfter                                   time.Duration
+	// HoldFor is the longest a lagging iopub reader of the kernel's owner
+	// holds the writer up for one message (see Door.WaitRoom).
+	HoldFor time.Duration
 }
 
 // DefaultMaxMessage is the default for Limits.MaxMessage: comm buffers of
@@ -59,6 +67,7 @@ var DefaultLimits = Limits{
 	MaxHandshakes:    64,
 	HandshakeTimeout: 10 * time.Second,
 	ProbeTimeout:     2 * time.Second,
+	MessageIdle:      10 * time.Second,
 	MaxSubscriptions: 64,
 	MaxTopic:         255,
 	QueueLimit:       8 << 20,
@@ -66,6 +75,7 @@ var DefaultLimits = Limits{
 	TotalQueue:       256 << 20,
 	PongQueue:        64 << 10,
 	StallAfter:       500 * time.Millisecond,
+	HoldFor:          2 * time.Second,
 }
 
 func (l Limits) withDefaults() Limits {
@@ -76,6 +86,7 @@ func (l Limits) withDefaults() Limits {
 	orDefault(&l.MaxHandshakes, d.MaxHandshakes)
 	orDefault(&l.HandshakeTimeout, d.HandshakeTimeout)
 	orDefault(&l.ProbeTimeout, d.ProbeTimeout)
+	orDefault(&l.MessageIdle, d.MessageIdle)
 	orDefault(&l.MaxSubscriptions, d.MaxSubscriptions)
 	orDefault(&l.MaxTopic, d.MaxTopic)
 	orDefault(&l.QueueLimit, d.QueueLimit)
@@ -83,6 +94,7 @@ func (l Limits) withDefaults() Limits {
 	orDefault(&l.TotalQueue, d.TotalQueue)
 	orDefault(&l.PongQueue, d.PongQueue)
 	orDefault(&l.StallAfter, d.StallAfter)
+	orDefault(&l.HoldFor, d.HoldFor)
 	return l
 }
 
@@ -122,6 +134,7 @@ type Shared struct {
 	conns     atomic.Int64 // connections of every door, in handshake or established
 	queued    atomic.Int64 // bytes queued for peers of every door
 	receiving atomic.Int64 // bytes of inbound messages not yet complete
+	recv      recvBook     // who holds them (recv.go)
 	dropped   atomic.Int64 // messages dropped for peers that stopped reading
 
 	idleMu sync.Mutex
