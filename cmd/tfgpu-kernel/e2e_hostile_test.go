@@ -3,7 +3,9 @@
 package main
 
 import (
+	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
@@ -83,4 +85,31 @@ func e2eEnvInt(t *testing.T, name string, def int) int {
 		t.Fatalf("%s=%q: want a positive integer", name, v)
 	}
 	return n
+}
+
+// Keyless peers of another real user (useradd), on both stacks: attacks A
+// (the receive budget), B (a client's identity) and G (a slow iopub
+// reader) of docs/security.md#threats, each in testdata/e2e/peers.py. The
+// attacker runs testdata/e2e/peers_attack.py as that user.
+func TestE2EKeylessPeers(t *testing.T) {
+	eachStack(t, func(t *testing.T, stack string) {
+		s := e2eSetupStack(t, stack)
+		u := newLocalUser(t, "peer")
+		src, err := os.ReadFile(filepath.Join(s.scripts, "peers_attack.py"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		script := filepath.Join(sharedDir(t), "peers_attack.py")
+		if err := os.WriteFile(script, src, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		for _, mode := range []string{"budget", "claim", "slowsub"} {
+			t.Run(mode, func(t *testing.T) {
+				ps := *s
+				ps.env = append(append([]string{}, s.env...),
+					fmt.Sprintf("E2E_ATTACKER=%d:%d", u.uid, u.gid), "E2E_ATTACK_SCRIPT="+script)
+				ps.scenario(t, 180*time.Second, "peers.py", mode)
+			})
+		}
+	})
 }

