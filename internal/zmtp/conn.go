@@ -387,8 +387,18 @@ func (c *conn) full() bool {
 	drop := q >= c.lim.HardLimit || (q >= c.lim.QueueLimit && (stalled || holdless))
 	if drop {
 		if c.stalledN == 0 && c.door != nil {
-			c.sh.rl.warn("zmtp: dropping messages for a client that stopped reading",
-				"socket", c.door.name, "peer", c.RemoteAddr().String(), "queued", q)
+			why := "it stopped reading"
+			switch {
+			case stalled:
+			case q >= c.lim.HardLimit:
+				why = "its queue is full"
+			case !c.mayHold:
+				why = "it reads slower than the kernel writes, and is not the kernel's owner"
+			default:
+				why = "it lagged past its hold"
+			}
+			c.sh.rl.warn("zmtp: dropping messages for a client",
+				"socket", c.door.name, "peer", c.RemoteAddr().String(), "who", c.peer.key, "queued", q, "why", why)
 		}
 		c.stalledN++
 		c.sh.dropped.Add(1)

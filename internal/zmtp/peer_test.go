@@ -1,11 +1,13 @@
 package zmtp
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -85,4 +87,56 @@ func TestPeerUID(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Attack D's second half: the kernel's inner TCP port is chosen free and
+// bound by the kernel a moment later; another user who binds it first
+// gets nothing from the relay: the link refuses the connection before
+// anything is sent. The kernel's own (this user's) port is taken.
+func TestLinkRefusesAPortOfAnotherUser(t *testing.T) {
+	other := testutil.NewUser(t, "squat", nil)
+	cmd := exec.Command("/usr/bin/python3", "-c", `import socket, sys
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+s.listen(8)
+print(s.getsockname()[1], flush=True)
+c, _ = s.accept()
+got = c.recv(100)
+print(len(got), flush=True)
+`)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: other.Cred}
+	out := &testutil.Buffer{}
+	stdout, _ := cmd.StdoutPipe()
+	cmd.Stderr = out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	var port int
+	if _, err := fmt.Fscan(stdout, &port); err != nil {
+		t.Fatalf("the squatter's port: %v %s", err, out.String())
+	}
+	tr := dialTransport{network: "tcp", link: NewLink(context.Background(), "kernel's shell")}
+	_, err := tr.Dial(context.Background(), &net.Dialer{}, fmt.Sprintf("127.0.0.1:%d", port))
+	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("held by uid %d", other.UID)) {
+		t.Fatalf("dialing another user's port: %v", err)
+	}
+	t.Logf("refused: %v", err)
+	// The squatter's accept returns with nothing received: the relay sent
+	// no byte (not even its greeting) before closing.
+	var n int
+	if _, err := fmt.Fscan(stdout, &n); err != nil || n != 0 {
+		t.Fatalf("the squatter received %d bytes (%v)", n, err)
+	}
+
+	own, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer own.Close()
+	c, err := tr.Dial(context.Background(), &net.Dialer{}, own.Addr().String())
+	if err != nil {
+		t.Fatalf("dialing this user's own port: %v", err)
+	}
+	c.Close()
 }

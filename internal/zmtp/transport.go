@@ -3,7 +3,9 @@ package zmtp
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"net"
+	"os"
 
 	"github.com/go-zeromq/zmq4/transport"
 )
@@ -24,6 +26,10 @@ var dialShared = NewShared(Limits{}, nil)
 func (t dialTransport) Dial(ctx context.Context, d transport.Dialer, addr string) (net.Conn, error) {
 	nc, err := d.DialContext(ctx, t.network, addr)
 	if err != nil {
+		return nil, err
+	}
+	if err := ownPort(nc); err != nil {
+		nc.Close()
 		return nil, err
 	}
 	c := newConn(nc, bufio.NewReaderSize(newRawReader(nc), 64<<10), dialShared)
@@ -54,4 +60,20 @@ func endpointAddr(network, ep string) (string, error) {
 		port = "0"
 	}
 	return net.JoinHostPort(host, port), nil
+}
+
+// ownPort checks, before anything is sent, that the other end of a dialed
+// connection is a socket of this user's: the kernel's port was chosen free
+// and bound by the kernel a moment later, and another local user may have
+// bound it first (docs/security.md#threats, class 4). A unix socket in the
+// supervisor's private directory passes the same check.
+func ownPort(nc net.Conn) error {
+	uid, err := PeerUID(nc)
+	switch {
+	case err != nil:
+		return fmt.Errorf("cannot tell who holds the kernel's port %s (%v): refusing it; use --inner-transport ipc", nc.RemoteAddr(), err)
+	case uid != os.Geteuid():
+		return fmt.Errorf("the kernel's port %s is held by uid %d, not by this user: refusing it (another local user bound it first)", nc.RemoteAddr(), uid)
+	}
+	return nil
 }
