@@ -401,7 +401,7 @@ func TestIopubHoldIsTheOwnersAndBounded(t *testing.T) {
 		a := startAttack(t, u, "slowsub", b.addr, strconv.Itoa(256<<10)) // 256 KiB/s
 		subscribed(b, 1)
 		waited := publish(b, 400) // 25 MiB
-		owner := fastSub(b) // and then the owner's client still gets what follows
+		owner := fastSub(b)       // and then the owner's client still gets what follows
 		subscribed(b, 2)
 		for range 10 {
 			b.door.Send([][]byte{body})
