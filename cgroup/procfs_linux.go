@@ -19,7 +19,8 @@ type procStat struct {
 	state byte // R S D T t Z X ...
 	ppid  int
 	pgrp  int
-	start uint64 // starttime, clock ticks after boot: tells a process from a later one with the same pid
+	start uint64   // starttime, clock ticks after boot: tells a process from a later one with the same pid
+	comm  [16]byte // the command name (at most 15 bytes, TASK_COMM_LEN), NUL-padded
 }
 
 // alive reports whether the process can still run: a zombie (Z) or a dead
@@ -47,6 +48,7 @@ func parseStat(b []byte) (procStat, error) {
 		return s, fmt.Errorf("parse stat of %d: %d fields after comm", pid, len(f))
 	}
 	s.pid, s.state = pid, f[0][0]
+	copy(s.comm[:], b[open+1:end])
 	if s.ppid, err = strconv.Atoi(string(f[1])); err != nil {
 		return s, fmt.Errorf("parse stat ppid of %d: %w", pid, err)
 	}

@@ -18,11 +18,11 @@ func TestParseStat(t *testing.T) {
 		wantErr bool
 	}{
 		{name: "plain", line: "42 (python3) S 7 42" + statTail,
-			want: procStat{pid: 42, state: 'S', ppid: 7, pgrp: 42, start: 424242}},
+			want: procStat{pid: 42, state: 'S', ppid: 7, pgrp: 42, start: 424242, comm: comm("python3")}},
 		{name: "comm with spaces and parens", line: "43 (a) b (c)) Z 1 9" + statTail,
-			want: procStat{pid: 43, state: 'Z', ppid: 1, pgrp: 9, start: 424242}},
+			want: procStat{pid: 43, state: 'Z', ppid: 1, pgrp: 9, start: 424242, comm: comm("a) b (c)")}},
 		{name: "comm of only ')'", line: "44 ())) T 2 3" + statTail,
-			want: procStat{pid: 44, state: 'T', ppid: 2, pgrp: 3, start: 424242}},
+			want: procStat{pid: 44, state: 'T', ppid: 2, pgrp: 3, start: 424242, comm: comm("))")}},
 		{name: "no comm", line: "45 S 1 1", wantErr: true},
 		{name: "truncated", line: "46 (x) S 1", wantErr: true},
 		{name: "bad ppid", line: "47 (x) S y 1" + statTail, wantErr: true},
@@ -38,6 +38,11 @@ func TestParseStat(t *testing.T) {
 			}
 		})
 	}
+}
+
+func comm(s string) (c [16]byte) {
+	copy(c[:], s)
+	return c
 }
 
 func TestStatReaderSelf(t *testing.T) {

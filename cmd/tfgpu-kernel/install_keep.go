@@ -148,11 +148,8 @@ func (c *installCmd) checkEnv() error {
 // matched is read from the running processes, never from the records.
 func kernelsRunningOn(prev *kernelspec.Previous) []string {
 	var out []string
-	for _, dir := range record.StateDirs(record.DefaultDir(), os.Geteuid() == 0) {
-		states, _, err := record.ReadStates(dir)
-		if err != nil {
-			continue
-		}
+	states, _, err := collectStates(record.DefaultDir(), os.Geteuid() == 0)
+	if err == nil {
 		for _, st := range states {
 			if !st.SupervisorAlive() {
 				continue

@@ -38,12 +38,14 @@ func cmdPs(args []string) int {
 	}
 	explicit := false
 	fs.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "state-dir" })
-	dirs := record.StateDirs(*stateDir, os.Geteuid() == 0 && !explicit && os.Getenv("TFGPU_STATE_DIR") == "")
-	rows, note, refused, err := record.PS(dirs, *nvmlLib)
+	// Root lists every user's kernels, found from the running supervisors
+	// (record.Collect), whatever state directory each chose.
+	states, refused, err := collectStates(*stateDir, os.Geteuid() == 0 && !explicit && os.Getenv("TFGPU_STATE_DIR") == "")
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "tfgpu-kernel ps: %v\n", err)
 		return 1
 	}
+	rows, note := record.PS(states, *nvmlLib)
 	for _, r := range refused { // what users wrote is shown, never obeyed
 		fmt.Fprintf(os.Stderr, "tfgpu-kernel ps: %s\n", record.Printable(r.Error()))
 	}

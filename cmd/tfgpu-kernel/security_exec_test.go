@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/tfgpu/tfgpu-kernel/cgroup"
 	"github.com/tfgpu/tfgpu-kernel/internal/record"
+	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
 
 // Issue 22, class 3: privileged code never runs what a user controls. Root's
@@ -178,10 +180,13 @@ func TestSecurityRootStopsTheExactID(t *testing.T) {
 
 // I: bob plants "running, idle 3 h" kernels whose "supervisor" is his own
 // process that ignores SIGTERM: each costs root's `stop --idle-for` its
-// --timeout. They are stopped side by side, so each costs its own
-// timeout, not every kernel's after it: every planted "supervisor" is
-// asked (SIGTERM) while all of them are still alive; one by one, each
-// would be asked only once the ones before it were killed.
+// --timeout. Root takes a kernel only from a running supervisor (a process
+// named tfgpu-kernel running `run`, holding the record's directory open),
+// so records naming any other process are ignored outright; and "supervisors"
+// that do look the part (here a copy of sh named tfgpu-kernel, run as
+// `tfgpu-kernel run -f …`) are stopped side by side, so each costs its own
+// timeout, not every kernel's after it: every one is asked (SIGTERM) while
+// all of them are still alive.
 func TestSecurityIdleStopIsNotStalledByPlantedSupervisors(t *testing.T) {
 	bin := sharedBinary(t)
 	bob := newLocalUser(t, "bob")
@@ -189,29 +194,21 @@ func TestSecurityIdleStopIsNotStalledByPlantedSupervisors(t *testing.T) {
 	shared := sharedDir(t)
 	os.Chmod(shared, 0o777)
 	pidsFile, seenFile := filepath.Join(shared, "pids"), filepath.Join(shared, "seen")
-	// Each counts, when SIGTERMed, how many of the planted are alive (not
-	// zombies: this test reaps them only at its end).
-	script := `trap 'n=0; for p in $(cat ` + pidsFile + `); do s=$(cut -d" " -f3 /proc/$p/stat 2>/dev/null); [ -n "$s" ] && [ "$s" != Z ] && n=$((n+1)); done; echo $n >> ` + seenFile + `' TERM
-while :; do sleep 0.1; done`
+	// Each holds the state directory open (as supervisors do) and counts,
+	// when SIGTERMed, how many of the planted are alive (not zombies: this
+	// test reaps them only at its end).
+	sh, _ := os.ReadFile("/bin/sh")
+	fake := filepath.Join(shared, "tfgpu-kernel")
+	os.WriteFile(fake, sh, 0o755)
 	run := filepath.Join("/run/user", strconv.Itoa(bob.uid))
 	bob.mkdir(t, run, 0o700)
 	t.Cleanup(func() { os.RemoveAll(run) })
 	state := bob.mkdir(t, filepath.Join(run, "tfgpu-kernel"), 0o700)
-	var pids []string
-	for i := 0; i < n; i++ {
-		cmd := exec.Command("/bin/sh", "-c", script)
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: bob.credential}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); cmd.Wait() })
-		pid := cmd.Process.Pid
-		start, err := cgroup.StartTime(pid)
-		if err != nil {
-			t.Fatal(err)
-		}
-		pids = append(pids, strconv.Itoa(pid))
-		id := fmt.Sprintf("5b2c1e7a-bbbb-4bbb-8ccc-00000000000%d", i)
+	os.WriteFile(filepath.Join(shared, "run"), []byte(`exec 3<`+state+`
+trap 'n=0; for p in $(cat `+pidsFile+`); do s=$(cut -d" " -f3 /proc/$p/stat 2>/dev/null); [ -n "$s" ] && [ "$s" != Z ] && n=$((n+1)); done; echo $n >> `+seenFile+`' TERM
+while :; do sleep 0.1; done
+`), 0o644)
+	plant := func(id string, pid int, start uint64) {
 		bob.own(t, filepath.Join(state, id+".json"), recordJSON(t, record.State{KernelID: id, SupervisorPID: pid, SupervisorStart: start,
 			KernelPID: pid, KernelStart: start, Containment: "proc", Phase: record.PhaseRunning}), 0o600)
 		act := make([]byte, 24)
@@ -220,7 +217,45 @@ while :; do sleep 0.1; done`
 		binary.NativeEndian.PutUint64(act[16:], uint64(time.Now().Add(-3*time.Hour).UnixMilli())<<1)
 		bob.own(t, filepath.Join(state, id+".activity"), act, 0o600)
 	}
+	start := func(argv ...string) (int, uint64) {
+		cmd := exec.Command(argv[0], argv[1:]...)
+		cmd.Dir = shared
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: bob.credential}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); cmd.Wait() })
+		st, err := cgroup.StartTime(cmd.Process.Pid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cmd.Process.Pid, st
+	}
+	var pids []string
+	for i := 0; i < n; i++ {
+		id := fmt.Sprintf("5b2c1e7a-bbbb-4bbb-8ccc-00000000000%d", i)
+		pid, st := start(fake, "run", "-f", "/nonexistent/kernel-"+id+".json")
+		pids = append(pids, strconv.Itoa(pid))
+		plant(id, pid, st)
+	}
 	os.WriteFile(pidsFile, []byte(strings.Join(pids, " ")), 0o644)
+	// And records naming plain processes of bob's, not supervisors.
+	plainPid, plainStart := start("/bin/sh", "-c", "trap '' TERM; while :; do sleep 0.1; done")
+	for i := 0; i < 3; i++ {
+		plant(fmt.Sprintf("5b2c1e7a-cccc-4bbb-8ccc-00000000000%d", i), plainPid, plainStart)
+	}
+	// Wait until every fake supervisor holds the directory open.
+	for _, p := range pids {
+		for i := 0; ; i++ {
+			if l, _ := os.Readlink("/proc/" + p + "/fd/3"); l == state {
+				break
+			}
+			if i == 500 {
+				t.Fatalf("the fake supervisor %s never opened %s", p, state)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
 
 	env := append(os.Environ(), "TFGPU_STATE_DIR=")
 	code, out := runAs(t, nil, env, 5*time.Minute, bin, "stop", "--idle-for", "1h", "--timeout", "2s")
@@ -234,6 +269,108 @@ while :; do sleep 0.1; done`
 			t.Errorf("a planted supervisor was asked to stop while only %s of the %d were alive: one at a time, each waits for the ones before (%q)", c, n, counts)
 		}
 	}
+	if !alive(plainPid) || !strings.Contains(out, "3 records name live processes that are not tfgpu-kernel supervisors: ignored") {
+		t.Errorf("records naming a plain process were acted on, or not said to be ignored:\n%s", out)
+	}
+}
+
+// K and H: bob's kernel, whose supervisor records it in a directory of his
+// own choosing (TFGPU_STATE_DIR=~/hidden), is listed by root's ps all the
+// same (found from the running supervisor), and 3000 records planted in
+// his runtime directory cost root's ps a bounded read (16 of them), not
+// a scan each: its time with them is printed beside its time without.
+func TestSecurityRootFindsKernelsFromProcesses(t *testing.T) {
+	bin := sharedBinary(t)
+	bob := newLocalUser(t, "bob")
+	hidden := bob.mkdir(t, filepath.Join(bob.home, "hidden"), 0o700)
+	conn := connFileFor(t, bob)
+	cmd := exec.Command(bin, "run", "--cgroup", "none", "-f", conn, "--", "/bin/sleep", "600")
+	cmd.Env = userEnv(bob, "TFGPU_STATE_DIR="+hidden)
+	cmd.Dir = "/"
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: bob.credential, Setpgid: true}
+	var log testutil.Buffer
+	cmd.Stdout, cmd.Stderr = &log, &log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			<-done
+		}
+	})
+	for i := 0; !strings.Contains(log.String(), "kernel started"); i++ {
+		if i == 1000 {
+			t.Fatalf("bob's supervisor did not start:\n%s", log.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	id := "5b2c1e7a-aaaa-4bbb-8ccc-000000000001"
+	env := append(os.Environ(), "TFGPU_STATE_DIR=")
+	ps := func() ([]record.KernelStatus, string, time.Duration) {
+		t.Helper()
+		t0 := time.Now()
+		code, out := runAs(t, nil, env, 2*time.Minute, bin, "ps", "--json")
+		took := time.Since(t0)
+		var rows []record.KernelStatus
+		if i := strings.Index(out, "["); code != 0 || i < 0 || json.Unmarshal([]byte(out[i:]), &rows) != nil {
+			t.Fatalf("root's ps --json (exit %d):\n%s", code, out)
+		}
+		return rows, out, took
+	}
+	has := func(rows []record.KernelStatus) bool {
+		for _, r := range rows {
+			if r.KernelID == id && r.UID == bob.uid && r.SupervisorPID == cmd.Process.Pid {
+				return true
+			}
+		}
+		return false
+	}
+	var without []time.Duration
+	for range 5 {
+		rows, out, took := ps()
+		if !has(rows) {
+			t.Fatalf("root's ps does not list bob's kernel recorded in %s:\n%s", hidden, out)
+		}
+		without = append(without, took)
+	}
+
+	run := filepath.Join("/run/user", strconv.Itoa(bob.uid))
+	bob.mkdir(t, run, 0o700)
+	t.Cleanup(func() { os.RemoveAll(run) })
+	state := bob.mkdir(t, filepath.Join(run, "tfgpu-kernel"), 0o700)
+	victimPid, victimStart := sleeper(t, bob.credential)
+	pad := strings.Repeat("x", 3500) // 4 KB records, as in the report
+	for i := range 3000 {
+		kid := fmt.Sprintf("5b2c1e7a-dddd-4bbb-8ccc-%012d", i)
+		bob.own(t, filepath.Join(state, kid+".json"), recordJSON(t, record.State{KernelID: kid, SupervisorPID: 1,
+			KernelPID: victimPid, KernelStart: victimStart, Containment: "proc", Session: pad}), 0o600)
+	}
+	var with []time.Duration
+	var out string
+	for range 5 {
+		var rows []record.KernelStatus
+		var took time.Duration
+		rows, out, took = ps()
+		if !has(rows) {
+			t.Fatalf("with 3000 planted records, root's ps lost bob's kernel:\n%s", out)
+		}
+		if len(rows) > 1+16 {
+			t.Fatalf("root's ps read %d kernels: more than the running one and 16 of the planted", len(rows))
+		}
+		with = append(with, took)
+	}
+	if !strings.Contains(out, "more than 16 records, more than a user's kernels: read 16 of them") {
+		t.Errorf("root's ps did not say it read only part of bob's flood:\n%s", out)
+	}
+	med := func(d []time.Duration) time.Duration { slices.Sort(d); return d[len(d)/2] }
+	t.Logf("root's ps, median of 5: %v without the 3000 planted records, %v with them (%.2f×)",
+		med(without), med(with), float64(med(with))/float64(med(without)))
 }
 
 // H: bob plants a proc-mode record whose "supervisor" is a subreaper that

@@ -52,20 +52,13 @@ func cmdStop(args []string) int {
 	explicit := false
 	fs.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "state-dir" })
 	all := os.Geteuid() == 0 && !explicit && os.Getenv("TFGPU_STATE_DIR") == ""
-	var states []record.State
-	for _, dir := range record.StateDirs(*stateDir, all) {
-		sts, refused, err := record.ReadStates(dir)
-		for _, r := range refused {
-			fmt.Fprintf(os.Stderr, "tfgpu-kernel stop: %s\n", record.Printable(r.Error()))
-		}
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "tfgpu-kernel stop: %v\n", err)
-			if dir == *stateDir {
-				return 1
-			}
-			continue
-		}
-		states = append(states, sts...)
+	states, refused, err := collectStates(*stateDir, all)
+	for _, r := range refused {
+		fmt.Fprintf(os.Stderr, "tfgpu-kernel stop: %s\n", record.Printable(r.Error()))
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "tfgpu-kernel stop: %v\n", err)
+		return 1
 	}
 	n := gpu.Connect(*nvmlLib, "")
 	defer n.Close()

@@ -189,21 +189,30 @@ func (d *Dir) remove(name string) error {
 }
 
 // names lists the directory's entries with the given suffix.
-func (d *Dir) names(suffix string) ([]string, error) {
+func (d *Dir) names(suffix string) ([]string, error) { return d.namesUpTo(suffix, -1) }
+
+// namesUpTo lists at most max (all: max < 0) of the directory's entries
+// with the given suffix, reading no further than it needs.
+func (d *Dir) namesUpTo(suffix string, max int) ([]string, error) {
 	dup, err := unix.Openat(d.fd(), ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, err
 	}
 	f := os.NewFile(uintptr(dup), d.path)
 	defer f.Close()
-	all, err := f.Readdirnames(-1)
-	if err != nil {
-		return nil, err
-	}
 	var out []string
-	for _, n := range all {
-		if strings.HasSuffix(n, suffix) && validName(n) {
-			out = append(out, n)
+	for max < 0 || len(out) < max {
+		batch, err := f.Readdirnames(256)
+		for _, n := range batch {
+			if strings.HasSuffix(n, suffix) && validName(n) && (max < 0 || len(out) < max) {
+				out = append(out, n)
+			}
+		}
+		if errors.Is(err, io.EOF) || (err == nil && len(batch) == 0) {
+			break
+		}
+		if err != nil {
+			return nil, err
 		}
 	}
 	return out, nil

@@ -3,10 +3,8 @@ package record
 import (
 	"os"
 	"os/user"
-	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -52,23 +50,11 @@ type GPUUse struct {
 	UsedBytes int64  `json:"used_bytes"`
 }
 
-// PS lists the kernels recorded in the state directories with their
-// processes, memory and GPU memory. gpuNote says why GPU memory is not
-// shown, when it is not.
-func PS(stateDirs []string, nvmlLibrary string) (rows []KernelStatus, gpuNote string, refused []error, err error) {
-	var states []State
-	for i, dir := range stateDirs {
-		sts, ref, err := ReadStates(dir)
-		if err != nil {
-			if i == 0 {
-				return nil, "", nil, err
-			}
-			refused = append(refused, err) // another user's unusable directory
-			continue
-		}
-		refused = append(refused, ref...)
-		states = append(states, sts...)
-	}
+// PS lists the kernels of states (Collect) with their processes, memory and
+// GPU memory, from one scan of /proc however many records there are.
+// gpuNote says why GPU memory is not shown, when it is not.
+func PS(states []State, nvmlLibrary string) (rows []KernelStatus, gpuNote string) {
+	sn, _ := cgroup.TakeSnapshot() // nil: each tree is read on its own
 	var holders []gpu.Holder
 	n := gpu.Connect(nvmlLibrary, "")
 	defer n.Close()
@@ -85,15 +71,15 @@ func PS(stateDirs []string, nvmlLibrary string) (rows []KernelStatus, gpuNote st
 		if _, ok := names[st.Owner]; !ok {
 			names[st.Owner] = UserName(st.Owner)
 		}
-		rows = append(rows, st.status(holders, names[st.Owner]))
+		rows = append(rows, st.status(holders, names[st.Owner], sn))
 	}
 	slices.SortFunc(rows, func(a, b KernelStatus) int { return a.Started.Compare(b.Started) })
-	return rows, gpuNote, refused, nil
+	return rows, gpuNote
 }
 
 // status is st's row of ps, with the GPU memory its tree holds in holders;
 // user is the name of the record's owner.
-func (st State) status(holders []gpu.Holder, user string) KernelStatus {
+func (st State) status(holders []gpu.Holder, user string, sn *cgroup.Snapshot) KernelStatus {
 	row := KernelStatus{KernelID: st.KernelID, Session: Printable(st.Session), SupervisorPID: st.SupervisorPID,
 		KernelPID: st.KernelPID, State: Printable(st.Phase), Containment: Printable(st.Containment), Cgroup: Printable(st.Cgroup),
 		Started: st.Started, GPU: []GPUUse{}}
@@ -116,9 +102,13 @@ func (st State) status(holders []gpu.Holder, user string) KernelStatus {
 		row.LastActivity = &since
 	}
 	row.UID, row.User = st.Owner, user
-	row.PIDs = st.TreePids()
+	row.PIDs = st.treeIn(sn)
 	for _, p := range row.PIDs {
-		row.RSSBytes += cgroup.ProcRSS(p)
+		if sn != nil {
+			row.RSSBytes += sn.RSS(p)
+		} else {
+			row.RSSBytes += cgroup.ProcRSS(p)
+		}
 	}
 	held := gpu.Holding(holders, row.PIDs)
 	for dev, used := range gpu.Sum(held) {
@@ -141,7 +131,14 @@ func UserName(uid int) string {
 // TreePids are the live processes of a recorded kernel's tree: its
 // cgroup's, or, without one, the kernel's process tree as its supervisor
 // (the subreaper) sees it.
-func (st State) TreePids() []int {
+func (st State) TreePids() []int { return st.treeIn(nil) }
+
+// treeIn is TreePids from the snapshot sn (nil: a scan of its own).
+func (st State) treeIn(sn *cgroup.Snapshot) []int {
+	owner := cgroup.ProcOwner
+	if sn != nil {
+		owner = sn.Owner
+	}
 	if st.Cgroup != "" {
 		pids := []int{} // a cgroup that is gone (or refused) is empty
 		cg, err := st.checkedCgroup()
@@ -152,12 +149,21 @@ func (st State) TreePids() []int {
 			pids = append(pids, procs...)
 			slices.Sort(pids)
 		}
-		return st.ownersOnly(pids)
+		return st.ownersOnly(pids, owner)
+	}
+	if sn == nil {
+		var err error
+		if sn, err = cgroup.TakeSnapshot(); err != nil {
+			return []int{}
+		}
+		owner = sn.Owner
 	}
 	if !st.SupervisorAlive() && st.validMarker() {
 		// The supervisor (the subreaper) is gone; its tree is what carries
 		// its marker.
-		return cgroup.MarkedPids(st.Marker, st.Owner)
+		pids := sn.Marked(st.Marker, st.Owner)
+		slices.Sort(pids)
+		return pids
 	}
 	if !st.owns(st.KernelPID, st.KernelStart) {
 		return []int{} // the kernel is gone; a reused pid is someone else's
@@ -170,46 +176,20 @@ func (st State) TreePids() []int {
 	if st.SupervisorAlive() {
 		sup = st.SupervisorPID
 	}
-	t := cgroup.NewProcTree(sup)
-	defer t.Close()
-	t.Started(st.KernelPID)
-	pids, err := t.Pids()
-	if err != nil || pids == nil {
-		return []int{}
-	}
-	return st.ownersOnly(pids)
+	return st.ownersOnly(sn.Tree(sup, st.KernelPID), owner)
 }
 
 // ownersOnly keeps the pids the record's owner owns: whatever a record
 // says, ps never names another user's process as a kernel's, nor counts
 // its memory or GPU memory.
-func (st State) ownersOnly(pids []int) []int {
+func (st State) ownersOnly(pids []int, owner func(int) int) []int {
 	out := pids[:0]
 	for _, p := range pids {
-		if cgroup.ProcOwner(p) == st.Owner {
+		if owner(p) == st.Owner {
 			out = append(out, p)
 		}
 	}
 	return out
-}
-
-// StateDirs is where ps and stop look: dir, and for root also every
-// user's default state directory: $XDG_RUNTIME_DIR/tfgpu-kernel
-// (/run/user/UID) and ~/.local/state/tfgpu-kernel/HOSTNAME of every home
-// in /etc/passwd, so root sees and stops all users' kernels by id.
-func StateDirs(dir string, allUsers bool) []string {
-	if !allUsers {
-		return []string{dir}
-	}
-	m, _ := filepath.Glob("/run/user/*/tfgpu-kernel")
-	host, err := os.Hostname()
-	if err != nil || !validName(host) {
-		host = "localhost"
-	}
-	for _, home := range passwdHomes() {
-		m = append(m, filepath.Join(home, ".local", "state", "tfgpu-kernel", host))
-	}
-	return uniqueDirs(dir, m)
 }
 
 // uniqueDirs is dir, then each of candidates that is a directory (not a
@@ -243,20 +223,4 @@ func uniqueDirs(dir string, candidates []string) []string {
 		dirs = append(dirs, d)
 	}
 	return dirs
-}
-
-// passwdHomes lists the home directories in /etc/passwd.
-func passwdHomes() []string {
-	b, err := os.ReadFile("/etc/passwd")
-	if err != nil {
-		return nil
-	}
-	var homes []string
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Split(line, ":")
-		if len(f) >= 7 && filepath.IsAbs(f[5]) && f[5] != "/" && !slices.Contains(homes, f[5]) {
-			homes = append(homes, f[5])
-		}
-	}
-	return homes
 }

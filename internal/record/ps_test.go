@@ -10,10 +10,9 @@ import (
 	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
 
-// ps reads every state directory it is given (root: each user's too), and
-// a kernel whose supervisor is gone is dirty, with no processes once its
-// kernel is gone.
-func TestPSReadsEveryStateDir(t *testing.T) {
+// ps shows every record it is given, and a kernel whose supervisor is gone
+// is dirty, with no processes once its kernel is gone.
+func TestPSShowsDirtyKernels(t *testing.T) {
 	a, b := testutil.PrivateDir(t), testutil.PrivateDir(t)
 	gone := deadPid(t)
 	for i, dir := range []string{a, b} {
@@ -21,17 +20,22 @@ func TestPSReadsEveryStateDir(t *testing.T) {
 			Started: time.Now().Add(time.Duration(i) * time.Second), Phase: PhaseRunning}
 		writeStateIn(t, dir, st)
 	}
-	rows, note, _, err := PS([]string{a, b}, "")
-	if err != nil || len(rows) != 2 || rows[0].KernelID != "k-a" || rows[1].KernelID != "k-b" {
-		t.Fatalf("PS = %+v, %q, %v", rows, note, err)
+	var states []State
+	for _, dir := range []string{a, b} {
+		sts, _, err := ReadStates(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		states = append(states, sts...)
+	}
+	rows, note := PS(states, "")
+	if len(rows) != 2 || rows[0].KernelID != "k-a" || rows[1].KernelID != "k-b" {
+		t.Fatalf("PS = %+v, %q", rows, note)
 	}
 	for _, r := range rows {
 		if r.State != StateDirty || len(r.PIDs) != 0 || r.RSSBytes != 0 {
 			t.Errorf("row %+v: want dirty, no processes", r)
 		}
-	}
-	if dirs := StateDirs(a, false); len(dirs) != 1 || dirs[0] != a {
-		t.Errorf("StateDirs(%s, false) = %v", a, dirs)
 	}
 }
 

@@ -132,6 +132,12 @@ func (d *Dir) States() ([]State, []error, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("read states: %w", err)
 	}
+	out, refusals := d.statesNamed(names)
+	return out, refusals, nil
+}
+
+// statesNamed reads the records of d named names, checked as States says.
+func (d *Dir) statesNamed(names []string) ([]State, []error) {
 	var out []State
 	var refusals []error
 	for _, name := range names {
@@ -160,7 +166,7 @@ func (d *Dir) States() ([]State, []error, error) {
 		}
 		out = append(out, st)
 	}
-	return out, refusals, nil
+	return out, refusals
 }
 
 // refusedFile wraps the error of a state file read() did not accept.

@@ -1,0 +1,165 @@
+package cgroup
+
+import (
+	"bytes"
+	"os"
+	"strconv"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// A Snapshot is one scan of /proc, for a caller that asks about many trees
+// at once: root's ps over every user's kernels reads each process's stat
+// once per run, and its owner, memory and tree marker at most once, however
+// many records name it (a record is a claim any user can plant; a
+// thousand of them must not cost a thousand scans). What it says is as of
+// the scan.
+type Snapshot struct {
+	procs   map[int]procStat
+	owners  map[int]int
+	rss     map[int]int64
+	markers map[int]string // TFGPU_TREE of the processes of the owners in marked
+	marked  map[int]bool   // owners whose processes' markers were read
+
+	// MarkersIncomplete: some environment did not answer within
+	// markerWait, so Marked may have missed processes.
+	MarkersIncomplete bool
+}
+
+// markerWait bounds the reading of one owner's environments.
+const markerWait = 3 * time.Second
+
+// TakeSnapshot scans /proc.
+func TakeSnapshot() (*Snapshot, error) {
+	r := statReader{root: "/proc"}
+	procs, err := r.scan()
+	if err != nil {
+		return nil, err
+	}
+	return &Snapshot{procs: procs, owners: map[int]int{}, rss: map[int]int64{}, markers: map[int]string{}, marked: map[int]bool{}}, nil
+}
+
+// Pids lists the processes of the snapshot, live or not.
+func (s *Snapshot) Pids() []int {
+	out := make([]int, 0, len(s.procs))
+	for p := range s.procs {
+		out = append(out, p)
+	}
+	return out
+}
+
+// Proc is pid's stat as of the scan.
+func (s *Snapshot) Proc(pid int) (Proc, bool) {
+	p, ok := s.procs[pid]
+	return Proc{PID: p.pid, State: p.state, Start: p.start}, ok
+}
+
+// Comm is pid's command name as of the scan ("" when it was not there).
+func (s *Snapshot) Comm(pid int) string {
+	p := s.procs[pid]
+	return string(bytes.TrimRight(p.comm[:], "\x00"))
+}
+
+// Owner is pid's owner (-1 when it is gone), read once.
+func (s *Snapshot) Owner(pid int) int {
+	if u, ok := s.owners[pid]; ok {
+		return u
+	}
+	u := ProcOwner(pid)
+	s.owners[pid] = u
+	return u
+}
+
+// RSS is pid's resident memory in bytes, read once.
+func (s *Snapshot) RSS(pid int) int64 {
+	if n, ok := s.rss[pid]; ok {
+		return n
+	}
+	n := ProcRSS(pid)
+	s.rss[pid] = n
+	return n
+}
+
+// Tree lists the live members of the proc-mode tree of leader under the
+// subreaper supervisor (-1: none), as NewProcTree's Pids would.
+func (s *Snapshot) Tree(supervisor, leader int) []int {
+	m := membership{procs: s.procs, self: supervisor, leader: leader}
+	pids, _ := m.live()
+	if pids == nil {
+		pids = []int{}
+	}
+	return pids
+}
+
+// Marked lists the live processes of owner whose environment carries
+// marker (MarkedPids, from the snapshot: the environments of owner's
+// processes are read once, whatever the number of markers asked for).
+func (s *Snapshot) Marked(marker string, owner int) []int {
+	if !s.marked[owner] {
+		s.marked[owner] = true
+		var todo []int
+		for pid, p := range s.procs {
+			if pid > 1 && pid != os.Getpid() && p.alive() && s.Owner(pid) == owner {
+				todo = append(todo, pid)
+			}
+		}
+		// A process's environment is read from its memory, which its owner
+		// may back with a file system that never answers (FUSE): the reads
+		// run apart, and what is not read within markerWait is not found.
+		found := make(chan map[int]string, 1)
+		go func() {
+			m := map[int]string{}
+			for _, pid := range todo {
+				if v := readMarker(pid); v != "" {
+					m[pid] = v
+				}
+			}
+			found <- m
+		}()
+		select {
+		case m := <-found:
+			for pid, v := range m {
+				s.markers[pid] = v
+			}
+		case <-time.After(markerWait):
+			s.MarkersIncomplete = true
+		}
+	}
+	pids := []int{}
+	for pid, m := range s.markers {
+		if m == marker && s.Owner(pid) == owner {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// maxEnviron bounds what readMarker reads of an environment.
+const maxEnviron = 1 << 20
+
+// readMarker is the TFGPU_TREE value in pid's environment, "" when none;
+// at most maxEnviron bytes are read.
+func readMarker(pid int) string {
+	fd, err := unix.Open("/proc/"+strconv.Itoa(pid)+"/environ", unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return ""
+	}
+	defer unix.Close(fd)
+	buf := make([]byte, 64<<10)
+	var env []byte
+	for len(env) < maxEnviron {
+		n, err := unix.Read(fd, buf)
+		if n <= 0 || err != nil {
+			break
+		}
+		env = append(env, buf[:n]...)
+	}
+	want := []byte(MarkerEnv + "=")
+	for _, kv := range bytes.Split(env, []byte{0}) {
+		if v, ok := bytes.CutPrefix(kv, want); ok {
+			return string(v)
+		}
+	}
+	return ""
+}
