@@ -1,13 +1,11 @@
 package cgroup
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
 	"os"
-	"strconv"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -32,36 +30,71 @@ func NewMarker(id string) string {
 // MarkedPids lists the live processes of owner whose environment carries
 // marker.
 func MarkedPids(marker string, owner int) []int {
-	want := []byte(MarkerEnv + "=" + marker + "\x00")
-	pids := []int{}
-	ents, err := os.ReadDir("/proc")
+	return markedPids(context.Background(), marker, owner, 0)
+}
+
+// markedPids lists the live processes of owner started at or after since
+// (clock ticks after boot; a process started before the tree's first one
+// cannot carry its marker) whose environment carries marker. A process's
+// environment is read from its memory, which its owner may back with a
+// file system that never answers (FUSE): the reads run apart, and when ctx
+// ends first, what was found by then is returned.
+func markedPids(ctx context.Context, marker string, owner int, since uint64) []int {
+	r := statReader{root: "/proc"}
+	procs, err := r.scan()
 	if err != nil {
-		return pids
+		return []int{}
 	}
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid <= 1 || pid == os.Getpid() || ProcOwner(pid) != owner {
-			continue
+	self := os.Getpid()
+	found := make(chan int, 16)
+	go func() {
+		defer close(found)
+		for pid, p := range procs {
+			if pid <= 1 || pid == self || !p.alive() || p.start < since || ProcOwner(pid) != owner {
+				continue
+			}
+			if readMarker(pid) == marker {
+				select {
+				case found <- pid:
+				case <-ctx.Done():
+					return
+				}
+			}
 		}
-		env, err := os.ReadFile("/proc/" + e.Name() + "/environ")
-		if err != nil || !(bytes.HasPrefix(env, want) || bytes.Contains(env, append([]byte{0}, want...))) {
-			continue
-		}
-		if p, err := ReadProc(pid); err == nil && p.Alive() {
-			pids = append(pids, pid)
+	}()
+	pids := []int{}
+	for {
+		select {
+		case p, ok := <-found:
+			if !ok {
+				return pids
+			}
+			pids = append(pids, p)
+		case <-ctx.Done():
+			return pids
 		}
 	}
-	return pids
 }
 
 // KillMarked SIGSTOPs and then SIGKILLs every process of owner whose
 // environment carries marker, until none is left or ctx ends; it returns
 // how many it killed.
 func KillMarked(ctx context.Context, marker string, owner int) (int, error) {
+	return KillMarkedSince(ctx, marker, owner, 0)
+}
+
+// KillMarkedSince is KillMarked of the processes started at or after since
+// (clock ticks after boot, as /proc's starttime): the supervisor passes
+// its own start, so that each kill reads the environments of only the
+// processes that may be the tree's.
+func KillMarkedSince(ctx context.Context, marker string, owner int, since uint64) (int, error) {
 	killed := map[int]bool{}
 	for pause := firstPause; ; pause = min(2*pause, maxPause) {
-		found := MarkedPids(marker, owner)
+		found := markedPids(ctx, marker, owner, since)
 		if len(found) == 0 {
+			if ctx.Err() != nil {
+				return len(killed), fmt.Errorf("processes of tree %s: %w", marker, ctx.Err())
+			}
 			return len(killed), nil
 		}
 		for _, p := range found {

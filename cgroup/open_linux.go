@@ -23,6 +23,16 @@ type Options struct {
 	V2 []V2Option
 }
 
+// v2 are the options of a v2 tree: the caller's, and a sweep for the
+// processes that leave the cgroup (WithSweep) where there is a reaper to
+// keep the supervisor's own children out of it.
+func (o Options) v2() []V2Option {
+	if o.Reaper == nil {
+		return o.V2
+	}
+	return append([]V2Option{WithSweep(WithExclude(o.Reaper.Owns))}, o.V2...)
+}
+
 // Opened is the containment Open chose.
 type Opened struct {
 	Tree Tree
@@ -47,7 +57,7 @@ func Open(choice, name string, o Options) (Opened, error) {
 	case None:
 		return Opened{Tree: supervisorProcTree(o.Reaper), Why: "asked for with --cgroup none"}, nil
 	case ModeV2:
-		return openV2(name, o.V2...)
+		return openV2(name, o.v2()...)
 	case ModeSystemd:
 		return openScope(name, o)
 	case ModeV1:
@@ -56,7 +66,7 @@ func Open(choice, name string, o Options) (Opened, error) {
 	default:
 		return Opened{}, fmt.Errorf("--cgroup %q: want auto, v2, systemd, v1 or none", choice)
 	}
-	opened, err2 := openV2(name, o.V2...)
+	opened, err2 := openV2(name, o.v2()...)
 	if err2 == nil {
 		return opened, nil
 	}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -64,11 +65,12 @@ type scopeTree struct {
 	memLimit  int64  // MemoryMax of the scope
 	proc      Tree
 
-	mu     sync.Mutex
-	report *os.File // read end of the shim's fd 3
-	w      *os.File // write end, the kernel's fd 3
-	v2     *V2Tree
-	err    error // why the scope could not be adopted
+	mu      sync.Mutex
+	report  *os.File // read end of the shim's fd 3
+	w       *os.File // write end, the kernel's fd 3
+	v2      *V2Tree
+	err     error // why the scope could not be adopted
+	escaped []int // Pids' processes outside the scope, at its last call
 }
 
 var _ Launcher = (*scopeTree)(nil)
@@ -195,18 +197,50 @@ func (t *scopeTree) adopted() *V2Tree {
 	return t.v2
 }
 
+// Pids is the scope's processes and those of the proc tree outside it
+// (a process of a delegated scope may move itself out: see WithSweep).
 func (t *scopeTree) Pids() ([]int, error) {
-	if v2 := t.adopted(); v2 != nil {
-		return v2.Pids()
+	more, err := t.proc.Pids()
+	v2 := t.adopted()
+	if v2 == nil || err != nil {
+		return more, err
 	}
-	return t.proc.Pids()
+	pids, err := v2.Pids()
+	if err != nil {
+		return nil, err
+	}
+	var out []int
+	for _, p := range more {
+		if !slices.Contains(pids, p) {
+			pids = append(pids, p)
+			out = append(out, p)
+		}
+	}
+	t.mu.Lock()
+	t.escaped = out
+	t.mu.Unlock()
+	return pids, nil
 }
 
+// Escaped is V2Tree.Escaped's, for the scope.
+func (t *scopeTree) Escaped() []int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return slices.Clone(t.escaped)
+}
+
+// Kill kills the scope's cgroup, then what is left of the proc tree.
 func (t *scopeTree) Kill(ctx context.Context) (int, error) {
+	var killed int
 	if v2 := t.adopted(); v2 != nil {
-		return v2.Kill(ctx)
+		n, err := v2.Kill(ctx)
+		if err != nil {
+			return n, err
+		}
+		killed = n
 	}
-	return t.proc.Kill(ctx)
+	n, err := t.proc.Kill(ctx)
+	return killed + n, err
 }
 
 func (t *scopeTree) Close() error {

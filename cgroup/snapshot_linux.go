@@ -82,9 +82,11 @@ func (s *Snapshot) RSS(pid int) int64 {
 }
 
 // Tree lists the live members of the proc-mode tree of leader under the
-// subreaper supervisor (-1: none), as NewProcTree's Pids would.
+// subreaper supervisor (-1: none), as NewProcTree's Pids would, but for the
+// supervisor's own helpers (its watcher: a child named tfgpu-kernel).
 func (s *Snapshot) Tree(supervisor, leader int) []int {
-	m := membership{procs: s.procs, self: supervisor, leader: leader}
+	m := membership{procs: s.procs, self: supervisor, leader: leader,
+		exclude: func(pid int) bool { return s.Comm(pid) == "tfgpu-kernel" }}
 	pids, _ := m.live()
 	if pids == nil {
 		pids = []int{}

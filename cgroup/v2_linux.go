@@ -32,7 +32,8 @@ type V2Tree struct {
 	mu       sync.Mutex
 	leader   int
 	startErr error // fallback: the leader could not be moved in
-	sweep    Tree  // fallback: proc mode, for processes that escaped the move
+	sweep    Tree  // proc mode, for processes that left the cgroup or escaped the move
+	escaped  []int // what the sweep found outside the cgroup at the last Pids
 	closed   bool
 	removed  bool
 }
@@ -44,6 +45,7 @@ type V2Option func(*v2Options)
 
 type v2Options struct {
 	noCloneInto bool
+	withSweep   bool
 	adopted     bool // AdoptV2: someone else created the cgroup and put the leader in it
 	sweep       []ProcOption
 }
@@ -64,6 +66,18 @@ type v2Options struct {
 // is why it is the default.
 func WithoutCloneInto(sweep ...ProcOption) V2Option {
 	return func(o *v2Options) { o.noCloneInto, o.sweep = true, sweep }
+}
+
+// WithSweep keeps a proc-mode tree beside the cgroup (as WithoutCloneInto
+// does) for the processes that leave it: a cgroup the supervisor's user
+// owns (a delegated subtree, a systemd scope) lets any process of the
+// kernel write itself into the parent's cgroup.procs. Such a process stays
+// a descendant of the kernel, or is reparented to the supervisor (the
+// child subreaper) when its parent dies, so the sweep finds it: Pids
+// counts it (the GPU limit, the release check), Kill kills it, and
+// Escaped says it left (docs/security.md#threats, class 5, attack L).
+func WithSweep(sweep ...ProcOption) V2Option {
+	return func(o *v2Options) { o.withSweep, o.sweep = true, sweep }
 }
 
 // NewV2Tree creates the cgroup parent/tfgpu-<name> (parent must be a
@@ -95,7 +109,7 @@ func newV2Tree(ctx context.Context, parent, name string, retried bool, opts ...V
 	for _, o := range opts {
 		o(&t.opts)
 	}
-	if t.opts.noCloneInto {
+	if t.opts.noCloneInto || t.opts.withSweep {
 		t.sweep = NewProcTree(os.Getpid(), t.opts.sweep...)
 	}
 	leftover := false
@@ -205,8 +219,8 @@ func (t *V2Tree) Started(pid int) {
 }
 
 // Pids reads cgroup.procs: the processes in the cgroup (exited processes,
-// zombies, are no longer listed there); with WithoutCloneInto, also those
-// the sweep finds outside it.
+// zombies, are no longer listed there); with a sweep (WithSweep,
+// WithoutCloneInto), also those it finds outside it.
 func (t *V2Tree) Pids() ([]int, error) {
 	t.mu.Lock()
 	closed := t.closed
@@ -226,13 +240,27 @@ func (t *V2Tree) Pids() ([]int, error) {
 		if err != nil {
 			return nil, fmt.Errorf("list cgroup %s: sweep: %w", t.dir, err)
 		}
+		var out []int
 		for _, p := range more {
 			if !slices.Contains(pids, p) {
 				pids = append(pids, p)
+				out = append(out, p)
 			}
 		}
+		t.mu.Lock()
+		t.escaped = out
+		t.mu.Unlock()
 	}
 	return pids, nil
+}
+
+// Escaped lists the processes the last Pids found outside the cgroup by
+// the sweep (WithSweep, WithoutCloneInto): processes of the tree that left
+// it, or, without CLONE_INTO_CGROUP, were forked before the leader moved.
+func (t *V2Tree) Escaped() []int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return slices.Clone(t.escaped)
 }
 
 // Kill writes "1" to cgroup.kill, which SIGKILLs every process of the cgroup

@@ -34,18 +34,19 @@ type supervisor struct {
 	relay  *relay.Relay
 	// activity publishes whether a cell runs, for ps and stop --idle-for
 	// (nil when it could not be created).
-	activity *record.ActivityWriter
-	events   chan relay.Event
-	reserve  *fdReserve // released for the tree kill
-	reaper   *cgroup.Reaper
-	tree     cgroup.Tree
-	mem      cgroup.Memory          // the memory limit, if one could be applied
-	gpu      *gpuCheck              // the GPU policy (gpu.go)
-	limit    *gpuLimit              // the GPU memory limit (gpulimit.go); nil without one
-	usagec   chan chan usageFigures // the relay's usage_reply asks the loop (usage.go)
-	usageAt  usagePoint             // the tree's CPU time at the last usage figures
-	watch    *watcher               // the watcher's pipe (watcher.go); nil when it could not start
-	marker   string                 // cgroup.MarkerEnv of the kernel's tree
+	activity  *record.ActivityWriter
+	events    chan relay.Event
+	reserve   *fdReserve // released for the tree kill
+	reaper    *cgroup.Reaper
+	tree      cgroup.Tree
+	mem       cgroup.Memory          // the memory limit, if one could be applied
+	gpu       *gpuCheck              // the GPU policy (gpu.go)
+	limit     *gpuLimit              // the GPU memory limit (gpulimit.go); nil without one
+	usagec    chan chan usageFigures // the relay's usage_reply asks the loop (usage.go)
+	usageAt   usagePoint             // the tree's CPU time at the last usage figures
+	watch     *watcher               // the watcher's pipe (watcher.go); nil when it could not start
+	marker    string                 // cgroup.MarkerEnv of the kernel's tree
+	selfStart uint64                 // this process's start time: the tree's processes start later
 
 	inner    *jmsg.ConnInfo // the kernel's own connection file
 	innerDir string         // the 0700 directory of it and its sockets
@@ -202,6 +203,7 @@ func (s *supervisor) start(ctx context.Context) (<-chan cgroup.ExitStatus, int) 
 	// The watcher, from here on: should this supervisor be SIGKILLed, it
 	// finishes the kernel (watcher.go). It knows the cgroups already.
 	s.marker = cgroup.NewMarker(s.id)
+	s.selfStart, _ = startTime(os.Getpid())
 	s.startWatcher()
 	s.onExit(s.watch.done)
 	if st, err := s.describe(); err == nil {

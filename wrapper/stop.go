@@ -3,6 +3,7 @@ package wrapper
 import (
 	"context"
 	"fmt"
+	"os"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -101,6 +102,18 @@ func (s *supervisor) killTree() (int, time.Duration, error) {
 	defer cancel()
 	start := time.Now()
 	n, err := s.tree.Kill(ctx)
+	// Then whatever still carries the tree's marker: a process that left
+	// the cgroup and the process tree both (docs/security.md#threats,
+	// class 5). Only processes started since the supervisor are read.
+	if m, merr := cgroup.KillMarkedSince(ctx, s.marker, os.Geteuid(), s.selfStart); m > 0 || merr != nil {
+		n += m
+		if m > 0 {
+			s.log.Warn("killed processes of the kernel's tree found by its marker outside its containment", "processes", m)
+		}
+		if err == nil {
+			err = merr
+		}
+	}
 	return n, time.Since(start), err
 }
 

@@ -263,25 +263,3 @@ func e2eSIGKILL(t *testing.T, s *e2eSuite, asUser bool, mode, how string) {
 		t.Fatalf("sigkill.py %s: %v %s (exit %v)\nstderr:\n%s", how, perr, res.Error, err, e2eTail(r.stderr.String(), 6000))
 	}
 }
-
-// delegateCgroup makes a cgroup under this process's own and hands it to
-// u as systemd's Delegate=yes does (cgroup-v2.rst, "Delegation
-// Containment"); it is removed after the test.
-func delegateCgroup(t *testing.T, u localUser) string {
-	t.Helper()
-	deleg := filepath.Join(cgroupV2Parent(t), "tfgpu-deleg-"+u.name)
-	if err := os.Mkdir(deleg, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		for i := 0; i < 100 && os.Remove(deleg) != nil; i++ {
-			time.Sleep(20 * time.Millisecond)
-		}
-	})
-	for _, p := range []string{deleg, deleg + "/cgroup.procs", deleg + "/cgroup.threads", deleg + "/cgroup.subtree_control"} {
-		if err := os.Chown(p, u.uid, u.gid); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return deleg
-}

@@ -93,8 +93,12 @@ func printPs(out io.Writer, rows []record.KernelStatus, note string, now time.Ti
 			if !r.Started.IsZero() && !r.Started.After(now) {
 				uptime = now.Sub(r.Started).Round(time.Second).String()
 			}
+			state := r.State
+			if len(r.Escaped) > 0 { // a process left the kernel's cgroup: its limits no longer hold it
+				state += fmt.Sprintf(" (%d left its cgroup)", len(r.Escaped))
+			}
 			fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\n", record.ShortID(r.KernelID), session, r.SupervisorPID,
-				r.KernelPID, len(r.PIDs), gpu.FormatBytes(r.RSSBytes), r.State, activity(r, now), uptime, strings.Join(mem, ", "))
+				r.KernelPID, len(r.PIDs), gpu.FormatBytes(r.RSSBytes), state, activity(r, now), uptime, strings.Join(mem, ", "))
 		}
 		w.Flush()
 	}

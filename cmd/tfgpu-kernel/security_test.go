@@ -576,3 +576,25 @@ func TestSecurityHandoffLink(t *testing.T) {
 	}
 	t.Logf("handoff written as a file of its own; log:\n%s", out)
 }
+
+// delegateCgroup makes a cgroup under this process's own and hands it to
+// u as systemd's Delegate=yes does (cgroup-v2.rst, "Delegation
+// Containment"); it is removed after the test.
+func delegateCgroup(t *testing.T, u localUser) string {
+	t.Helper()
+	deleg := filepath.Join(cgroupV2Parent(t), "tfgpu-deleg-"+u.name)
+	if err := os.Mkdir(deleg, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for i := 0; i < 100 && os.Remove(deleg) != nil; i++ {
+			time.Sleep(20 * time.Millisecond)
+		}
+	})
+	for _, p := range []string{deleg, deleg + "/cgroup.procs", deleg + "/cgroup.threads", deleg + "/cgroup.subtree_control"} {
+		if err := os.Chown(p, u.uid, u.gid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return deleg
+}

@@ -32,6 +32,9 @@ type KernelStatus struct {
 	Cgroup        string    `json:"cgroup,omitempty"`
 	Started       time.Time `json:"started"`
 	GPU           []GPUUse  `json:"gpu"`
+	// Escaped are the tree's processes that left its cgroup (a delegated
+	// cgroup lets them): found by ancestry, counted in PIDs, RSS and GPU.
+	Escaped []int `json:"escaped,omitempty"`
 	// ExecutionState is ExecBusy or ExecIdle while the supervisor runs the
 	// kernel, PhaseStarting before the kernel answers, ExecUnknown
 	// otherwise; LastActivity is when it last changed (for an idle kernel,
@@ -102,7 +105,7 @@ func (st State) status(holders []gpu.Holder, user string, sn *cgroup.Snapshot) K
 		row.LastActivity = &since
 	}
 	row.UID, row.User = st.Owner, user
-	row.PIDs = st.treeIn(sn)
+	row.PIDs, row.Escaped = st.treeIn(sn)
 	for _, p := range row.PIDs {
 		if sn != nil {
 			row.RSSBytes += sn.RSS(p)
@@ -130,53 +133,80 @@ func UserName(uid int) string {
 
 // TreePids are the live processes of a recorded kernel's tree: its
 // cgroup's, or, without one, the kernel's process tree as its supervisor
-// (the subreaper) sees it.
-func (st State) TreePids() []int { return st.treeIn(nil) }
+// (the subreaper) sees it; with a cgroup, also the tree's processes that
+// left it (see treeIn).
+func (st State) TreePids() []int {
+	pids, _ := st.treeIn(nil)
+	return pids
+}
 
-// treeIn is TreePids from the snapshot sn (nil: a scan of its own).
-func (st State) treeIn(sn *cgroup.Snapshot) []int {
+// treeIn is TreePids from the snapshot sn (nil: a scan of its own), and
+// which of them escaped: processes of the kernel's process tree under its
+// live supervisor that are not in its cgroup.
+func (st State) treeIn(sn *cgroup.Snapshot) (pids, escaped []int) {
 	owner := cgroup.ProcOwner
 	if sn != nil {
 		owner = sn.Owner
 	}
+	var inCgroup []int
 	if st.Cgroup != "" {
-		pids := []int{} // a cgroup that is gone (or refused) is empty
+		inCgroup = []int{} // a cgroup that is gone (or refused) is empty
 		cg, err := st.checkedCgroup()
 		if err != nil || cg == "" || !st.thisBoot() {
-			return pids
+			return inCgroup, nil
 		}
 		if procs, err := cgroup.Procs(cg); err == nil {
-			pids = append(pids, procs...)
-			slices.Sort(pids)
+			inCgroup = append(inCgroup, procs...)
 		}
-		return st.ownersOnly(pids, owner)
+		inCgroup = st.ownersOnly(inCgroup, owner)
 	}
 	if sn == nil {
 		var err error
 		if sn, err = cgroup.TakeSnapshot(); err != nil {
-			return []int{}
+			if inCgroup == nil {
+				inCgroup = []int{}
+			}
+			return inCgroup, nil
 		}
 		owner = sn.Owner
 	}
-	if !st.SupervisorAlive() && st.validMarker() {
+	var tree []int
+	switch {
+	case !st.SupervisorAlive() && st.Cgroup == "" && st.validMarker():
 		// The supervisor (the subreaper) is gone; its tree is what carries
 		// its marker.
-		pids := sn.Marked(st.Marker, st.Owner)
-		slices.Sort(pids)
-		return pids
+		tree = sn.Marked(st.Marker, st.Owner)
+	case !st.owns(st.KernelPID, st.KernelStart):
+		// The kernel is gone (a reused pid is someone else's): what is
+		// left is the cgroup's.
+	case st.Cgroup != "" && !st.SupervisorAlive():
+		// Without the subreaper the process tree says nothing more.
+	default:
+		// The supervisor is the subreaper whose children are the tree's
+		// orphans, but only when it is the record owner's, alive, with its
+		// recorded start time: a record naming another process (pid 1, or
+		// any subreaper's) as its "supervisor" would claim that process's
+		// children.
+		sup := -1
+		if st.SupervisorAlive() {
+			sup = st.SupervisorPID
+		}
+		tree = st.ownersOnly(sn.Tree(sup, st.KernelPID), owner)
 	}
-	if !st.owns(st.KernelPID, st.KernelStart) {
-		return []int{} // the kernel is gone; a reused pid is someone else's
+	if st.Cgroup == "" {
+		slices.Sort(tree)
+		return tree, nil
 	}
-	// The supervisor is the subreaper whose children are the tree's
-	// orphans, but only when it is the record owner's, alive, with its
-	// recorded start time: a record naming another process (pid 1, or any
-	// subreaper's) as its "supervisor" would claim that process's children.
-	sup := -1
-	if st.SupervisorAlive() {
-		sup = st.SupervisorPID
+	pids = inCgroup
+	for _, p := range tree {
+		if !slices.Contains(pids, p) {
+			pids = append(pids, p)
+			escaped = append(escaped, p)
+		}
 	}
-	return st.ownersOnly(sn.Tree(sup, st.KernelPID), owner)
+	slices.Sort(pids)
+	slices.Sort(escaped)
+	return pids, escaped
 }
 
 // ownersOnly keeps the pids the record's owner owns: whatever a record
