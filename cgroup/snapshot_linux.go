@@ -2,6 +2,8 @@ package cgroup
 
 import (
 	"bytes"
+	"context"
+	"fmt"
 	"os"
 	"strconv"
 	"time"
@@ -164,4 +166,76 @@ func readMarker(pid int) string {
 		}
 	}
 	return ""
+}
+
+// ProcRef names a process by pid and start time (clock ticks after boot):
+// a later process with the same pid is not it.
+type ProcRef struct {
+	PID   int    `json:"pid"`
+	Start uint64 `json:"start"`
+}
+
+// Related lists the live processes of owner that are one of roots (with
+// its start time), descend from one of them, or are in process group pgid
+// (> 1) having started at or after since: what is left of a proc-mode tree
+// whose subreaper is gone, found from /proc/PID/stat alone, which a
+// process cannot hide (its environment it can, by making itself
+// non-dumpable).
+func (s *Snapshot) Related(roots []ProcRef, pgid, owner int, since uint64) []int {
+	member := map[int]bool{}
+	for _, r := range roots {
+		if p, ok := s.procs[r.PID]; ok && p.start == r.Start && r.PID > 1 {
+			member[r.PID] = true
+		}
+	}
+	var in func(pid int, depth int) bool
+	in = func(pid int, depth int) bool {
+		p, ok := s.procs[pid]
+		switch {
+		case !ok || pid <= 1 || depth > 64:
+			return false
+		case member[pid]:
+			return true
+		case pgid > 1 && p.pgrp == pgid && p.start >= since:
+			return true
+		}
+		return in(p.ppid, depth+1)
+	}
+	var out []int
+	self := os.Getpid()
+	for pid, p := range s.procs {
+		if pid != self && p.alive() && in(pid, 0) && s.Owner(pid) == owner {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// KillRelated SIGSTOPs and SIGKILLs what Related finds, scan after scan,
+// until none is left or ctx ends; it returns how many it killed.
+func KillRelated(ctx context.Context, roots []ProcRef, pgid, owner int, since uint64) (int, error) {
+	killed := map[int]bool{}
+	for pause := firstPause; ; pause = min(2*pause, maxPause) {
+		sn, err := TakeSnapshot()
+		if err != nil {
+			return len(killed), err
+		}
+		found := sn.Related(roots, pgid, owner, since)
+		if len(found) == 0 {
+			return len(killed), nil
+		}
+		for _, p := range found {
+			_ = unix.Kill(p, unix.SIGSTOP)
+		}
+		for _, p := range found {
+			if err := unix.Kill(p, unix.SIGKILL); err == nil {
+				killed[p] = true
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return len(killed), fmt.Errorf("processes of the tree still alive: %w", ctx.Err())
+		case <-time.After(pause):
+		}
+	}
 }

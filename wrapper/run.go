@@ -225,6 +225,9 @@ func (s *supervisor) start(ctx context.Context) (<-chan cgroup.ExitStatus, int) 
 	s.startGPULimit()
 	s.publishActivity()
 	s.record()
+	if s.tree.Mode() == cgroup.ModeProc && s.watch != nil {
+		go s.trackTree(ctx)
+	}
 	s.onExit(func() { s.dir.Remove(s.id) })
 	s.usagec, s.usageAt = make(chan chan usageFigures), usagePoint{at: time.Now(), cpu: cgroup.TreeCPU(s.tree)}
 	s.relay = relay.New(ctx, s.outer, s.inner, s.signer, s.events,

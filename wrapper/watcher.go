@@ -7,9 +7,12 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
+	"sync"
 	"syscall"
 	"time"
 
+	"github.com/tfgpu/tfgpu-kernel/cgroup"
 	"github.com/tfgpu/tfgpu-kernel/internal/gpu"
 	"github.com/tfgpu/tfgpu-kernel/internal/record"
 )
@@ -50,7 +53,9 @@ type watchMsg struct {
 	Config   *watchConfig  `json:"config,omitempty"`
 	Record   *record.State `json:"record,omitempty"`
 	Baseline []gpu.Holder  `json:"baseline,omitempty"`
-	Done     bool          `json:"done,omitempty"`
+	// Tree is what a proc-mode tree is now (record.State.Tree).
+	Tree []cgroup.ProcRef `json:"tree,omitempty"`
+	Done bool             `json:"done,omitempty"`
 }
 
 type watchConfig struct {
@@ -64,6 +69,7 @@ type watchConfig struct {
 
 // watcher is the supervisor's end of the pipe.
 type watcher struct {
+	mu  sync.Mutex // send is called from the tree tracker too
 	w   *os.File
 	enc *json.Encoder
 	pid int
@@ -115,6 +121,8 @@ func (s *supervisor) startWatcher() {
 
 func (w *watcher) send(m watchMsg) {
 	if w != nil {
+		w.mu.Lock()
+		defer w.mu.Unlock()
 		_ = w.enc.Encode(m) // a watcher that died is a watcher that will not act
 	}
 }
@@ -123,7 +131,9 @@ func (w *watcher) send(m watchMsg) {
 func (w *watcher) done() {
 	if w != nil {
 		w.send(watchMsg{Done: true})
+		w.mu.Lock()
 		w.w.Close()
+		w.mu.Unlock()
 	}
 }
 
@@ -134,6 +144,7 @@ func Watch(in io.Reader, stderr io.Writer) int {
 	var cfg watchConfig
 	var rec *record.State
 	var baseline []gpu.Holder
+	var tree []cgroup.ProcRef
 	done := false
 	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 64<<10), 4<<20)
@@ -149,11 +160,16 @@ func Watch(in io.Reader, stderr io.Writer) int {
 			rec = m.Record
 		case m.Baseline != nil:
 			baseline = m.Baseline
+		case m.Tree != nil:
+			tree = m.Tree
 		}
 		done = done || m.Done
 	}
 	if done || rec == nil || cfg.StateDir == "" {
 		return 0
+	}
+	if tree != nil {
+		rec.Tree = tree
 	}
 	lg := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: cfg.LogLevel})).With(
 		"prog", "tfgpu-kernel", "kernel", record.ShortID(rec.KernelID), "watcher", os.Getpid())
@@ -197,3 +213,38 @@ func finishForDeadSupervisor(lg *slog.Logger, cfg watchConfig, st record.State, 
 		g.report("supervisor died", *f.GPU, f.GPUErr)
 	}
 }
+
+// trackTree tells the watcher, every treeTrackEvery while ctx lasts, what
+// a proc-mode tree is (record.State.Tree), when it changed: once the
+// supervisor is SIGKILLed those processes and their descendants are found
+// by /proc/PID/stat, which no process can hide, where the marker in an
+// environment a non-dumpable process hides is not. A process forked and
+// hidden within the last period before the SIGKILL is not known.
+func (s *supervisor) trackTree(ctx context.Context) {
+	t := time.NewTicker(treeTrackEvery)
+	defer t.Stop()
+	var last []cgroup.ProcRef
+	for {
+		pids, err := s.tree.Pids()
+		if err == nil {
+			refs := make([]cgroup.ProcRef, 0, len(pids))
+			for _, p := range pids {
+				if start, err := startTime(p); err == nil {
+					refs = append(refs, cgroup.ProcRef{PID: p, Start: start})
+				}
+			}
+			if !slices.Equal(refs, last) {
+				s.watch.send(watchMsg{Tree: refs})
+				last = refs
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// treeTrackEvery is how often trackTree looks (a /proc scan).
+const treeTrackEvery = time.Second

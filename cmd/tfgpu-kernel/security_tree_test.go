@@ -154,3 +154,38 @@ func TestSecurityTreeLeavingItsCgroupIsKilled(t *testing.T) {
 		t.Fatalf("the process that left the kernel's cgroup survived the kernel's stop:\n%s", sup.logText())
 	}
 }
+
+// L, second variant: in proc mode (no cgroup) a worker of bob's kernel
+// makes itself non-dumpable (its environment, the tree's marker, is then
+// unreadable to bob's processes) and leaves the process group; the
+// supervisor is SIGKILLed. Its watcher finds the worker all the same, from
+// what the supervisor last told it of the tree, and kills it.
+func TestSecurityHiddenWorkerDiesWithItsKernel(t *testing.T) {
+	bin := sharedBinary(t)
+	bob := newLocalUser(t, "bob")
+	shared := bob.mkdir(t, filepath.Join(sharedDir(t), "out"), 0o755)
+	pidFile := filepath.Join(shared, "worker")
+	worker := `import ctypes, os, sys, time
+ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0
+os.setsid()
+with open(sys.argv[1], "w") as f:
+    f.write("%d\n" % os.getpid())
+time.sleep(600)
+`
+	script := bob.own(t, filepath.Join(shared, "worker.py"), []byte(worker), 0o644)
+	kernel := `/usr/bin/python3 ` + script + ` ` + pidFile + ` & exec sleep 600`
+	sup := startUserSupervisor(t, bin, bob, -1, "none", kernel)
+	w := waitPidFile(t, pidFile)
+	killLater(t, w)
+	if code, out := runAs(t, bob.credential, nil, 10*time.Second, "/bin/cat", "/proc/"+strconv.Itoa(w)+"/environ"); code == 0 {
+		t.Fatalf("bob can read the worker's environment: the attack did not happen (%q)", out)
+	}
+	time.Sleep(1500 * time.Millisecond) // the supervisor tells its watcher the tree every second
+	sup.stop(t, syscall.SIGKILL)
+	for i := 0; i < 250 && alive(w); i++ {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if alive(w) {
+		t.Fatalf("the non-dumpable worker survived its SIGKILLed supervisor's watcher:\n%s", sup.logText())
+	}
+}

@@ -150,6 +150,15 @@ func (st State) killTree(ctx context.Context) (int, error) {
 			errs = append(errs, fmt.Errorf("kill process group %d: %w", st.KernelPID, e))
 		}
 	}
+	if st.Cgroup == "" && !st.SupervisorAlive() && st.thisBoot() && st.KernelStart > 0 {
+		// What the supervisor last saw of its tree, their descendants and
+		// the kernel's process group, from /proc/PID/stat: a process that
+		// left the group and hides its environment (non-dumpable) is found
+		// so, its marker unreadable (docs/security.md#threats, class 5).
+		n, err := cgroup.KillRelated(ctx, st.Tree, st.KernelPID, st.Owner, st.KernelStart)
+		killed = max(killed, n) // the group killed above is found again until it is reaped
+		errs = append(errs, err)
+	}
 	if st.Cgroup == "" && st.validMarker() && !st.SupervisorAlive() {
 		// Also what left the group (setsid) and was reparented away
 		// when the supervisor, their subreaper, died.

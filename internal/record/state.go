@@ -33,6 +33,13 @@ type State struct {
 	BootID          string    `json:"boot_id,omitempty"`       // a record of another boot names nothing alive
 	MemoryCgroup    string    `json:"memory_cgroup,omitempty"` // a v1 memory cgroup of its own, when the limit made one
 	Marker          string    `json:"tree_marker,omitempty"`   // TFGPU_TREE in the tree's environment (proc mode finds it by that)
+	// Tree is what a proc-mode supervisor last saw of its tree (each pid
+	// with its start time), for its watcher: a process that hides its
+	// environment (non-dumpable) and left the process group is found by
+	// this, or as a descendant of one of these, once the supervisor (the
+	// subreaper) is gone. Claims like the rest: only the owner's processes
+	// with those start times are acted on.
+	Tree []cgroup.ProcRef `json:"tree,omitempty"`
 
 	// Owner is the uid that owns the record (its state directory's owner):
 	// what the record names is acted on only when that uid owns it too.
