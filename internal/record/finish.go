@@ -121,7 +121,9 @@ func (d *Dir) Finish(st State, timeout time.Duration) (int, error) {
 }
 
 // killTree kills what the record's containment names: its cgroup, or in
-// the proc mode the kernel's process group and what carries its marker.
+// the proc mode the kernel's process group and what the supervisor last
+// saw of its tree; and, once the supervisor is gone, what carries the
+// tree's marker.
 func (st State) killTree(ctx context.Context) (int, error) {
 	killed := 0
 	var errs []error
@@ -159,8 +161,9 @@ func (st State) killTree(ctx context.Context) (int, error) {
 		killed = max(killed, n) // the group killed above is found again until it is reaped
 		errs = append(errs, err)
 	}
-	if st.Cgroup == "" && st.validMarker() && !st.SupervisorAlive() {
-		// Also what left the group (setsid) and was reparented away
+	if st.validMarker() && !st.SupervisorAlive() {
+		// Also what left the group (setsid), or the cgroup (a delegated
+		// one lets a process move itself out), and was reparented away
 		// when the supervisor, their subreaper, died.
 		n, err := cgroup.KillMarked(ctx, st.Marker, st.Owner)
 		killed = max(killed, n)
