@@ -6,8 +6,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"syscall"
+
+	"github.com/tfgpu/tfgpu-kernel/internal/rootfile"
 )
 
 // ErrNotRootsProgram means root was to run a program someone else could
@@ -27,24 +28,12 @@ func RootMayRun(path string) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
-	real, err := filepath.EvalSymlinks(abs)
-	if err != nil {
+	var nr *rootfile.NotRoots
+	switch err := rootfile.Check(abs); {
+	case errors.As(err, &nr):
+		return fmt.Errorf("%w: %v", ErrNotRootsProgram, nr)
+	case err != nil:
 		return fmt.Errorf("%s: %w", path, err)
-	}
-	for _, p := range []string{abs, filepath.Dir(abs), real, filepath.Dir(real)} {
-		fi, err := os.Lstat(p)
-		if err != nil {
-			return fmt.Errorf("%s: %w", path, err)
-		}
-		st, ok := fi.Sys().(*syscall.Stat_t)
-		switch {
-		case !ok:
-			return fmt.Errorf("%s: no owner to check", p)
-		case st.Uid != 0:
-			return fmt.Errorf("%w: %s belongs to uid %d", ErrNotRootsProgram, p, st.Uid)
-		case fi.Mode()&os.ModeSymlink == 0 && fi.Mode().Perm()&0o022 != 0:
-			return fmt.Errorf("%w: %s is writable by %s (mode %04o)", ErrNotRootsProgram, p, writers(fi.Mode()), fi.Mode().Perm())
-		}
 	}
 	return nil
 }
@@ -113,13 +102,4 @@ func checkChain(path, top string) error {
 	}
 }
 
-func writers(m os.FileMode) string {
-	var w []string
-	if m.Perm()&0o020 != 0 {
-		w = append(w, "its group")
-	}
-	if m.Perm()&0o002 != 0 {
-		w = append(w, "everyone")
-	}
-	return strings.Join(w, " and ")
-}
+func writers(m os.FileMode) string { return rootfile.Writers(m) }

@@ -12,7 +12,7 @@ import (
 	"sync"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
-	"golang.org/x/sys/unix"
+	"github.com/tfgpu/tfgpu-kernel/internal/rootfile"
 )
 
 // Soname is the library Open loads when no path is given.
@@ -227,19 +227,17 @@ func trustedLibrary(path string) error {
 	if os.Geteuid() != 0 {
 		return nil
 	}
-	real, err := filepath.EvalSymlinks(path)
+	abs, err := filepath.Abs(path)
 	if err != nil {
 		return fmt.Errorf("NVML library %s: %w", path, err)
 	}
-	for _, p := range []string{real, filepath.Dir(real)} {
-		var st unix.Stat_t
-		if err := unix.Stat(p, &st); err != nil {
-			return fmt.Errorf("NVML library %s: %w", path, err)
-		}
-		if st.Uid != 0 || st.Mode&0o022 != 0 {
-			return fmt.Errorf("NVML library %s: refusing to load it as root: %s belongs to uid %d with mode %#o (it must be root's and writable only by root)",
-				path, p, st.Uid, st.Mode&0o777)
-		}
+	var nr *rootfile.NotRoots
+	switch err := rootfile.Check(abs); {
+	case errors.As(err, &nr):
+		return fmt.Errorf("NVML library %s: refusing to load it as root: %s belongs to uid %d with mode %#o (it must be root's and writable only by root)",
+			path, nr.Path, nr.UID, nr.Mode)
+	case err != nil:
+		return fmt.Errorf("NVML library %s: %w", path, err)
 	}
 	return nil
 }
