@@ -22,8 +22,10 @@ type Finding struct {
 
 // Host checks what the supervisor would find on this host for
 // containment, memory limits and kernels left by dead supervisors. It
-// creates and removes probe cgroups; it changes nothing else.
-func Host(stateDir string) []Finding {
+// creates and removes probe cgroups; it changes nothing else. kernels
+// lists the kernels to judge: the records in stateDir, and for root every
+// user's (record.Collect).
+func Host(stateDir string, kernels func() ([]record.State, []error, error)) []Finding {
 	var out []Finding
 	add := func(f Finding) { out = append(out, f) }
 	l, err := cgroup.DetectLayout()
@@ -58,7 +60,7 @@ func Host(stateDir string) []Finding {
 		}
 	}
 
-	states, refusals, err := record.ReadStates(stateDir)
+	states, refusals, err := kernels()
 	for _, r := range refusals {
 		add(Finding{Topic: "kernel record", Text: r.Error(), Problem: true,
 			Fix: "nothing was done with it; remove the file once you know where it came from"})
@@ -77,7 +79,11 @@ func Host(stateDir string) []Finding {
 		add(Finding{Topic: "stale kernel", Problem: true, Fix: "tfgpu-kernel stop " + st.KernelID,
 			Text: fmt.Sprintf("%s (supervisor %d is gone; %s)", st.KernelID, st.SupervisorPID, orDash(record.Printable(st.Cgroup)))})
 	}
-	add(Finding{Topic: "kernels", Text: fmt.Sprintf("%d supervised kernel(s) running, state in %s", live, stateDir)})
+	where := "state in " + stateDir
+	if os.Geteuid() == 0 {
+		where += "; every user's, from the running supervisors"
+	}
+	add(Finding{Topic: "kernels", Text: fmt.Sprintf("%d supervised kernel(s) running, %s", live, where)})
 	for _, dir := range kernelCgroups(l) {
 		if !known[dir] && dir != "" {
 			add(Finding{Topic: "stale cgroup", Text: dir + " (no supervisor records it)", Problem: true,
