@@ -209,13 +209,7 @@ func (t *scopeTree) Pids() ([]int, error) {
 	if err != nil {
 		return nil, err
 	}
-	var out []int
-	for _, p := range more {
-		if !slices.Contains(pids, p) {
-			pids = append(pids, p)
-			out = append(out, p)
-		}
-	}
+	pids, out := addOutside(pids, more)
 	t.mu.Lock()
 	t.escaped = out
 	t.mu.Unlock()

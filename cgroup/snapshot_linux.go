@@ -64,23 +64,19 @@ func (s *Snapshot) Comm(pid int) string {
 }
 
 // Owner is pid's owner (-1 when it is gone), read once.
-func (s *Snapshot) Owner(pid int) int {
-	if u, ok := s.owners[pid]; ok {
-		return u
-	}
-	u := ProcOwner(pid)
-	s.owners[pid] = u
-	return u
-}
+func (s *Snapshot) Owner(pid int) int { return memo(s.owners, pid, ProcOwner) }
 
 // RSS is pid's resident memory in bytes, read once.
-func (s *Snapshot) RSS(pid int) int64 {
-	if n, ok := s.rss[pid]; ok {
-		return n
+func (s *Snapshot) RSS(pid int) int64 { return memo(s.rss, pid, ProcRSS) }
+
+// memo is m[pid], read (once) when m has none.
+func memo[T any](m map[int]T, pid int, read func(int) T) T {
+	if v, ok := m[pid]; ok {
+		return v
 	}
-	n := ProcRSS(pid)
-	s.rss[pid] = n
-	return n
+	v := read(pid)
+	m[pid] = v
+	return v
 }
 
 // Tree lists the live members of the proc-mode tree of leader under the

@@ -244,11 +244,7 @@ func (t *V1Tree) Pids() ([]int, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list cgroup %s: sweep: %w", t.dir, err)
 	}
-	for _, p := range more {
-		if !slices.Contains(pids, p) {
-			pids = append(pids, p)
-		}
-	}
+	pids, _ = addOutside(pids, more)
 	return pids, nil
 }
 

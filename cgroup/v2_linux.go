@@ -241,17 +241,24 @@ func (t *V2Tree) Pids() ([]int, error) {
 			return nil, fmt.Errorf("list cgroup %s: sweep: %w", t.dir, err)
 		}
 		var out []int
-		for _, p := range more {
-			if !slices.Contains(pids, p) {
-				pids = append(pids, p)
-				out = append(out, p)
-			}
-		}
+		pids, out = addOutside(pids, more)
 		t.mu.Lock()
 		t.escaped = out
 		t.mu.Unlock()
 	}
 	return pids, nil
+}
+
+// addOutside adds to pids (a cgroup's) those of more (a sweep's) it lacks,
+// and returns them apart too: the tree's processes outside the cgroup.
+func addOutside(pids, more []int) (all, outside []int) {
+	for _, p := range more {
+		if !slices.Contains(pids, p) {
+			pids = append(pids, p)
+			outside = append(outside, p)
+		}
+	}
+	return pids, outside
 }
 
 // Escaped lists the processes the last Pids found outside the cgroup by

@@ -95,14 +95,17 @@ func TestE2EKeylessPeers(t *testing.T) {
 	eachStack(t, func(t *testing.T, stack string) {
 		s := e2eSetupStack(t, stack)
 		u := newLocalUser(t, "peer")
-		src, err := os.ReadFile(filepath.Join(s.scripts, "peers_attack.py"))
-		if err != nil {
-			t.Fatal(err)
+		shared := sharedDir(t)
+		for _, name := range []string{"peers_attack.py", "zmtpraw.py"} {
+			src, err := os.ReadFile(filepath.Join(s.scripts, name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(shared, name), src, 0o644); err != nil {
+				t.Fatal(err)
+			}
 		}
-		script := filepath.Join(sharedDir(t), "peers_attack.py")
-		if err := os.WriteFile(script, src, 0o644); err != nil {
-			t.Fatal(err)
-		}
+		script := filepath.Join(shared, "peers_attack.py")
 		for _, mode := range []string{"budget", "claim", "slowsub"} {
 			t.Run(mode, func(t *testing.T) {
 				ps := *s

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 )
@@ -37,10 +38,28 @@ func ExploreFuzz(t *testing.T, targets ...string) {
 			cmd := exec.Command(goBin, "test", "-run", "^$", "-fuzz", "^"+target+"$", "-fuzztime", d.String(), "-parallel", "1", ".")
 			var out bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &out, &out
-			if err := cmd.Run(); err != nil {
+			err := cmd.Run()
+			if err != nil && fuzztimeRace(out.String()) {
+				// Go's fuzzing coordinator (before Go 1.27) can report the
+				// end of -fuzztime itself as a failure: a bare "context
+				// deadline exceeded" at the deadline, no input written
+				// (golang/go#75804). The target ran its time and found
+				// nothing; a real crasher always writes its input.
+				t.Logf("%s explored for %v; go test then reported the end of -fuzztime as %q (golang/go#75804, no input written)", target, d, "context deadline exceeded")
+				return
+			}
+			if err != nil {
 				t.Fatalf("go test -fuzz %s -fuzztime %v: %v\n%s", target, d, err, out.String())
 			}
 			t.Logf("%s explored for %v", target, d)
 		})
 	}
+}
+
+// fuzztimeRace reports whether a failed `go test -fuzz` run's output is
+// golang/go#75804's and nothing else: the failure is the coordinator's
+// "context deadline exceeded", and no failing input was written.
+func fuzztimeRace(out string) bool {
+	return strings.Contains(out, "\n    context deadline exceeded\n") &&
+		!strings.Contains(out, "Failing input written to") && !strings.Contains(out, "panic:")
 }

@@ -216,10 +216,18 @@ func closeOnStop(c net.Conn, stop, done chan struct{}) {
 	}()
 }
 
-func fillLoop(addr string, size int, stop chan struct{}, ctr *counters) {
-	body := make([]byte, 256<<10)
+// reconnecting runs use on a connection (handshaken as a DEALER when
+// shake is set) again and again until stop closes; a refused connection is
+// counted and retried shortly.
+func reconnecting(addr string, shake bool, stop chan struct{}, ctr *counters, use func(c net.Conn, r *bufio.Reader)) {
 	for !stopped(stop) {
-		c, _ := dialShake(addr, "DEALER", nil)
+		var c net.Conn
+		var r *bufio.Reader
+		if shake {
+			c, r = dialShake(addr, "DEALER", nil)
+		} else if nc, err := net.DialTimeout("tcp", addr, 2*time.Second); err == nil {
+			c, r = nc, bufio.NewReader(nc)
+		}
 		if c == nil {
 			ctr.add("refused", 1)
 			time.Sleep(20 * time.Millisecond)
@@ -227,6 +235,14 @@ func fillLoop(addr string, size int, stop chan struct{}, ctr *counters) {
 		}
 		done := make(chan struct{})
 		closeOnStop(c, stop, done)
+		use(c, r)
+		close(done)
+	}
+}
+
+func fillLoop(addr string, size int, stop chan struct{}, ctr *counters) {
+	body := make([]byte, 256<<10)
+	reconnecting(addr, true, stop, ctr, func(c net.Conn, _ *bufio.Reader) {
 		ok := func() bool {
 			if _, err := c.Write(AppendFrameHeader(nil, 0, size)); err != nil {
 				return false
@@ -246,8 +262,7 @@ func fillLoop(addr string, size int, stop chan struct{}, ctr *counters) {
 			io.Copy(io.Discard, c) // hold it until the door closes it
 		}
 		ctr.add("closed", 1)
-		close(done)
-	}
+	})
 }
 
 func claimLoop(addr string, id []byte, stop chan struct{}, ctr *counters) {
@@ -308,24 +323,10 @@ func slowSub(addr string, rate int, stop chan struct{}, ctr *counters) {
 }
 
 func idleLoop(addr string, shake bool, stop chan struct{}, ctr *counters) {
-	for !stopped(stop) {
-		var c net.Conn
-		if shake {
-			c, _ = dialShake(addr, "DEALER", nil)
-		} else {
-			c, _ = net.DialTimeout("tcp", addr, 2*time.Second)
-		}
-		if c == nil {
-			ctr.add("refused", 1)
-			time.Sleep(20 * time.Millisecond)
-			continue
-		}
-		done := make(chan struct{})
-		closeOnStop(c, stop, done)
+	reconnecting(addr, shake, stop, ctr, func(c net.Conn, _ *bufio.Reader) {
 		io.Copy(io.Discard, c)
 		ctr.add("closed", 1)
-		close(done)
-	}
+	})
 }
 
 // chaos runs many adversarial connections at once, chosen by seed: budget
@@ -353,15 +354,7 @@ func chaos(addr string, seed uint64, id []byte, stop chan struct{}, ctr *counter
 // garbage, or a multi-frame message that never ends.
 func trickle(addr string, seed uint64, stop chan struct{}, ctr *counters) {
 	rng := mrand.New(mrand.NewPCG(seed, 1))
-	for !stopped(stop) {
-		c, _ := dialShake(addr, "DEALER", nil)
-		if c == nil {
-			ctr.add("refused", 1)
-			time.Sleep(20 * time.Millisecond)
-			continue
-		}
-		done := make(chan struct{})
-		closeOnStop(c, stop, done)
+	reconnecting(addr, true, stop, ctr, func(c net.Conn, _ *bufio.Reader) {
 		var b []byte
 		switch rng.IntN(3) {
 		case 0:
@@ -386,8 +379,7 @@ func trickle(addr string, seed uint64, stop chan struct{}, ctr *counters) {
 		c.SetReadDeadline(time.Now().Add(30 * time.Second))
 		io.Copy(io.Discard, c)
 		ctr.add("trickle_closed", 1)
-		close(done)
-	}
+	})
 }
 
 // randomID is a routing identity as jupyter_client makes one (a session

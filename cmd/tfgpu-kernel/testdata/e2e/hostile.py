@@ -58,6 +58,7 @@ import zmq.asyncio
 from jupyter_client.blocking import BlockingKernelClient
 
 import harness as h
+from zmtpraw import GREETING, frame, message, ready
 
 MODE = sys.argv[1] if len(sys.argv) > 1 else "bigframe"
 MIB = 1024  # RSS figures are KiB
@@ -67,32 +68,6 @@ PEER_TYPE = {"iopub": b"SUB"}  # every other port is a ROUTER: talk as a DEALER
 RSS_ABORT_KIB = 2 << 20  # stop any flood once the supervisor holds 2 GiB
 
 # ---------------------------------------------------------------- raw ZMTP
-
-GREETING = b"\xff" + b"\x00" * 8 + b"\x7f" + bytes([3, 0]) + b"NULL".ljust(20, b"\x00") + b"\x00" + b"\x00" * 31
-assert len(GREETING) == 64
-
-
-def frame(body, more=False, command=False):
-    flags = (0x01 if more else 0) | (0x04 if command else 0)
-    if len(body) > 255:
-        return bytes([flags | 0x02]) + struct.pack(">Q", len(body)) + body
-    return bytes([flags, len(body)]) + body
-
-
-def message(*frames):
-    return b"".join(frame(f, more=i < len(frames) - 1) for i, f in enumerate(frames))
-
-
-def prop(name, value):
-    return bytes([len(name)]) + name + struct.pack(">I", len(value)) + value
-
-
-def ready(sock_type, identity=None):
-    body = b"\x05READY" + prop(b"Socket-Type", sock_type)
-    if identity is not None:
-        body += prop(b"Identity", identity)
-    return frame(body, command=True)
-
 
 _OPEN = []  # every attacker socket, closed at the end whatever happens
 PORTS = {}

@@ -20,7 +20,8 @@ import sys
 import threading
 import time
 
-GREETING = b"\xff" + b"\x00" * 8 + b"\x7f" + bytes([3, 0]) + b"NULL".ljust(20, b"\x00") + b"\x00" + b"\x00" * 31
+from zmtpraw import GREETING, frame, ready
+
 STOP = threading.Event()
 COUNT = {}
 LOCK = threading.Lock()
@@ -29,24 +30,6 @@ LOCK = threading.Lock()
 def add(name, n=1):
     with LOCK:
         COUNT[name] = COUNT.get(name, 0) + n
-
-
-def frame(body, more=False, command=False):
-    flags = (0x01 if more else 0) | (0x04 if command else 0)
-    if len(body) > 255:
-        return bytes([flags | 0x02]) + struct.pack(">Q", len(body)) + body
-    return bytes([flags, len(body)]) + body
-
-
-def prop(name, value):
-    return bytes([len(name)]) + name + struct.pack(">I", len(value)) + value
-
-
-def ready(sock_type, identity=None):
-    body = b"\x05READY" + prop(b"Socket-Type", sock_type)
-    if identity is not None:
-        body += prop(b"Identity", identity)
-    return frame(body, command=True)
 
 
 def recv_exact(s, n):
