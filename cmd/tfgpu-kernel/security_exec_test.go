@@ -433,3 +433,77 @@ func TestSecurityPsAttributesOnlyTheOwnersProcesses(t *testing.T) {
 		t.Fatalf("root's ps does not list bob's record:\n%s", out)
 	}
 }
+
+// A user's ps and stop find the user's own kernels whatever state directory
+// each supervisor chose (another XDG_RUNTIME_DIR under `su -`, cron or
+// `sudo -u`; a TFGPU_STATE_DIR): from the user's running supervisors, and
+// never another user's.
+func TestUserFindsOwnKernelsInEveryStateDir(t *testing.T) {
+	bin := sharedBinary(t)
+	bob, alice := newLocalUser(t, "bob"), newLocalUser(t, "alice")
+	start := func(u localUser, state string) *exec.Cmd {
+		conn := connFileFor(t, u)
+		cmd := exec.Command(bin, "run", "--cgroup", "none", "-f", conn, "--", "/bin/sleep", "600")
+		cmd.Env = userEnv(u, "TFGPU_STATE_DIR="+state)
+		cmd.Dir = "/"
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: u.credential, Setpgid: true}
+		logf, err := os.Create(filepath.Join(t.TempDir(), "log"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer logf.Close()
+		cmd.Stdout, cmd.Stderr = logf, logf
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan struct{})
+		go func() { cmd.Wait(); close(done) }()
+		t.Cleanup(func() {
+			cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-done:
+			case <-time.After(20 * time.Second):
+				syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+				<-done
+			}
+		})
+		for i := 0; ; i++ {
+			if b, _ := os.ReadFile(logf.Name()); strings.Contains(string(b), "kernel started") {
+				return cmd
+			}
+			if i == 1000 {
+				b, _ := os.ReadFile(logf.Name())
+				t.Fatalf("%s's supervisor did not start:\n%s", u.name, b)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	bobs := start(bob, bob.mkdir(t, filepath.Join(bob.home, "elsewhere"), 0o700))
+	alices := start(alice, alice.mkdir(t, filepath.Join(alice.home, "state"), 0o700))
+
+	// bob's ps and stop with his default state directory (none of his
+	// kernels recorded there).
+	env := userEnv(bob)
+	code, out := runAs(t, bob.credential, env, time.Minute, bin, "ps", "--json")
+	var rows []record.KernelStatus
+	if i := strings.Index(out, "["); code != 0 || i < 0 || json.Unmarshal([]byte(out[i:]), &rows) != nil {
+		t.Fatalf("bob's ps --json (exit %d):\n%s", code, out)
+	}
+	if len(rows) != 1 || rows[0].SupervisorPID != bobs.Process.Pid {
+		t.Fatalf("bob's ps lists %+v; want his one kernel (supervisor %d), not alice's (%d)", rows, bobs.Process.Pid, alices.Process.Pid)
+	}
+	if strings.Contains(out, "refused") {
+		t.Errorf("bob's ps printed refusals:\n%s", out)
+	}
+	// One character of the id names nothing (a typo must not stop a kernel).
+	if code, out := runAs(t, bob.credential, env, time.Minute, bin, "stop", rows[0].KernelID[:1]); code != 2 ||
+		!strings.Contains(out, "give the whole id or at least 4 characters of it") || !alive(bobs.Process.Pid) {
+		t.Fatalf("bob's stop %s (exit %d):\n%s", rows[0].KernelID[:1], code, out)
+	}
+	if code, out := runAs(t, bob.credential, env, time.Minute, bin, "stop", rows[0].KernelID); code != 0 || !strings.Contains(out, "stopped kernel") {
+		t.Fatalf("bob's stop of his kernel (exit %d):\n%s", code, out)
+	}
+	if !alive(alices.Process.Pid) {
+		t.Fatal("bob's stop touched alice's supervisor")
+	}
+}

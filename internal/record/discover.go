@@ -2,6 +2,7 @@ package record
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -51,12 +52,13 @@ type Supervisor struct {
 // exactly as run does.
 type IDFunc func(argv []string, cwd string) string
 
-// Supervisors lists the supervisors running on this host, from sn.
-func Supervisors(sn *cgroup.Snapshot, idOf IDFunc) []Supervisor {
+// Supervisors lists the supervisors running on this host, from sn: every
+// user's when uid < 0, else uid's.
+func Supervisors(sn *cgroup.Snapshot, idOf IDFunc, uid int) []Supervisor {
 	var out []Supervisor
 	for _, pid := range sn.Pids() {
 		p, ok := sn.Proc(pid)
-		if !ok || !p.Alive() || sn.Comm(pid) != "tfgpu-kernel" {
+		if !ok || !p.Alive() || sn.Comm(pid) != "tfgpu-kernel" || (uid >= 0 && sn.Owner(pid) != uid) {
 			continue
 		}
 		argv, err := cgroup.ProcCmdline(pid)
@@ -89,6 +91,7 @@ func (s Supervisor) Record() (State, error) {
 		}
 	}
 	slices.Sort(fds)
+	seen := false // a record of this kernel, whether or not it named s
 	for _, n := range fds[:min(len(fds), maxSupervisorFDs)] {
 		link := fdDir + "/" + strconv.Itoa(n)
 		target, err := os.Readlink(link)
@@ -110,10 +113,18 @@ func (s Supervisor) Record() (State, error) {
 			d.Close()
 			return rec, nil
 		}
+		seen = seen || !errors.Is(err, os.ErrNotExist)
 		d.Close()
+	}
+	if !seen {
+		return State{}, errNoRecord // not written yet (starting), or gone (stopping)
 	}
 	return State{}, fmt.Errorf("%w: supervisor %d (uid %d, kernel %s) holds no state directory with its record", ErrRefused, s.PID, s.UID, s.KernelID)
 }
+
+// errNoRecord: a supervisor holds no record of its kernel, which it has
+// not written yet or has removed: nothing to show, nothing to say.
+var errNoRecord = errors.New("no record")
 
 // stateOf reads and checks the record of kernel id in d.
 func (d *Dir) stateOf(id string) (State, error) {
@@ -137,13 +148,16 @@ func (d *Dir) stateOf(id string) (State, error) {
 }
 
 // Collect returns the kernels ps, stop and the metrics act on: the records
-// in dir (the caller's own state directory: an error there is returned),
-// and for root (allUsers) every running supervisor's and what is left of
-// kernels whose supervisor is gone in the users' runtime directories (see
-// above). refused says what was left alone, one line each.
+// in dir (the caller's own state directory: an error there is returned);
+// every running supervisor's of the caller's (whatever state directory
+// each chose: another XDG_RUNTIME_DIR under su or cron, a
+// TFGPU_STATE_DIR), or for root (allUsers) of every user's; and for root
+// what is left of kernels whose supervisor is gone in the users' runtime
+// directories (see above). refused says what was left alone, one line
+// each.
 func Collect(dir string, allUsers bool, idOf IDFunc) (states []State, refusals []error, err error) {
 	states, refusals, err = ReadStates(dir)
-	if err != nil || !allUsers {
+	if err != nil {
 		return states, refusals, err
 	}
 	sn, err := cgroup.TakeSnapshot()
@@ -159,18 +173,28 @@ func Collect(dir string, allUsers bool, idOf IDFunc) (states []State, refusals [
 		have[live{st.SupervisorPID, st.SupervisorStart}] = true
 	}
 	running := map[live]bool{}
-	for _, s := range Supervisors(sn, idOf) {
+	only := -1
+	if !allUsers {
+		only = os.Geteuid()
+	}
+	for _, s := range Supervisors(sn, idOf, only) {
 		running[live{s.PID, s.Start}] = true
 		if have[live{s.PID, s.Start}] {
 			continue
 		}
 		st, err := s.Record()
+		if errors.Is(err, errNoRecord) {
+			continue
+		}
 		if err != nil {
 			refusals = append(refusals, err)
 			continue
 		}
 		have[live{s.PID, s.Start}] = true
 		states = append(states, st)
+	}
+	if !allUsers {
+		return states, refusals, nil
 	}
 	dirs, _ := filepath.Glob("/run/user/*/tfgpu-kernel")
 	for _, d := range uniqueDirs(dir, dirs)[1:] {
