@@ -18,10 +18,11 @@ import (
 	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
 
-// `tfgpu-kernel stop --all` on a kernel whose supervisor is SIGSTOPped (hung):
-// the kernel and a setsid'd process it started are killed through the
-// kernel's cgroup, the state file and the cgroup are gone, and the
-// supervisor, once continued, ends because its kernel died.
+// `tfgpu-kernel stop --all` on a kernel whose supervisor is SIGSTOPped: the
+// supervisor is continued and asked to stop, so it stops its kernel itself
+// (Jupyter sees the kernel end, not a stopped supervisor it takes for
+// alive); the kernel and a setsid'd process it started are dead, the state
+// file and the cgroup gone, and the supervisor has exited.
 func TestE2EStopHungSupervisor(t *testing.T) {
 	s := e2eSetup(t)
 	path := writeTCPConn(t, t.TempDir(), "e2e-stop", "5f1c7a0e-stop")
@@ -37,10 +38,15 @@ func TestE2EStopHungSupervisor(t *testing.T) {
 		t.Fatal(err)
 	}
 	var escapee int
+	var done chan error // the supervisor's Wait, once the test waits for it
 	defer func() {
 		sup.Process.Signal(syscall.SIGCONT)
 		sup.Process.Kill()
-		sup.Wait()
+		if done != nil {
+			<-done
+		} else {
+			sup.Wait()
+		}
 		s.checkSurvivors(t, tag, []int{escapee}, time.Now())
 	}()
 
@@ -83,7 +89,7 @@ kc.execute_interactive("import subprocess, signal; p = subprocess.Popen(['setsid
 	if err != nil {
 		t.Fatalf("stop: %v: %s", err, msg)
 	}
-	if !strings.Contains(string(msg), "stopped kernel e2e-stop") || !strings.Contains(string(msg), "SIGSTOP") {
+	if !strings.Contains(string(msg), "stopped kernel e2e-stop") || !strings.Contains(string(msg), "supervisor was stopped (SIGSTOP): continued and asked to stop") {
 		t.Fatalf("stop said %q", msg)
 	}
 	for _, pid := range []int{st.KernelPID, escapee} {
@@ -99,14 +105,14 @@ kc.execute_interactive("import subprocess, signal; p = subprocess.Popen(['setsid
 	if left, _ := filepath.Glob(filepath.Join(stateDir, "*.json")); len(left) > 0 {
 		t.Fatalf("state files left: %v", left)
 	}
-	sup.Process.Signal(syscall.SIGCONT)
-	done := make(chan error, 1)
+	done = make(chan error, 1)
 	go func() { done <- sup.Wait() }()
 	select {
 	case err := <-done:
-		t.Logf("supervisor ended after SIGCONT: %v", err)
+		done <- err // for the deferred clean-up
+		t.Logf("supervisor ended: %v", err)
 	case <-time.After(10 * time.Second):
-		t.Fatalf("supervisor still running 10 s after SIGCONT; log:\n%s", supErr.String())
+		t.Fatalf("supervisor still running 10 s after stop; log:\n%s", supErr.String())
 	}
 }
 

@@ -106,7 +106,7 @@ func TestPs(t *testing.T) {
 	r = runInstallBin(t, env, bin, "ps")
 	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
 	if r.code != 0 || len(lines) != 2 || !strings.HasPrefix(lines[0], "KERNEL") ||
-		!strings.Contains(lines[1], "5b2c1e7a  train.ipynb") || !strings.Contains(lines[1], "dirty") ||
+		!strings.Contains(lines[1], "5b2c1e7a  train.ipynb  root") || !strings.Contains(lines[0], "NOTEBOOK     USER") || !strings.Contains(lines[1], "dirty") ||
 		!strings.HasSuffix(lines[1], "GPU1 768 MiB") {
 		t.Fatalf("ps: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}

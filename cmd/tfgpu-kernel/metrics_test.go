@@ -122,6 +122,8 @@ func TestChooseKernels(t *testing.T) {
 		{"5b2c1e7a-1x", false, "5b2c1e7a-1x"},
 		{"5b2c", false, "5b2c1e7a-1 5b2c1e7a-1x"},
 		{"9f00", false, "9f00aa00-2"},
+		{"9f0", false, ""}, // a prefix of fewer than 4 characters names nothing
+		{"5", false, ""},
 		{"nope", false, ""},
 		{"", true, "5b2c1e7a-1 5b2c1e7a-1x 9f00aa00-2"},
 	} {

@@ -76,7 +76,7 @@ func printPs(out io.Writer, rows []record.KernelStatus, note string, now time.Ti
 		fmt.Fprintln(out, "no supervised kernels")
 	} else {
 		w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(w, "KERNEL\tNOTEBOOK\tSUPERVISOR\tKERNEL PID\tPROCS\tRSS\tSTATE\tACTIVITY\tUPTIME\tGPU MEMORY")
+		fmt.Fprintln(w, "KERNEL\tNOTEBOOK\tUSER\tSUPERVISOR\tKERNEL PID\tPROCS\tRSS\tSTATE\tACTIVITY\tUPTIME\tGPU MEMORY")
 		for _, r := range rows {
 			session := r.Session
 			if session == "" {
@@ -97,7 +97,11 @@ func printPs(out io.Writer, rows []record.KernelStatus, note string, now time.Ti
 			if len(r.Escaped) > 0 { // a process left the kernel's cgroup: its limits no longer hold it
 				state += fmt.Sprintf(" (%d left its cgroup)", len(r.Escaped))
 			}
-			fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\n", record.ShortID(r.KernelID), session, r.SupervisorPID,
+			user := r.User
+			if user == "" {
+				user = "-"
+			}
+			fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\n", record.ShortID(r.KernelID), session, user, r.SupervisorPID,
 				r.KernelPID, len(r.PIDs), gpu.FormatBytes(r.RSSBytes), state, activity(r, now), uptime, strings.Join(mem, ", "))
 		}
 		w.Flush()

@@ -70,6 +70,8 @@ func cmdStop(args []string) int {
 	case len(chosen) == 0 && *every:
 		fmt.Println("no supervised kernels")
 		return 0
+	case len(chosen) == 0 && len(fs.Arg(0)) < minIDPrefix:
+		return usageError("stop", fmt.Sprintf("no kernel %q; give the whole id or at least %d characters of it", fs.Arg(0), minIDPrefix))
 	case len(chosen) == 0:
 		return usageError("stop", fmt.Sprintf("no kernel %q in %s", fs.Arg(0), *stateDir))
 	case len(chosen) > 1 && !*every:
@@ -146,18 +148,24 @@ func stopOne(w *stopOutput, st record.State, timeout time.Duration, n gpu.Sessio
 	defer d.Close()
 	how := "supervisor gone"
 	askSupervisor := func() {
-		switch {
-		case st.SupervisorAlive() && st.SupervisorStopped():
-			how = "supervisor stopped (SIGSTOP)"
-		case st.SupervisorAlive():
-			how = "supervisor asked to stop"
-			_ = syscall.Kill(st.SupervisorPID, syscall.SIGTERM)
-			for deadline := time.Now().Add(timeout); st.SupervisorAlive() && time.Now().Before(deadline); {
-				time.Sleep(10 * time.Millisecond)
-			}
-			if st.SupervisorAlive() {
-				how = "supervisor did not stop"
-			}
+		if !st.SupervisorAlive() {
+			return
+		}
+		how = "supervisor asked to stop"
+		if st.SupervisorStopped() {
+			// Stopped (SIGSTOP, a debugger): continued first, so that it
+			// stops its kernel itself and Jupyter sees the kernel end,
+			// rather than a kernel killed under a supervisor Jupyter
+			// still takes for alive.
+			_ = syscall.Kill(st.SupervisorPID, syscall.SIGCONT)
+			how = "supervisor was stopped (SIGSTOP): continued and asked to stop"
+		}
+		_ = syscall.Kill(st.SupervisorPID, syscall.SIGTERM)
+		for deadline := time.Now().Add(timeout); st.SupervisorAlive() && time.Now().Before(deadline); {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if st.SupervisorAlive() {
+			how += "; it did not stop"
 		}
 	}
 	start := time.Now()
@@ -183,9 +191,11 @@ func stopOne(w *stopOutput, st record.State, timeout time.Duration, n gpu.Sessio
 }
 
 // chooseKernels is every kernel (all), else the kernel whose id is id,
-// else those whose id starts with id. An exact id always wins: a record
-// planted with the id "<yours>x" (ids are public, in the supervisor's
-// command line) must not make a kernel's own id ambiguous.
+// else those whose id starts with id when id has at least minIDPrefix
+// characters (a typo of one character must not stop a kernel). An exact id
+// always wins: a record planted with the id "<yours>x" (ids are public, in
+// the supervisor's command line) must not make a kernel's own id
+// ambiguous.
 func chooseKernels(states []record.State, id string, all bool) []record.State {
 	if all {
 		return states
@@ -195,7 +205,7 @@ func chooseKernels(states []record.State, id string, all bool) []record.State {
 		switch {
 		case st.KernelID == id:
 			exact = append(exact, st)
-		case strings.HasPrefix(st.KernelID, id):
+		case len(id) >= minIDPrefix && strings.HasPrefix(st.KernelID, id):
 			prefixed = append(prefixed, st)
 		}
 	}
@@ -204,6 +214,9 @@ func chooseKernels(states []record.State, id string, all bool) []record.State {
 	}
 	return prefixed
 }
+
+// minIDPrefix is the shortest prefix of a kernel id stop takes.
+const minIDPrefix = 4
 
 func btoi(b bool) int {
 	if b {
