@@ -13,6 +13,7 @@ import (
 	"github.com/tfgpu/tfgpu-kernel/internal/record"
 	"github.com/tfgpu/tfgpu-kernel/internal/zmtp"
 	"github.com/tfgpu/tfgpu-kernel/wrapper"
+	"golang.org/x/sys/unix"
 )
 
 // cmdRun is what the kernelspec's argv runs:
@@ -59,6 +60,15 @@ func cmdRun(args []string) int {
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(200)
 	}
+	// In a terminal (jupyter console, a kernel started by hand) the log
+	// would be printed among the user's own lines: there only what is wrong
+	// is said, unless a level was asked for. The server log (a file or a
+	// pipe) gets every lifecycle line.
+	levelSet := src["log-level"] != ""
+	fs.Visit(func(f *flag.Flag) { levelSet = levelSet || f.Name == "log-level" })
+	if !levelSet && isTerminal(os.Stderr) {
+		v.level = slog.LevelWarn
+	}
 	lg := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: v.level})).With("prog", "tfgpu-kernel")
 	return wrapper.Run(context.Background(), wrapper.Config{
 		ConnFile:       *conn,
@@ -83,4 +93,10 @@ const gpuSoname = "libnvidia-ml.so.1"
 func usageError(cmd, msg string) int {
 	fmt.Fprintf(os.Stderr, "tfgpu-kernel %s: %s (see 'tfgpu-kernel %s --help')\n", cmd, msg, cmd)
 	return 2
+}
+
+// isTerminal reports whether f is a terminal.
+func isTerminal(f *os.File) bool {
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
 }

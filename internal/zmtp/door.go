@@ -11,6 +11,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/go-zeromq/zmq4"
@@ -359,7 +360,13 @@ func (d *Door) handshake(nc net.Conn, p peer) {
 	if err != nil {
 		_ = nc.Close()
 		d.sh.conns.Add(-1)
-		if !errors.Is(err, net.ErrClosed) && !errors.Is(err, io.EOF) {
+		switch {
+		case errors.Is(err, net.ErrClosed) || errors.Is(err, io.EOF):
+		case errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET):
+			// A client that connects and closes at once (Jupyter's server
+			// does so when a notebook opens): ordinary, not a warning.
+			d.sh.log.Debug("zmtp: a connection closed during its handshake", "socket", d.name, "peer", nc.RemoteAddr().String(), "why", reason(err))
+		default:
 			d.sh.rl.warn("zmtp: handshake failed", "socket", d.name, "peer", nc.RemoteAddr().String(), "why", reason(err))
 		}
 		return

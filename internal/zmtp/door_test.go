@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"runtime"
@@ -19,6 +20,7 @@ import (
 	"time"
 
 	"github.com/go-zeromq/zmq4"
+	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
 
 // bound is a zmq4 socket listening through a Door.
@@ -751,4 +753,40 @@ func TestDoorReportsFirstSubscribers(t *testing.T) {
 	d.handshake("SUB", nil)
 	d.send(message([]byte("\x01kernel.x")))
 	next("kernel.x")
+}
+
+// A client that connects and closes at once (Jupyter's server does, when a
+// notebook opens) is not a warning; a peer that breaks the handshake is.
+func TestDoorHandshakeLogLevels(t *testing.T) {
+	var log testutil.Buffer
+	sock := zmq4.NewRouter(context.Background())
+	defer sock.Close()
+	sh := NewShared(Limits{}, slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelInfo})))
+	d, err := Bind(sock, "ROUTER", "shell", "tcp://127.0.0.1:0", sh, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, half := range [][]byte{nil, AppendGreeting(nil, false)[:20]} {
+		c, err := net.Dial("tcp", d.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Write(half)
+		c.Close()
+	}
+	waitFor(t, "the closed handshakes forgotten", func() bool { e, h := d.Conns(); return e == 0 && h == 0 })
+	time.Sleep(100 * time.Millisecond) // their lines, if any, are written after
+	bad := dialRaw(t, d.Addr().String())
+	bad.send([]byte("GET / HTTP/1.1\r\n\r\n"))
+	if !bad.closedWithin(5 * time.Second) {
+		t.Fatal("an HTTP request on a ZMTP port was kept")
+	}
+	waitFor(t, "the warning", func() bool { return strings.Contains(log.String(), "handshake failed") })
+	// The first warning of its kind is the HTTP request's (warnings of one
+	// kind are rate-limited: a connect-and-close warned first would hide it).
+	for _, line := range strings.Split(log.String(), "\n") {
+		if strings.Contains(line, "handshake failed") && !strings.Contains(line, "no ZMTP signature") {
+			t.Fatalf("a connect-and-close was logged as a warning:\n%s", log.String())
+		}
+	}
 }
