@@ -20,7 +20,6 @@ import (
 
 	"github.com/tfgpu/tfgpu-kernel/cgroup"
 	"github.com/tfgpu/tfgpu-kernel/internal/record"
-	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
 
 // Issue 22, class 3: privileged code never runs what a user controls. Root's
@@ -283,33 +282,7 @@ func TestSecurityRootFindsKernelsFromProcesses(t *testing.T) {
 	bin := sharedBinary(t)
 	bob := newLocalUser(t, "bob")
 	hidden := bob.mkdir(t, filepath.Join(bob.home, "hidden"), 0o700)
-	conn := connFileFor(t, bob)
-	cmd := exec.Command(bin, "run", "--cgroup", "none", "-f", conn, "--", "/bin/sleep", "600")
-	cmd.Env = userEnv(bob, "TFGPU_STATE_DIR="+hidden)
-	cmd.Dir = "/"
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: bob.credential, Setpgid: true}
-	var log testutil.Buffer
-	cmd.Stdout, cmd.Stderr = &log, &log
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(20 * time.Second):
-			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			<-done
-		}
-	})
-	for i := 0; !strings.Contains(log.String(), "kernel started"); i++ {
-		if i == 1000 {
-			t.Fatalf("bob's supervisor did not start:\n%s", log.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	cmd := startUserSupervisor(t, bin, bob, hidden, -1, "none", "exec sleep 600").cmd
 	id := "5b2c1e7a-aaaa-4bbb-8ccc-000000000001"
 	env := append(os.Environ(), "TFGPU_STATE_DIR=")
 	ps := func() ([]record.KernelStatus, string, time.Duration) {
@@ -441,45 +414,8 @@ func TestSecurityPsAttributesOnlyTheOwnersProcesses(t *testing.T) {
 func TestUserFindsOwnKernelsInEveryStateDir(t *testing.T) {
 	bin := sharedBinary(t)
 	bob, alice := newLocalUser(t, "bob"), newLocalUser(t, "alice")
-	start := func(u localUser, state string) *exec.Cmd {
-		conn := connFileFor(t, u)
-		cmd := exec.Command(bin, "run", "--cgroup", "none", "-f", conn, "--", "/bin/sleep", "600")
-		cmd.Env = userEnv(u, "TFGPU_STATE_DIR="+state)
-		cmd.Dir = "/"
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: u.credential, Setpgid: true}
-		logf, err := os.Create(filepath.Join(t.TempDir(), "log"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer logf.Close()
-		cmd.Stdout, cmd.Stderr = logf, logf
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		done := make(chan struct{})
-		go func() { cmd.Wait(); close(done) }()
-		t.Cleanup(func() {
-			cmd.Process.Signal(syscall.SIGTERM)
-			select {
-			case <-done:
-			case <-time.After(20 * time.Second):
-				syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-				<-done
-			}
-		})
-		for i := 0; ; i++ {
-			if b, _ := os.ReadFile(logf.Name()); strings.Contains(string(b), "kernel started") {
-				return cmd
-			}
-			if i == 1000 {
-				b, _ := os.ReadFile(logf.Name())
-				t.Fatalf("%s's supervisor did not start:\n%s", u.name, b)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
-	bobs := start(bob, bob.mkdir(t, filepath.Join(bob.home, "elsewhere"), 0o700))
-	alices := start(alice, alice.mkdir(t, filepath.Join(alice.home, "state"), 0o700))
+	bobs := startUserSupervisor(t, bin, bob, bob.mkdir(t, filepath.Join(bob.home, "elsewhere"), 0o700), -1, "none", "exec sleep 600").cmd
+	alices := startUserSupervisor(t, bin, alice, "", -1, "none", "exec sleep 600").cmd
 
 	// bob's ps and stop with his default state directory (none of his
 	// kernels recorded there).

@@ -33,10 +33,15 @@ func (s *userSupervisor) logText() string {
 	return string(b)
 }
 
-func startUserSupervisor(t *testing.T, bin string, u localUser, cgroupFD int, mode, kernel string) *userSupervisor {
+// startUserSupervisor runs `tfgpu-kernel run --cgroup mode` as u, with
+// state as its state directory ("": ~/state) and, when cgroupFD >= 0, in
+// that cgroup, until its kernel started.
+func startUserSupervisor(t *testing.T, bin string, u localUser, state string, cgroupFD int, mode, kernel string) *userSupervisor {
 	t.Helper()
 	conn := connFileFor(t, u)
-	state := u.mkdir(t, filepath.Join(u.home, "state"), 0o700)
+	if state == "" {
+		state = u.mkdir(t, filepath.Join(u.home, "state"), 0o700)
+	}
 	s := &userSupervisor{logPath: filepath.Join(t.TempDir(), "supervisor.log"), done: make(chan struct{})}
 	logf, err := os.Create(s.logPath)
 	if err != nil {
@@ -116,7 +121,7 @@ func TestSecurityTreeLeavingItsCgroupIsKilled(t *testing.T) {
 	shared := bob.mkdir(t, filepath.Join(sharedDir(t), "out"), 0o755)
 	pidFile := filepath.Join(shared, "escapee")
 	kernel := `sh -c 'echo $$ > ` + deleg + `/cgroup.procs && echo $$ > ` + pidFile + ` && exec sleep 600' & exec sleep 600`
-	sup := startUserSupervisor(t, bin, bob, fd, "v2", kernel)
+	sup := startUserSupervisor(t, bin, bob, "", fd, "v2", kernel)
 	escapee := waitPidFile(t, pidFile)
 	killLater(t, escapee)
 	procs, _ := os.ReadFile(filepath.Join(deleg, "cgroup.procs"))
@@ -174,7 +179,7 @@ time.sleep(600)
 `
 	script := bob.own(t, filepath.Join(shared, "worker.py"), []byte(worker), 0o644)
 	kernel := `/usr/bin/python3 ` + script + ` ` + pidFile + ` & exec sleep 600`
-	sup := startUserSupervisor(t, bin, bob, -1, "none", kernel)
+	sup := startUserSupervisor(t, bin, bob, "", -1, "none", kernel)
 	w := waitPidFile(t, pidFile)
 	killLater(t, w)
 	if code, out := runAs(t, bob.credential, nil, 10*time.Second, "/bin/cat", "/proc/"+strconv.Itoa(w)+"/environ"); code == 0 {
