@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // User is a real local user made with useradd for one test, and removed
@@ -38,7 +39,7 @@ func NewUser(t testing.TB, role string, home func(name string) string) User {
 	if out, err := exec.Command("useradd", "-M", "-U", "-d", dir, "-s", "/usr/sbin/nologin", name).CombinedOutput(); err != nil {
 		t.Fatalf("useradd %s: %v\n%s", name, err, out)
 	}
-	t.Cleanup(func() { _ = exec.Command("userdel", name).Run() })
+	t.Cleanup(func() { removeUser(t, name) })
 	id := func(flag string) int {
 		out, err := exec.Command("id", flag, name).Output()
 		n, cerr := strconv.Atoi(strings.TrimSpace(string(out)))
@@ -75,4 +76,46 @@ func SharedCopy(t testing.TB, path string) string {
 		t.Fatal(err)
 	}
 	return dst
+}
+
+// removeUser deletes a user NewUser made. userdel refuses a user with a
+// live process: a supervisor's watcher, say, that outlives the test's own
+// kills by a moment. Every process of that uid is the test's (the user was
+// made for it), so what is left after 5 s is SIGKILLed, and userdel tried
+// again.
+func removeUser(t testing.TB, name string) {
+	uid := -1
+	if out, err := exec.Command("id", "-u", name).Output(); err == nil {
+		uid, _ = strconv.Atoi(strings.TrimSpace(string(out)))
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		out, err := exec.Command("userdel", name).CombinedOutput()
+		if err == nil {
+			return
+		}
+		if uid <= 0 || time.Now().After(deadline) {
+			t.Errorf("userdel %s: %v: %s", name, err, out)
+			return
+		}
+		if time.Now().Add(time.Second).After(deadline) {
+			killUID(uid)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// killUID SIGKILLs every process owned by uid (a user made for one test).
+func killUID(uid int) {
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		var st syscall.Stat_t
+		if syscall.Stat("/proc/"+e.Name(), &st) == nil && int(st.Uid) == uid {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
 }

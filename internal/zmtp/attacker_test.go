@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -32,7 +33,11 @@ func TestMain(m *testing.M) {
 	if mode := os.Getenv("TFGPU_ZMTP_ATTACK"); mode != "" {
 		os.Exit(attack(mode, os.Args[1:]))
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	if attackBinary.path != "" {
+		os.RemoveAll(filepath.Dir(attackBinary.path))
+	}
+	os.Exit(code)
 }
 
 // attacker is a running attack process.
