@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -43,25 +42,17 @@ type harness struct {
 	iopubMsgs                        chan zmq4.Msg
 }
 
-func freePorts(t *testing.T) [5]int {
-	var ports [5]int
-	var ls []net.Listener
-	for i := range ports {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ls = append(ls, l)
-		ports[i] = l.Addr().(*net.TCPAddr).Port
-	}
-	for _, l := range ls {
-		l.Close()
+// testPorts are five free loopback ports (freePorts).
+func testPorts(t *testing.T) [5]int {
+	ports, err := freePorts()
+	if err != nil {
+		t.Fatal(err)
 	}
 	return ports
 }
 
 func writeConn(t *testing.T, dir string) (string, *jmsg.ConnInfo) {
-	ci := &jmsg.ConnInfo{Transport: "tcp", IP: "127.0.0.1", Ports: freePorts(t),
+	ci := &jmsg.ConnInfo{Transport: "tcp", IP: "127.0.0.1", Ports: testPorts(t),
 		Key: "a0436f6c-1916-498b-8eb9-e81ab9368e84", SignatureScheme: "hmac-sha256"}
 	path := filepath.Join(dir, "kernel-test-1234.json")
 	if err := jmsg.WriteFile(path, ci); err != nil {

@@ -110,14 +110,12 @@ func writeInner(ci *jmsg.ConnInfo, id, transport string, curve bool) (*jmsg.Conn
 	inner.Extra = nil
 	if useTCP {
 		inner.Transport, inner.IP = "tcp", "127.0.0.1"
-		for i := range inner.Ports {
-			p, err := freePort()
-			if err != nil {
-				os.RemoveAll(dir)
-				return nil, "", err
-			}
-			inner.Ports[i] = p
+		ports, err := freePorts()
+		if err != nil {
+			os.RemoveAll(dir)
+			return nil, "", err
 		}
+		inner.Ports = ports
 	} else {
 		inner.Transport, inner.IP = "ipc", filepath.Join(dir, "k")
 		for i := range inner.Ports {
@@ -131,14 +129,20 @@ func writeInner(ci *jmsg.ConnInfo, id, transport string, curve bool) (*jmsg.Conn
 	return &inner, dir, nil
 }
 
-// freePort asks the kernel for a free loopback port. The port is free when
-// returned; ipykernel binds it a moment later (the same race jupyter_client
-// accepts when it writes connection files).
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("find a free port: %w", err)
+// freePorts asks the kernel for five distinct free loopback ports. They are
+// free when returned; ipykernel binds them a moment later (the same race
+// jupyter_client accepts when it writes connection files). All n listeners
+// stay open until each has its port: closed one by one, the kernel may
+// hand the same port out twice (seen: hb_port given iopub_port's).
+func freePorts() ([5]int, error) {
+	var ports [5]int
+	for i := range ports {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return ports, fmt.Errorf("find a free port: %w", err)
+		}
+		defer l.Close()
+		ports[i] = l.Addr().(*net.TCPAddr).Port
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return ports, nil
 }
