@@ -23,12 +23,13 @@ import (
 	"github.com/tfgpu/tfgpu-kernel/internal/gpu/gputest"
 )
 
-// Item 7: several clients; one that stops reading stalls nobody; ZMTP
-// heartbeat PINGs never reach the kernel.
+// Item 7: several clients; two clients of one session each get their own
+// replies (#23); one that stops reading stalls nobody; ZMTP heartbeat
+// PINGs never reach the kernel.
 func TestE2EClients(t *testing.T) {
 	eachStack(t, func(t *testing.T, stack string) {
 		s := e2eSetupStack(t, stack)
-		for _, mode := range []string{"second", "stalled", "heartbeat"} {
+		for _, mode := range []string{"second", "session", "stalled", "heartbeat"} {
 			t.Run(mode, func(t *testing.T) {
 				res := s.scenario(t, 90*time.Second, "clients.py", mode)
 				if mode == "stalled" {

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -45,7 +44,8 @@ type conn struct {
 	sh   *Shared  // the door's; for dialed conns a private one with defaults
 	lim  *Limits
 
-	identity string    // the routing identity zmq4 is given (ROUTER doors)
+	identity string    // the routing identity zmq4 is given (ROUTER doors; see Door.claim)
+	claimed  string    // the identity the client claimed, when it is not random
 	link     *Link     // dialed through a Link: told when established, and closed
 	peer     peer      // accepted: who is at the other end
 	since    time.Time // accepted: when its handshake ended
@@ -53,7 +53,7 @@ type conn struct {
 	mayHold  bool      // iopub: a lagging reader holds the writer up (see Door.WaitRoom)
 
 	mu        sync.Mutex
-	cond      *sync.Cond // progress, close: wakes holdUp and probes
+	cond      *sync.Cond // progress, close: wakes holdUp
 	fw        framer     // follows what zmq4 writes
 	swallow   int        // control messages of zmq4's own handshake still to swallow
 	queue     [][]byte   // accepted, not yet written
@@ -67,8 +67,6 @@ type conn struct {
 	head      []byte     // the held first frame
 	pongs     [][]byte   // PONGs waiting for a message boundary
 	subs      map[string]int
-	probe     []byte // the context of a PING whose PONG is awaited
-	answered  bool   // that PONG came
 	closed    bool
 	err       error
 	stalledN  int  // messages dropped in the current stall, for the log (endStall)
@@ -478,49 +476,6 @@ func (c *conn) pingReceived(context []byte) {
 	if !c.flushing {
 		c.writeNow()
 	}
-}
-
-func (c *conn) pongReceived(context []byte) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.probe != nil && bytes.Equal(context, c.probe) {
-		c.answered = true
-		c.cond.Broadcast()
-	}
-}
-
-// alive sends the peer a PING and reports whether it answers within d
-// (libzmq ≥ 4.2 always answers a PING).
-func (c *conn) alive(d time.Duration) bool {
-	var ctx [8]byte
-	_, _ = rand.Read(ctx[:])
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		return false
-	}
-	c.probe, c.answered = ctx[:], false
-	ping := AppendPing(nil, ctx[:])
-	if c.fw.inMsg {
-		c.pongs = append(c.pongs, ping)
-	} else {
-		c.enqueue(ping)
-		if !c.flushing {
-			c.writeNow()
-		}
-	}
-	t := time.AfterFunc(d, func() {
-		c.mu.Lock()
-		c.probe = nil
-		c.cond.Broadcast()
-		c.mu.Unlock()
-	})
-	defer t.Stop()
-	for !c.answered && !c.closed && c.probe != nil {
-		c.cond.Wait()
-	}
-	c.probe = nil
-	return c.answered && !c.closed
 }
 
 // writeNow tries one non-blocking writev of the queue and starts the

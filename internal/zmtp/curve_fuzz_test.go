@@ -73,7 +73,6 @@ const (
 func FuzzCurveHandshake(f *testing.F) {
 	lim := fuzzLimits
 	lim.HandshakeTimeout = fuzzHandshakeIvl
-	lim.ProbeTimeout = 50 * time.Millisecond
 	b := bindCurveDoor(f, "ROUTER", lim, fuzzCurveKeys)
 
 	hello := commandFrame(fuzzCurveClient().hello())
@@ -312,7 +311,6 @@ func curveReplay(t *testing.T, typ string, lim Limits, build func(cc *curveClien
 // on each door, keeps working, with nothing left counted.
 func FuzzCurveMessages(f *testing.F) {
 	lim := fuzzLimits
-	lim.ProbeTimeout = 50 * time.Millisecond
 	lim.PongQueue = 16 << 20 // a PONG is never withheld from the probe
 	lim.HandshakeTimeout = 5 * time.Second
 	router := bindCurveDoor(f, "ROUTER", lim, fuzzCurveKeys)

@@ -33,10 +33,12 @@
 //     [Limits].QueueLimit, the peer disconnected when it stalls while all
 //     queues together pass [Limits].TotalQueue; on iopub a lagging reader
 //     holds the writer up instead ([Door.WaitRoom]); topics filtered here;
-//   - routing identities (ROUTER doors): one live connection per identity.
-//     A second connection claiming it is refused when the holder answers a
-//     PING within [Limits].ProbeTimeout, and takes over when it does not.
-//     Empty identities and those starting with a zero byte get a random one.
+//   - routing identities (ROUTER doors): an identity is its peer's (user's);
+//     another peer's claim is refused, also for 30 s after the holder's
+//     last connection closed. The holder's own connections may share it,
+//     each in a slot of its own that zmq4 sees as its identity, so replies
+//     go to the connection that asked ([Door.Send]). Empty identities and
+//     those starting with a zero byte get a random one.
 //   - CurveZMQ (RFC 26), when [Shared.UseCurve] has the server's key pair
 //     (curve.go, curve_conn.go): the handshake on the handshake goroutine,
 //     then every frame sealed on its way out (a sealer fed what the conn

@@ -43,9 +43,10 @@ type Door struct {
 	closed   bool
 	conns    map[*conn]struct{}      // established
 	shaking  map[net.Conn]*shakeInfo // in handshake
-	ids      map[string]*conn        // ROUTER: routing identity → its connection
+	ids      map[string]*conn        // ROUTER: routing identity (slotID) → its connection
 	reserved map[string]reservation  // ROUTER: identities kept for their holder's reconnect
-	probing  map[string]bool         // ROUTER: identities whose holder is being probed
+	holders  map[string]holder       // ROUTER: claimed identity → its peer and connections
+	anySlot  bool                    // ROUTER: Send falls back to another slot (RouteToAnySlot)
 	heldN    int                     // connections holding the writer up now (hold)
 	heldFree chan struct{}           // closed when heldN drops to 0
 
@@ -110,7 +111,7 @@ func Bind(sock zmq4.Socket, socketType, name, endpoint string, sh *Shared, hold 
 	d := &Door{name: name, socketType: socketType, sh: sh, hold: hold,
 		ready: make(chan *conn, 64), done: make(chan struct{}),
 		conns: map[*conn]struct{}{}, shaking: map[net.Conn]*shakeInfo{}, ids: map[string]*conn{},
-		reserved: map[string]reservation{}, probing: map[string]bool{}}
+		reserved: map[string]reservation{}, holders: map[string]holder{}}
 	reg := fmt.Sprintf("tfgpu-door%d-%s", doorSeq.Add(1), scheme)
 	if err := zmq4.RegisterTransport(reg, doorTransport{d, netOf(scheme)}); err != nil {
 		return nil, err
@@ -465,7 +466,7 @@ func (d *Door) shake(nc net.Conn, p peer) (*conn, error) {
 		plain = bufio.NewReaderSize(&opener{rd: rd, cs: cs, lim: lim, sh: d.sh, acct: c.acct, prog: prog}, readBuffer)
 	}
 	c.in = &inbound{rd: plain, pub: d.socketType == "PUB", lim: lim, budget: d.sh, acct: c.acct, prog: prog,
-		hooks: inboundHooks{ping: c.pingReceived, pong: c.pongReceived, subscribe: c.subscribe}}
+		hooks: inboundHooks{ping: c.pingReceived, subscribe: c.subscribe}}
 	d.sh.register(c.acct)
 	c.in.pending = prelude(r.SocketType, c.identity, c.in.pub)
 	_ = nc.SetDeadline(time.Time{})
@@ -551,21 +552,32 @@ func prelude(socketType, identity string, pub bool) []byte {
 
 // claim gives c its routing identity. An empty one, or one starting with a
 // zero byte (libzmq reserves those for identities it makes up), is replaced
-// by a random one. An identity belongs to the peer (the user, see peer)
-// whose connection holds it, and for reserveFor after that connection
-// closes, to its reconnect: a claim from another peer is refused at once,
-// without a probe, so no other user can take a client's replies, whether
-// it races the client's reconnect or not (attack B; ipykernel's
-// ROUTER_HANDOVER would hand them over, and any local user reads the
-// identities off iopub). A claim from the holder's own peer is refused
-// when the holder answers a PING within ProbeTimeout (libzmq's ROUTER
-// refuses duplicates too); when it does not, it is dead or hung and is
-// closed, and the identity handed over. One probe at a time per identity:
-// a claim while one is in flight is refused.
+// by a random one.
+//
+// An identity belongs to the peer (the user, see peer) whose connections
+// hold it, and for reserveFor after the last of them closes, to its
+// reconnect: a claim from another peer is refused at once, so no other user
+// can take a client's replies, whether it races the client's reconnect or
+// not (attack B; ipykernel's ROUTER_HANDOVER would hand them over, and any
+// local user reads the identities off iopub).
+//
+// The holder's own peer may hold it on several connections at once: two
+// clients of one session (jupyter_client's KernelManager.client() called
+// twice gives both the session's identity), or a client reconnecting while
+// its old connection is not yet seen closed. Each such connection is a
+// slot of the identity: slot 0 routes by the identity itself, slot k by
+// slotID(identity, k), which zmq4 is given as that connection's identity,
+// so the kernel's replies go back to the connection that sent the request
+// and never to the other (docs/design.md#routing-identities). A client
+// connects its channels together, so its slots agree across the doors;
+// where they do not, stdin falls back to the identity's lowest slot (see
+// Send).
 func (d *Door) claim(c *conn, id []byte) error {
 	if len(id) == 0 || id[0] == 0 {
 		var b [9]byte
-		_, _ = rand.Read(b[1:])
+		for b[1] == 0 || b[1] == slotMark {
+			_, _ = rand.Read(b[1:])
+		}
 		c.identity = string(b[:])
 		d.mu.Lock()
 		d.ids[c.identity] = c
@@ -574,52 +586,75 @@ func (d *Door) claim(c *conn, id []byte) error {
 	}
 	key := string(id)
 	d.mu.Lock()
+	defer d.mu.Unlock()
 	if r, ok := d.reserved[key]; ok {
 		if r.peer != c.peer.key && time.Now().Before(r.until) {
-			d.mu.Unlock()
 			d.sh.rl.warn("zmtp: refused a connection claiming the identity of a client that is reconnecting",
 				"socket", d.name, "peer", c.RemoteAddr().String(), "who", c.peer.key, "holder", r.peer)
 			return protoErr("identity reserved for its holder's reconnect")
 		}
 		delete(d.reserved, key)
 	}
-	old := d.ids[key]
+	h := d.holders[key]
 	switch {
-	case old == nil:
-		d.ids[key] = c
-		c.identity = key
-		d.mu.Unlock()
-		return nil
-	case old.peer.key != c.peer.key:
-		d.mu.Unlock()
+	case h.n > 0 && h.peer != c.peer.key:
 		d.sh.rl.warn("zmtp: refused a connection claiming the identity of another peer's client",
-			"socket", d.name, "peer", c.RemoteAddr().String(), "who", c.peer.key, "holder", old.peer.key)
+			"socket", d.name, "peer", c.RemoteAddr().String(), "who", c.peer.key, "holder", h.peer)
 		return protoErr("identity held by another peer's client")
-	case d.probing[key]:
-		d.mu.Unlock()
-		return protoErr("identity being checked for another claim")
+	case h.n >= maxSlots:
+		d.sh.rl.warn("zmtp: refused a connection: its identity is held by too many connections",
+			"socket", d.name, "peer", c.RemoteAddr().String(), "connections", h.n)
+		return protoErr("identity held by %d connections", h.n)
 	}
-	if d.probing == nil {
-		d.probing = map[string]bool{}
+	for k := range maxSlots {
+		sid := slotID(key, k)
+		if d.ids[sid] == nil {
+			d.ids[sid] = c
+			c.identity, c.claimed = sid, key
+			if d.holders == nil {
+				d.holders = map[string]holder{}
+			}
+			d.holders[key] = holder{peer: c.peer.key, n: h.n + 1}
+			return nil
+		}
 	}
-	d.probing[key] = true
-	d.mu.Unlock()
-	alive := old.alive(d.sh.lim.ProbeTimeout)
-	d.mu.Lock()
-	delete(d.probing, key)
-	if alive || d.closed {
-		d.mu.Unlock()
-		d.sh.rl.warn("zmtp: refused a connection claiming the identity of a live client",
-			"socket", d.name, "peer", c.RemoteAddr().String())
-		return protoErr("identity held by a live client")
+	return protoErr("identity held by %d connections", h.n) // not reached: n < maxSlots
+}
+
+// holder is who holds a claimed identity, on how many connections.
+type holder struct {
+	peer string
+	n    int
+}
+
+// maxSlots bounds the connections of one peer holding one identity.
+const maxSlots = 64
+
+// slotMark is the second byte of a slot's routing identity (after the
+// zero byte no client may claim); random identities never have it.
+const slotMark = 0xFE
+
+// slotID is the routing identity of slot k of identity id: id itself for
+// slot 0, else a zero byte, slotMark, k, id; no client can claim it.
+func slotID(id string, k int) string {
+	if k == 0 {
+		return id
 	}
-	d.ids[key] = c // before old's forget, which then leaves it alone
-	c.identity = key
-	d.mu.Unlock()
-	d.sh.rl.warn("zmtp: handed an identity over from a client that did not answer a PING",
-		"socket", d.name, "peer", c.RemoteAddr().String(), "old_peer", old.RemoteAddr().String())
-	old.closeWith("identity handed over")
-	return nil
+	return string([]byte{0, slotMark, byte(k)}) + id
+}
+
+// claimedOf is the identity a client claimed, from a routing identity
+// (slot 0's or slot k's); "" for a random one.
+func claimedOf(rid string) string {
+	switch {
+	case rid == "":
+		return ""
+	case rid[0] != 0:
+		return rid
+	case len(rid) > 3 && rid[1] == slotMark:
+		return rid[3:]
+	}
+	return ""
 }
 
 // A reservation keeps an identity whose connection closed for a reconnect
@@ -647,8 +682,13 @@ func (d *Door) forget(c *conn, subs map[string]int) {
 	}
 	if c.identity != "" && d.ids[c.identity] == c {
 		delete(d.ids, c.identity)
-		if c.identity[0] != 0 {
-			d.reserveLocked(c.identity, c.peer.key)
+		if c.claimed != "" {
+			if h := d.holders[c.claimed]; h.n > 1 {
+				d.holders[c.claimed] = holder{peer: h.peer, n: h.n - 1}
+			} else {
+				delete(d.holders, c.claimed)
+				d.reserveLocked(c.claimed, c.peer.key)
+			}
 		}
 	}
 	d.mu.Unlock()

@@ -487,66 +487,103 @@ func pongingPeer(p *rawPeer) chan [][]byte {
 	return got
 }
 
-// A routing identity held by a live client is refused to a second
-// connection, so that client's replies never go elsewhere; a holder that
-// does not answer a PING is taken for dead and replaced.
+// Two connections of one peer with one identity (two clients of one
+// jupyter_client session) are both kept, each in a slot of its own: what
+// one sends comes to zmq4 under its slot's identity, and the reply to it
+// goes to that connection only. A client whose connection closes gets its
+// slot back at once when it reconnects; a stdin door hands a message for a
+// slot it lacks to the identity's lowest slot.
 func TestDoorIdentities(t *testing.T) {
-	b := bindDoor(t, "ROUTER", Limits{ProbeTimeout: 300 * time.Millisecond})
-	owner := dialRaw(t, b.addr)
-	owner.handshake("DEALER", []byte("session-1"))
-	ownerGot := pongingPeer(owner)
-	waitFor(t, "the owner", func() bool { e, _ := b.door.Conns(); return e == 1 })
+	b := bindDoor(t, "ROUTER", Limits{})
+	first := dialRaw(t, b.addr)
+	first.handshake("DEALER", []byte("session-1"))
+	waitFor(t, "the first client", func() bool { e, _ := b.door.Conns(); return e == 1 })
+	second := dialRaw(t, b.addr)
+	second.handshake("DEALER", []byte("session-1"))
+	firstGot, secondGot := pongingPeer(first), pongingPeer(second)
+	waitFor(t, "both clients", func() bool { e, _ := b.door.Conns(); return e == 2 })
 
-	thief := dialRaw(t, b.addr)
-	thief.send(AppendReady(AppendGreeting(nil, false), "DEALER", []byte("session-1")))
-	if !thief.closedWithin(3 * time.Second) {
-		t.Fatal("a connection claiming a live client's identity was kept")
-	}
-	b.sock.SendMulti(zmq4.NewMsgFrom([]byte("session-1"), []byte("for the owner")))
-	select {
-	case m := <-ownerGot:
-		if string(m[0]) != "for the owner" {
-			t.Fatalf("owner got %q", m)
+	// request sends payload from p and returns the identity zmq4 saw it
+	// under, as the kernel would.
+	request := func(p *rawPeer, payload string) string {
+		t.Helper()
+		if err := p.send(message([]byte(payload))); err != nil {
+			t.Fatal(err)
 		}
-	case <-time.After(3 * time.Second):
-		t.Fatal("the owner lost its reply")
+		m, err := recvWithin(t, b.sock, 5*time.Second)
+		if err != nil || len(m.Frames) != 2 || string(m.Frames[1]) != payload {
+			t.Fatalf("the router got %v %v for %q", m.Frames, err, payload)
+		}
+		return string(m.Frames[0])
 	}
-
-	// A holder that stopped answering (a dead laptop's half-open TCP) is
-	// replaced by whoever reconnects with its identity.
-	hung := dialRaw(t, b.addr)
-	hung.handshake("DEALER", []byte("session-2"))
-	waitFor(t, "the hung client", func() bool { e, _ := b.door.Conns(); return e == 2 })
-	back := dialRaw(t, b.addr)
-	back.handshake("DEALER", []byte("session-2"))
-	backGot := pongingPeer(back)
-	if !hung.closedWithin(3 * time.Second) {
-		t.Fatal("the unresponsive holder was not replaced")
-	}
-	// zmq4 learns of the new connection a moment after the handover
-	// (a ROUTER drops what it cannot route yet, as libzmq's does): retry.
-	deadline := time.After(3 * time.Second)
-resend:
-	for {
-		b.sock.SendMulti(zmq4.NewMsgFrom([]byte("session-2"), []byte("for the returned client")))
+	expect := func(got chan [][]byte, who, want string) {
+		t.Helper()
 		select {
-		case m := <-backGot:
-			if string(m[0]) != "for the returned client" {
-				t.Fatalf("got %q", m)
+		case m := <-got:
+			if len(m) != 1 || string(m[0]) != want {
+				t.Fatalf("%s got %q, want %q", who, m, want)
 			}
-			break resend
-		case <-time.After(100 * time.Millisecond):
-		case <-deadline:
-			t.Fatal("the returned client got nothing")
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s got nothing; want %q", who, want)
 		}
 	}
+	r1, r2 := request(first, "execute 1"), request(second, "execute 2")
+	if r1 != "session-1" || r2 == r1 || claimedOf(r2) != "session-1" {
+		t.Fatalf("routing identities %q and %q: want the claimed one and a slot of it", r1, r2)
+	}
+	// Replies in the other order, each to its own asker only.
+	b.door.Send([][]byte{[]byte(r2), []byte("reply 2")})
+	b.door.Send([][]byte{[]byte(r1), []byte("reply 1")})
+	expect(secondGot, "the second client", "reply 2")
+	expect(firstGot, "the first client", "reply 1")
 
-	// Identities starting with a zero byte are libzmq's own: replaced.
-	z1, z2 := dialRaw(t, b.addr), dialRaw(t, b.addr)
+	// The first client's connection drops; it reconnects at once and has
+	// its identity, and its replies, back.
+	first.c.Close()
+	waitFor(t, "the drop seen", func() bool { e, _ := b.door.Conns(); return e == 1 })
+	back := dialRaw(t, b.addr)
+	back.handshake("DEALER", []byte("session-1"))
+	backGot := pongingPeer(back)
+	if r := request(back, "execute 3"); r != "session-1" {
+		t.Fatalf("the reconnected client routes as %q, want its identity back", r)
+	}
+	b.door.Send([][]byte{[]byte("session-1"), []byte("reply 3")})
+	expect(backGot, "the reconnected client", "reply 3")
+	b.door.Send([][]byte{[]byte(r2), []byte("reply 4")})
+	expect(secondGot, "the second client", "reply 4")
+
+	// A message for a slot this door lacks is dropped on shell, and on a
+	// stdin door goes to the lowest slot (the same peer's).
+	missing := slotID("session-1", 7)
+	b.door.Send([][]byte{[]byte(missing), []byte("dropped")})
+	b.door.RouteToAnySlot()
+	b.door.Send([][]byte{[]byte(missing), []byte("input_request")})
+	expect(backGot, "the lowest slot", "input_request")
+	select {
+	case m := <-secondGot:
+		t.Fatalf("the second client got %q", m)
+	default:
+	}
+
+	// Identities starting with a zero byte are libzmq's own: replaced, so
+	// no client can claim a slot's.
+	z1, z2, z3 := dialRaw(t, b.addr), dialRaw(t, b.addr), dialRaw(t, b.addr)
 	z1.handshake("DEALER", []byte("\x00abcd"))
 	z2.handshake("DEALER", []byte("\x00abcd"))
+	z3.handshake("DEALER", []byte(r2))
+	z3Got := pongingPeer(z3)
 	if z1.closedWithin(300*time.Millisecond) || z2.closedWithin(300*time.Millisecond) {
 		t.Fatal("a reserved identity was refused instead of replaced")
+	}
+	if r := request(z3, "execute 5"); r == r2 || claimedOf(r) != "" {
+		t.Fatalf("a claim of slot identity %q routes as %q", r2, r)
+	}
+	b.door.Send([][]byte{[]byte(r2), []byte("reply 5")})
+	expect(secondGot, "the second client", "reply 5")
+	select {
+	case m := <-z3Got:
+		t.Fatalf("a claimer of a slot's identity got %q", m)
+	case <-time.After(200 * time.Millisecond):
 	}
 }
 

@@ -42,7 +42,7 @@ func addCaptures(f *testing.F) {
 
 // fuzzLimits are small, so the fuzzer reaches every limit.
 var fuzzLimits = Limits{MaxMessage: 1 << 20, MaxFrames: 64, MaxSubscriptions: 4, MaxTopic: 32,
-	HandshakeTimeout: time.Second, ProbeTimeout: time.Millisecond}
+	HandshakeTimeout: time.Second}
 
 // FuzzDoor feeds a peer's whole byte stream (greeting, READY, frames) to
 // the door's handshake and then to the reader zmq4 reads through, on a

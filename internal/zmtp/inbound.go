@@ -15,7 +15,7 @@ import (
 //   - frames larger than stageAbove are read whole into a buffer that
 //     grows with what actually arrives, so a declared size costs nothing
 //     until the bytes are there;
-//   - ZMTP commands never reach zmq4: PING is answered, PONG noted,
+//   - ZMTP commands never reach zmq4: PING is answered, PONG checked and dropped,
 //     SUBSCRIBE/CANCEL applied (iopub), anything else closes the
 //     connection;
 //   - on iopub (pub) no message reaches zmq4: subscriptions are applied
@@ -46,7 +46,6 @@ type inbound struct {
 
 type inboundHooks struct {
 	ping      func(context []byte)
-	pong      func(context []byte)
 	subscribe func(topic []byte, on bool) error
 }
 
@@ -216,9 +215,7 @@ func (in *inbound) command(h FrameHeader) error {
 		if len(data) > 16 {
 			return protoErr("PONG of %d bytes", len(data))
 		}
-		if in.hooks.pong != nil {
-			in.hooks.pong(data)
-		}
+		// The door sends no PINGs; a PONG is checked and dropped.
 	case "SUBSCRIBE", "CANCEL": // ZMTP 3.1 subscriptions
 		if !in.pub {
 			return protoErr("%s on a ROUTER", name)

@@ -31,9 +31,6 @@ type Limits struct {
 	// message; the whole message must also arrive within MessageIdle plus
 	// its size at 1 MiB/s. Past either the connection is closed.
 	MessageIdle time.Duration
-	// ProbeTimeout is how long a client holding a routing identity has to
-	// answer a PING when another connection claims the same identity.
-	ProbeTimeout time.Duration
 	// MaxSubscriptions is the most distinct topics one iopub connection
 	// may subscribe to (Jupyter clients subscribe to "" only), and
 	// MaxTopic the longest topic.
@@ -66,7 +63,6 @@ var DefaultLimits = Limits{
 	MaxConns:         512,
 	MaxHandshakes:    64,
 	HandshakeTimeout: 10 * time.Second,
-	ProbeTimeout:     2 * time.Second,
 	MessageIdle:      10 * time.Second,
 	MaxSubscriptions: 64,
 	MaxTopic:         255,
@@ -85,7 +81,6 @@ func (l Limits) withDefaults() Limits {
 	orDefault(&l.MaxConns, d.MaxConns)
 	orDefault(&l.MaxHandshakes, d.MaxHandshakes)
 	orDefault(&l.HandshakeTimeout, d.HandshakeTimeout)
-	orDefault(&l.ProbeTimeout, d.ProbeTimeout)
 	orDefault(&l.MessageIdle, d.MessageIdle)
 	orDefault(&l.MaxSubscriptions, d.MaxSubscriptions)
 	orDefault(&l.MaxTopic, d.MaxTopic)

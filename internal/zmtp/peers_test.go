@@ -111,7 +111,7 @@ func TestKeylessPeersCannotDenyService(t *testing.T) {
 		seed := base + uint64(i)
 		t.Run(strconv.FormatUint(seed, 10), func(t *testing.T) {
 			lim := Limits{MaxMessage: 16 << 20, MaxConns: 48, MaxHandshakes: 12, HandshakeTimeout: 2 * time.Second,
-				MessageIdle: time.Second, ProbeTimeout: 300 * time.Millisecond}
+				MessageIdle: time.Second}
 			b := bindDoor(t, "ROUTER", lim)
 			echoRouter(t, b)
 			id := randomID()
@@ -264,7 +264,7 @@ func TestUnfinishedMessageDeadline(t *testing.T) {
 // replies after reconnecting.
 func TestIdentityStaysWithItsPeer(t *testing.T) {
 	u := testutil.NewUser(t, "claim", nil)
-	b := bindDoor(t, "ROUTER", Limits{ProbeTimeout: 300 * time.Millisecond})
+	b := bindDoor(t, "ROUTER", Limits{})
 	id := randomID()
 	holder := dialRaw(t, b.addr)
 	holder.handshake("DEALER", []byte(id))

@@ -28,6 +28,13 @@ import (
 // first frame; a subscriber that lags holds the sender up (see
 // [Door.WaitRoom]) or misses it (see [Limits]), as zmq4's writes do.
 // Sends are serialised per door, so every client sees the same order.
+//
+// A routing identity is one connection's (see [Door.claim]): a reply goes
+// to the connection its request came from. On a door set to
+// [Door.RouteToAnySlot] (stdin: the kernel asks for input with the
+// identity of the shell connection that ran the cell), a message for a
+// slot this door does not have goes to the lowest slot of the same
+// identity, which the same peer holds.
 func (d *Door) Send(frames [][]byte) error {
 	if len(frames) == 0 {
 		return errNoFrames
@@ -37,6 +44,9 @@ func (d *Door) Send(frames [][]byte) error {
 	if d.socketType == "ROUTER" {
 		d.mu.Lock()
 		c := d.ids[string(frames[0])]
+		if c == nil && d.anySlot {
+			c = d.lowestSlotLocked(claimedOf(string(frames[0])))
+		}
 		d.mu.Unlock()
 		if c == nil || len(frames) < 2 {
 			return nil // no such peer: dropped, as a ROUTER does
@@ -193,4 +203,27 @@ func (s *Shared) unqueued(n int64) {
 		s.idle = nil
 	}
 	s.idleMu.Unlock()
+}
+
+// RouteToAnySlot makes Send deliver a message for a missing slot of an
+// identity to another of its slots (see Send). Call it before clients
+// connect.
+func (d *Door) RouteToAnySlot() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.anySlot = true
+}
+
+// lowestSlotLocked is the connection of the lowest slot of identity id,
+// nil when none holds it. Called with d.mu held.
+func (d *Door) lowestSlotLocked(id string) *conn {
+	if id == "" || d.holders[id].n == 0 {
+		return nil
+	}
+	for k := range maxSlots {
+		if c := d.ids[slotID(id, k)]; c != nil {
+			return c
+		}
+	}
+	return nil
 }

@@ -152,6 +152,11 @@ func Bind(ctx context.Context, ci *jmsg.ConnInfo, sh *zmtp.Shared, lg *slog.Logg
 			o.Close()
 			return nil, fmt.Errorf("cannot listen on %s port (%s): %w", ch, ep, unwrapListen(err))
 		}
+		if ch == jmsg.Stdin {
+			// ipykernel asks for input with the shell connection's
+			// identity: a client's stdin slot may differ (zmtp.Door.Send).
+			d.RouteToAnySlot()
+		}
 		o.socks[ch], o.doors[ch] = s, d
 	}
 	return o, nil

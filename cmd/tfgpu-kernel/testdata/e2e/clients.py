@@ -11,6 +11,14 @@ stalled   a client that stops reading (a subprocess SIGSTOPped while the
           the Go heap's slack; unbounded queueing would hold the whole 300 MiB.
           Measured 44-109 MiB depending on load, 68-76 MiB since slow
           readers hold the kernel up instead of queueing.
+session   two clients of one session (KernelManager.client() twice: the same
+          session, hence the same routing identity on every channel), as
+          Jupyter's own code makes them: the second is ready at once and
+          both run cells at the same time, each getting its own replies
+          and its own input_request, never the other's (stock ipykernel's
+          ROUTER_HANDOVER gives the identity to the second, and the first
+          loses its replies). Each reconnects (stop_channels,
+          start_channels) and is answered at once.
 heartbeat libzmq DEALERs with ZMQ_HEARTBEAT_IVL=100ms on shell, control and
           stdin: their ZMTP PINGs never reach the kernel (ipykernel would log
           "DELIM not in msg_list"), and requests on those sockets are answered. A
@@ -56,6 +64,75 @@ def second(km, kc):
         kb = h.client_for(km.connection_file)
     h.assert_answers(kc, "A after B's reconnects")
 
+
+def own_replies_only(kc, who, n, timeout=30):
+    """Read kc's next n shell replies; each must answer a request kc sent.
+    Two clients of one session make the same msg_ids (each copy of the
+    Session counts from 0), so the reply's user_expressions say whose
+    request it answers."""
+    whose = []
+    deadline = time.monotonic() + timeout
+    while len(whose) < n and time.monotonic() < deadline:
+        try:
+            m = kc.get_shell_msg(timeout=0.2)
+        except queue.Empty:
+            continue
+        assert m["content"]["status"] == "ok", "%s: %s" % (who, m["content"])
+        whose.append(m["content"]["user_expressions"]["who"]["data"]["text/plain"])
+    assert len(whose) == n, "%s: %d of its %d replies within %ss" % (who, len(whose), n, timeout)
+    assert set(whose) == {repr(who)}, "%s got replies to %s" % (who, whose)
+
+
+def session(km, kc):
+    t0 = time.monotonic()
+    kb = km.client()  # the same Session: the same identity on every channel
+    assert kb.session.bsession == kc.session.bsession, "the two clients have different sessions"
+    kb.start_channels()
+    h._CLIENTS.append(kb)
+    kb.wait_for_ready(timeout=30)
+    h.note(second_ready_s=round(time.monotonic() - t0, 3))
+    for i in range(3):
+        # Both at once: A's cell runs longer, so B's reply comes first.
+        kc.execute("import time; time.sleep(0.3); print('A %d')" % i, user_expressions={"who": "'A'"})
+        kb.execute("print('B %d')" % i, user_expressions={"who": "'B'"})
+        own_replies_only(kb, "B", 1)
+        own_replies_only(kc, "A", 1)
+    # From here B's msg_ids differ from A's, so that iopub tells them apart.
+    kb.session.message_count += 1000000
+    # input() from B's cell asks B, never A.
+    mid = kb.execute("x = input('who? '); print('got', x)", allow_stdin=True)
+    r = h.collect(kb, mid, stdin_answer="B's answer")
+    h.ok(r, "B's input cell")
+    assert r["input_prompts"] == ["who? "], "B's input_request: %r" % r["input_prompts"]
+    assert "got B's answer" in r["stdout"], r["stdout"]
+    try:
+        m = kc.get_stdin_msg(timeout=0.5)
+        raise AssertionError("client A got B's %s" % m["msg_type"])
+    except queue.Empty:
+        pass
+    # And from A's, A.
+    r = h.execute(kc, "y = input('A? '); print('got', y)", allow_stdin=True, stdin_answer="A's answer")
+    h.ok(r, "A's input cell")
+    assert "got A's answer" in r["stdout"], r["stdout"]
+    # Each goes away and comes back with the same identity (a new client
+    # of the same session), is ready at once and answered, while the
+    # other keeps working.
+    clients = {"A": kc, "B": kb}
+    for who in ("A", "B"):
+        clients[who].stop_channels()
+        t0 = time.monotonic()
+        c = km.client()
+        c.start_channels()
+        h._CLIENTS.append(c)
+        c.wait_for_ready(timeout=30)
+        h.note(**{"reconnect_ready_s_" + who: round(time.monotonic() - t0, 3)})
+        c.session.message_count += 2000000 * (who == "B")
+        clients[who] = c
+        other = clients["B" if who == "A" else "A"]
+        h.ok(h.execute(other, "print('meanwhile')"), "the other client while %s reconnects" % who)
+    for who, c in clients.items():
+        c.execute("pass", user_expressions={"who": repr(who)})
+        own_replies_only(c, who, 1)
 
 SPEW = r"""
 import sys, threading
@@ -191,7 +268,7 @@ def heartbeat(km, kc):
 def main():
     km, kc = h.start_kernel()
     h.track(h.kernel_pid(kc))
-    {"second": second, "stalled": stalled, "heartbeat": heartbeat}[MODE](km, kc)
+    {"second": second, "session": session, "stalled": stalled, "heartbeat": heartbeat}[MODE](km, kc)
     km.shutdown_kernel()
     h.note(shutdown_status=h.shutdown_status(km))
 
