@@ -26,6 +26,10 @@ type gpuCheck struct {
 	baseline []gpu.Holder  // NVML's process list before the kernel spawned
 
 	saidNoFigures bool // NVML gives no per-process figures: said once
+
+	// last is the outcome of the last release check of this kernel's
+	// trees (confirmWithin), for the notebook's page (release.go).
+	last *releaseFacts
 }
 
 // visibleDevices is the device selection the kernel will see, and the
@@ -124,6 +128,8 @@ func (g *gpuCheck) confirmWithin(ctx context.Context, event string, old *gpu.Old
 		return "", false
 	}
 	res, err := gpu.Confirm(ctx, g.sess, *old, gpu.ConfirmPoll)
+	g.last = newReleaseFacts(event, res, err, time.Now())
+	g.last.old = old
 	return g.report(event, res, err)
 }
 

@@ -80,6 +80,7 @@ func (s *supervisor) stop(c cause) int {
 	default:
 		held = s.gpu.confirm(c.reason, old)
 	}
+	s.publishRelease(c, old)
 	drain := drainAfterStop
 	if c.died {
 		s.tellCell(c, killed, held)

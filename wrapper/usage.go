@@ -109,6 +109,11 @@ func (s *supervisor) usageNow() usageFigures {
 		}
 		set["gpu_memory"], set["gpus"] = total, devs
 	}
+	if s.gpu.last != nil {
+		// The release this supervisor confirmed: after a Restart, the
+		// previous tree's (release.go).
+		set[releaseMsgType] = s.gpu.last
+	}
 	fill := map[string]any{"pid": s.kpid, "cpu_count": runtime.NumCPU()}
 	if h, err := os.Hostname(); err == nil {
 		fill["hostname"] = h

@@ -111,3 +111,12 @@ func (r *Relay) usageFilter(next func([][]byte) bool) func([][]byte) bool {
 		return false
 	}
 }
+
+// Publish sends a message of the supervisor's own on iopub to every
+// subscriber, with no parent: msgType and content as given, the topic
+// kernel.<id>.<msgType>, the session "tfgpu-kernel" (no client's).
+// Jupyter's clients pass a msg_type they do not know on to their
+// listeners (JupyterLab's iopubMessage signal).
+func (r *Relay) Publish(id, msgType string, content any) error {
+	return r.send(jmsg.IOPub, [][]byte{[]byte("kernel." + id + "." + msgType)}, msgType, nil, jmsg.Username, content)
+}
