@@ -6,8 +6,8 @@ set -euo pipefail
 
 usage() {
 	cat <<'EOF'
-usage: ./install.sh [--user | --system] [--prefix DIR] [--python PATH] [--no-deps] [-- INSTALL-FLAGS…]
-       ./install.sh --uninstall [--user | --system] [--prefix DIR] [-- --name NAME]
+usage: ./install.sh [--user | --system] [--prefix DIR] [--python PATH] [--lab PYTHON] [--no-deps] [-- INSTALL-FLAGS…]
+       ./install.sh --uninstall [--user | --system] [--prefix DIR] [--lab PYTHON] [-- --name NAME]
 
 Builds tfgpu-kernel (Go, cgo) and installs it with the Jupyter kernelspec
 "tfgpu" ("TF-GPU (clean restart)").
@@ -24,6 +24,11 @@ Builds tfgpu-kernel (Go, cgo) and installs it with the Jupyter kernelspec
                   env's bin/python3 (default: on an upgrade the one the
                   kernelspec runs; else python3 on PATH if it imports
                   ipykernel; else /usr/bin/python3)
+  --lab PYTHON    also the JupyterLab / Notebook 7 extension (the GPU in the
+                  status bar, a notification after Restart and Shut Down):
+                  'PYTHON -m pip install ./labextension' into the Python
+                  that runs JupyterLab; builds with npm (needs npm and the
+                  npm registry, once). With --uninstall: pip uninstall.
   --no-deps       never run apt-get
   --uninstall     remove what that install wrote: the kernelspec (only one
                   tfgpu-kernel wrote) and the binary; give the same --user,
@@ -53,7 +58,7 @@ say() { echo "install.sh: $*"; }
 die() { echo "install.sh: $*" >&2; exit 1; }
 usage_error() { echo "install.sh: $* (see ./install.sh --help)" >&2; exit 2; }
 
-mode="" prefix="" python="" deps=1 uninstall=0 pass=()
+mode="" prefix="" python="" lab="" deps=1 uninstall=0 pass=()
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--user | --system)
@@ -63,6 +68,8 @@ while [ $# -gt 0 ]; do
 	--prefix=*) prefix=${1#*=}; shift ;;
 	--python) [ $# -ge 2 ] || usage_error "--python needs a path"; python=$2; shift 2 ;;
 	--python=*) python=${1#*=}; shift ;;
+	--lab) [ $# -ge 2 ] || usage_error "--lab needs the Python that runs JupyterLab"; lab=$2; shift 2 ;;
+	--lab=*) lab=${1#*=}; shift ;;
 	--no-deps) deps=0; shift ;;
 	--uninstall) uninstall=1; shift ;;
 	-h | --help) usage; exit 0 ;;
@@ -94,6 +101,10 @@ dest=()
 # removes its kernelspec (it refuses one it did not write) and says which
 # kernels still run on it; then the binary goes.
 if [ $uninstall -eq 1 ]; then
+	if [ -n "$lab" ]; then
+		"$lab" -m pip uninstall -y -q tfgpu_kernel_lab </dev/null || die "$lab -m pip uninstall tfgpu_kernel_lab failed"
+		say "removed the JupyterLab extension from $lab"
+	fi
 	if [ -x "$bin" ]; then
 		if out=$("$bin" install --uninstall "${dest[@]}" "${pass[@]}" </dev/null 2>&1); then
 			while IFS= read -r l; do say "$l"; done <<<"$out"
@@ -199,6 +210,18 @@ if [ $rc -ne 0 ]; then
 	exit 1
 fi
 
+# --- the JupyterLab extension (labextension/) ---------------------------------
+# A prebuilt extension: pip builds it with npm once, the installed wheel
+# needs no network. Only when asked: most installs have no npm.
+if [ -n "$lab" ]; then
+	command -v npm >/dev/null 2>&1 ||
+		die "--lab: npm builds the extension and is not on PATH; install it (${sudo}apt-get install -y npm) or leave --lab out (the kernel is installed)"
+	say "building and installing the JupyterLab extension into $lab (npm, a minute the first time)"
+	"$lab" -m pip install --disable-pip-version-check --no-input -q "$PWD/labextension" </dev/null ||
+		die "--lab: $lab -m pip install ./labextension failed (the kernel is installed)"
+	say "installed the JupyterLab extension tfgpu_kernel_lab into $lab: reload JupyterLab's page"
+fi
+
 case ":$PATH:" in
 *":$prefix/bin:"*) ;;
 *) say "note: $prefix/bin is not on PATH (the kernelspec uses the absolute path, so Jupyter does not care)" ;;
@@ -214,3 +237,6 @@ cat <<EOF
 Done. Next: run 'jupyter console --kernel tfgpu', or pick "TF-GPU (clean restart)"
 in Jupyter's kernel list. Upgrade: './install.sh$again' again. Remove: './install.sh --uninstall$again'.
 EOF
+if [ -z "$lab" ]; then
+	echo "The GPU in JupyterLab's status bar: './install.sh$again --lab PYTHON', PYTHON the one that runs JupyterLab (npm builds it)."
+fi

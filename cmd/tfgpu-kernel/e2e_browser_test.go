@@ -18,7 +18,8 @@ import (
 // "TF-GPU (clean restart)" notebook from Lab's launcher or Notebook's New
 // menu, hold the fake GPU with an escaping holder,
 // restart through the menu and its dialog, a kernel killed from outside,
-// shut down; processes, NVML and ps checked after each step. Screenshots
+// shut down; processes, NVML and ps checked after each step, and the GPU
+// extension's status item and notifications (labextension/). Screenshots
 // of each step go to $TFGPU_ARTIFACTS/browser (default: the test's temp
 // directory, kept in the log).
 func TestE2EBrowser(t *testing.T) {
@@ -36,6 +37,9 @@ func TestE2EBrowser(t *testing.T) {
 			testutil.RequireOrSkip(t, "need playwright-core: npm ci --prefix cmd/tfgpu-kernel/testdata/browser: %v\n%s", err, out)
 		}
 	}
+	// The extension (labextension/) the status item and the release
+	// notifications come from, installed as a user does (pip).
+	e2eLabExtension(t, s.python)
 	artifacts := t.TempDir()
 	if d := os.Getenv("TFGPU_ARTIFACTS"); d != "" {
 		artifacts = filepath.Join(d, "browser")

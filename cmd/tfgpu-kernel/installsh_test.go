@@ -92,6 +92,7 @@ func TestInstallScript(t *testing.T) {
 		{[]string{"--bogus"}, "install.sh: unknown argument '--bogus' (see ./install.sh --help)"},
 		{[]string{"--prefix"}, "install.sh: --prefix needs a directory"},
 		{[]string{"--user", "--system"}, "install.sh: --user and --system are exclusive"},
+		{[]string{"--lab"}, "install.sh: --lab needs the Python that runs JupyterLab"},
 	} {
 		if code, out, errOut := sh.run(tc.args...); code != 2 || out != "" || !isInstallErrLine(errOut, tc.want) {
 			t.Errorf("%q: exit %d, stdout %q, stderr %q; want exit 2 and %q", tc.args, code, out, errOut, tc.want)

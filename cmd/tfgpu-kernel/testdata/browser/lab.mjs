@@ -22,6 +22,11 @@
 //                         wait for idle
 //   waitidle              wait for the kernel status to read idle again
 //   shutdown              Kernel → Shut Down Kernel (and its dialog)
+//   gpustatus TEXT        until the GPU status item (labextension/) reads
+//                         TEXT (empty: is hidden); its text, tooltip and
+//                         data-tfgpu-bytes (an error naming what it read
+//                         instead)
+//   notification TEXT     until a notification toast shows TEXT; its text
 //   shot NAME             a screenshot NAME.png in the artifacts directory
 //   quit
 //
@@ -192,6 +197,29 @@ const commands = {
     if (await ok.count()) await ok.click();
     await page.waitForTimeout(500);
     return { status: await kernelStatus() };
+  },
+  async gpustatus(want) {
+    const t0 = Date.now();
+    let got = null;
+    while (Date.now() - t0 < 30000) {
+      got = await page.evaluate(() => {
+        const el = document.querySelector(".tfgpu-GPUStatus");
+        if (!el) return null;
+        return { text: el.textContent, title: el.title, bytes: el.getAttribute("data-tfgpu-bytes"),
+          limit: el.getAttribute("data-tfgpu-limit"), visible: !el.classList.contains("lm-mod-hidden") && el.offsetParent !== null };
+      });
+      if (got && got.visible && got.text === want) return got;
+      if (want === "" && got && !got.visible) return got; // "": hidden (no kernel, another kernel)
+      await page.waitForTimeout(250);
+    }
+    throw new Error("GPU status item: want " + JSON.stringify(want) + ", got " + JSON.stringify(got));
+  },
+  async notification(text) {
+    const toast = page.locator(".Toastify__toast", { hasText: text }).first();
+    await toast.waitFor({ timeout: 30000 });
+    await page.waitForTimeout(800); // its slide-in, for the screenshot
+    const all = await page.locator(".Toastify__toast-body").allInnerTexts();
+    return { text: (await toast.locator(".Toastify__toast-body").innerText()).trim(), all };
   },
   async shot(name) {
     const file = path.join(artifacts, name + ".png");

@@ -20,8 +20,17 @@ kernel, on the current stack with the fake NVML:
      fresh kernel. JupyterLab is set not to
      ask about its news, so the screenshot shows only what a user sees.
 
+The extension (labextension/, installed into the venv by the Go test)
+is checked along the way: its status item reads what the fake NVML
+holds for the tree (GPU 1.5 GiB: 1 GiB on GPU0, 512 MiB on GPU1, one
+line per device in its tooltip), 0 MiB for a fresh kernel, hidden once
+the kernel is shut down; after
+Restart and after Shut Down a notification says what was released, per
+device, and that NVML confirmed it; after the kernel's death too.
+
 A screenshot of each step goes to E2E_ARTIFACTS (lab-readme.png is the
-README's docs/img/lab-kernel-died.png).
+README's docs/img/lab-kernel-died.png; lab-gpu-status.png and
+lab-gpu-released.png are docs/img's of the same names).
 """
 
 import json
@@ -69,6 +78,37 @@ class Browser:
             self.p.wait(30)
         except Exception:
             self.p.kill()
+
+
+def gib_mib(n):
+    """Bytes as the extension writes them (labextension/src/format.ts)."""
+    return "%.1f GiB" % (n / 2**30) if n >= 2**30 else "%d MiB" % round(n / 2**20)
+
+
+HELD = sum(sh.WANT_GPU.values())
+STATUS = "GPU " + gib_mib(HELD)  # GPU 1.5 GiB
+RELEASED = ", ".join("GPU%d %s" % (d, gib_mib(n)) for d, n in sorted(sh.WANT_GPU.items()))
+
+
+def check_status(b, want, what):
+    """The extension's status item reads want; with the tree's figures, the
+    bytes and the tooltip's line per device are NVML's too."""
+    st = b.do("gpustatus", want) if want else b.do("gpustatus")
+    h.note(**{what + "_gpu_status": st["text"]})
+    if want == STATUS:
+        assert st["bytes"] == str(HELD), "%s: status item bytes %s, the tree holds %d" % (what, st["bytes"], HELD)
+        for d, n in sorted(sh.WANT_GPU.items()):
+            assert any(l.startswith("GPU%d " % d) and (": %s of " % gib_mib(n)) in l for l in st["title"].splitlines()), \
+                "%s: tooltip lacks GPU%d's %s: %r" % (what, d, gib_mib(n), st["title"])
+    return st
+
+
+def check_released(b, event, what):
+    """A notification says what the event released, per device, NVML confirmed."""
+    want = "GPU memory released after %s: %s (NVML confirmed)" % (event, RELEASED)
+    got = b.do("notification", "GPU memory released after " + event)["text"]
+    h.note(**{what + "_notification": got})
+    assert got == want, "%s: the notification says %r, want %r" % (what, got, want)
 
 
 def the_session(srv):
@@ -164,16 +204,22 @@ def steps(srv, b):
     sup, old = sh.tree(srv, first["kernel"], "first")
     old |= set(first.values())
     sh.check_ps(BIN, kid, sup, first.values(), "running", notebook=nb_path)
+    check_status(b, STATUS, "running")
     b.do("shot", UI + "-1-running")
+    b.do("shot", UI + "-gpu-status")
 
     t0 = time.monotonic()
     b.do("restart")
     h.note(restart_to_idle_s=round(time.monotonic() - t0, 3))
     check_gone(old, "restart")
+    check_released(b, "Restart", "restart")
+    b.do("shot", UI + "-gpu-released")
+    check_status(b, "GPU 0 MiB", "fresh")
     second = sh.hold_pids(b.do("run", json.dumps(sh.HOLD))["output"], "cell after the restart")
     sup2, tree2 = sh.tree(srv, second["kernel"], "second")
     tree2 |= set(second.values())
     sh.check_ps(BIN, kid, sup2, second.values(), "after_restart", old=old, notebook=nb_path)
+    check_status(b, STATUS, "after_restart")
     b.do("shot", UI + "-2-restarted")
 
     b.do("start", json.dumps("import time; time.sleep(600)"))
@@ -186,6 +232,7 @@ def steps(srv, b):
     dialog = b.do("dismiss")["dialog"]
     h.note(death_dialog=dialog)
     check_gone(tree2, "death")
+    check_released(b, "the kernel died", "death")
     third = sh.hold_pids(b.do("run", json.dumps(sh.HOLD))["output"], "cell after the death")
     sup3, tree3 = sh.tree(srv, third["kernel"], "third")
     tree3 |= set(third.values())
@@ -194,6 +241,8 @@ def steps(srv, b):
 
     b.do("shutdown")
     check_gone(tree3 | {sup3}, "shutdown", kid, within=10)
+    check_released(b, "Shut Down", "shutdown")
+    check_status(b, "", "shut_down")  # no kernel: the item is hidden
     b.do("shot", UI + "-5-shut-down")
     if UI == "lab":
         readme_picture(srv, b)
