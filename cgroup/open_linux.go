@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 )
 
@@ -36,8 +37,14 @@ func (o Options) v2() []V2Option {
 // Opened is the containment Open chose.
 type Opened struct {
 	Tree Tree
-	// Why says why this mode was taken, and why those before it were not.
+	// Why is the mode taken, where, and in a few words why the modes
+	// before it were not: the supervisor's log line. The errors of those
+	// modes (a non-root user's ran to 400 characters, in every `jupyter
+	// console`, #23) are Detail's alone.
 	Why string
+	// Detail is Why with each error that ruled a mode out, the paths it
+	// names included: what `tfgpu-kernel doctor` prints.
+	Detail string
 	// Leftovers is how many processes of an earlier cgroup of the same
 	// name (a SIGKILLed supervisor's) were killed to set the tree up.
 	Leftovers int
@@ -55,7 +62,7 @@ type Opened struct {
 func Open(choice, name string, o Options) (Opened, error) {
 	switch choice {
 	case None:
-		return Opened{Tree: supervisorProcTree(o.Reaper), Why: "asked for with --cgroup none"}, nil
+		return taken(supervisorProcTree(o.Reaper), "asked for with --cgroup none"), nil
 	case ModeV2:
 		return openV2(name, o.v2()...)
 	case ModeSystemd:
@@ -71,24 +78,32 @@ func Open(choice, name string, o Options) (Opened, error) {
 		return opened, nil
 	}
 	if opened, err := openScope(name, o); err == nil {
-		opened.Why = fmt.Sprintf("%s; own cgroup not usable (%v)", opened.Why, err2)
+		opened.Why += "; own cgroup not usable"
+		opened.Detail = fmt.Sprintf("%s; own cgroup not usable (%v)", opened.Detail, err2)
 		return opened, nil
 	}
 	return Fallback(name, o.Reaper, fmt.Sprintf("no usable cgroup v2 (%v)", err2))
 }
 
 // Fallback is the v1 freezer or else the proc tree, with before saying why
-// the modes before them were not taken: what Auto ends with, and where a
-// systemd scope failed after the fact.
+// the modes before them were not taken, as "what failed (the error)": what
+// Auto ends with, and where a systemd scope failed after the fact. Why
+// keeps what failed; Detail the error too.
 func Fallback(name string, r *Reaper, before string) (Opened, error) {
-	opened, err1 := openV1(name, r)
+	failed, _, _ := strings.Cut(before, " (")
+	o, err1 := openV1(name, r)
 	if err1 == nil {
-		opened.Why = fmt.Sprintf("%s; %s", opened.Why, before)
-		return opened, nil
+		o.Why += "; " + failed
+		o.Detail += "; " + before
+		return o, nil
 	}
-	return Opened{Tree: supervisorProcTree(r),
-		Why: fmt.Sprintf("%s or v1 freezer (%v); tracking by process group and /proc", before, err1)}, nil
+	o = taken(supervisorProcTree(r), fmt.Sprintf("%s or v1 freezer (%v); tracking by process group and /proc", before, err1))
+	o.Why = failed // mode=proc says v1 was no better
+	return o, nil
 }
+
+// taken is t, taken for why, nothing left out.
+func taken(t Tree, why string) Opened { return Opened{Tree: t, Why: why, Detail: why} }
 
 func supervisorProcTree(r *Reaper) Tree {
 	var opts []ProcOption
@@ -104,7 +119,7 @@ func openScope(name string, o Options) (Opened, error) {
 		return Opened{}, err
 	}
 	t := newScopeTree(run, l, name, o.Reaper, o.MemoryLimit)
-	return Opened{Tree: t, Why: fmt.Sprintf("systemd user scope %s, made by %s", t.unit, run)}, nil
+	return taken(t, fmt.Sprintf("systemd user scope %s, made by %s", t.unit, run)), nil
 }
 
 // openV1 is a freezer cgroup under the supervisor's own, with the proc
@@ -129,7 +144,7 @@ func openV1(name string, r *Reaper) (Opened, error) {
 	if err != nil {
 		return Opened{}, err
 	}
-	return Opened{Tree: t, Why: fmt.Sprintf("v1 freezer (%s host) at %s", l.Kind, t.Dir())}, nil
+	return taken(t, fmt.Sprintf("v1 freezer (%s host) at %s", l.Kind, t.Dir())), nil
 }
 
 func openV2(name string, opts ...V2Option) (Opened, error) {
@@ -149,5 +164,7 @@ func openV2(name string, opts ...V2Option) (Opened, error) {
 	if err != nil {
 		return Opened{}, err
 	}
-	return Opened{Tree: t, Why: fmt.Sprintf("cgroup2 (%s host) at %s", l.Kind, t.Dir()), Leftovers: t.Leftovers()}, nil
+	o := taken(t, fmt.Sprintf("cgroup2 (%s host) at %s", l.Kind, t.Dir()))
+	o.Leftovers = t.Leftovers()
+	return o, nil
 }

@@ -31,7 +31,7 @@ func cmdDoctor(args []string) int {
 	fs.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "state-dir" })
 	all := os.Geteuid() == 0 && !explicit && os.Getenv("TFGPU_STATE_DIR") == ""
 	kernels := func() ([]record.State, []error, error) { return collectStates(*stateDir, all) }
-	findings := append(doctor.Host(*stateDir, kernels), doctor.GPU(*nvmlLib)...)
+	findings := append(doctor.Host(*stateDir, all, kernels), doctor.GPU(*nvmlLib)...)
 	findings = append(findings, doctor.Handoffs(*stateDir, *nvmlLib)...)
 	for _, f := range append(findings, diagnoseKernelspecs()...) {
 		mark := "ok "

@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strings"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/tfgpu/tfgpu-kernel/cgroup"
 	"github.com/tfgpu/tfgpu-kernel/internal/gpu"
 	"github.com/tfgpu/tfgpu-kernel/internal/record"
@@ -23,9 +25,12 @@ type Finding struct {
 // Host checks what the supervisor would find on this host for
 // containment, memory limits and kernels left by dead supervisors. It
 // creates and removes probe cgroups; it changes nothing else. kernels
-// lists the kernels to judge: the records in stateDir, and for root every
-// user's (record.Collect).
-func Host(stateDir string, kernels func() ([]record.State, []error, error)) []Finding {
+// lists the kernels to judge: the records in stateDir and the caller's
+// running supervisors, and with allUsers (root) every user's
+// (record.Collect). Without allUsers a kernel cgroup of another user is
+// not judged: that user's kernels are not in the list, so a live one
+// would look stale (#23).
+func Host(stateDir string, allUsers bool, kernels func() ([]record.State, []error, error)) []Finding {
 	var out []Finding
 	add := func(f Finding) { out = append(out, f) }
 	l, err := cgroup.DetectLayout()
@@ -41,10 +46,10 @@ func Host(stateDir string, kernels func() ([]record.State, []error, error)) []Fi
 	case err != nil:
 		add(Finding{Topic: "containment", Text: err.Error(), Problem: true})
 	case opened.Tree.Mode() == cgroup.ModeProc:
-		add(Finding{Topic: "containment", Text: "auto picks none (process group and /proc): " + opened.Why, Problem: true,
+		add(Finding{Topic: "containment", Text: "auto picks none (process group and /proc): " + opened.Detail, Problem: true,
 			Fix: "run as root, delegate a cgroup v2 subtree to this user, or log in through systemd-logind so that a user manager (systemd --user) runs"})
 	default:
-		add(Finding{Topic: "containment", Text: "auto picks " + opened.Tree.Mode() + ": " + opened.Why})
+		add(Finding{Topic: "containment", Text: "auto picks " + opened.Tree.Mode() + ": " + opened.Detail})
 	}
 	if opened.Tree != nil {
 		opened.Tree.Close()
@@ -80,17 +85,59 @@ func Host(stateDir string, kernels func() ([]record.State, []error, error)) []Fi
 			Text: fmt.Sprintf("%s (supervisor %d is gone; %s)", st.KernelID, st.SupervisorPID, orDash(record.Printable(st.Cgroup)))})
 	}
 	where := "state in " + stateDir
-	if os.Geteuid() == 0 {
+	if allUsers {
 		where += "; every user's, from the running supervisors"
 	}
 	add(Finding{Topic: "kernels", Text: fmt.Sprintf("%d supervised kernel(s) running, %s", live, where)})
+	others := 0
 	for _, dir := range kernelCgroups(l) {
-		if !known[dir] && dir != "" {
-			add(Finding{Topic: "stale cgroup", Text: dir + " (no supervisor records it)", Problem: true,
-				Fix: "tfgpu-kernel stop --all, or if it is empty: rmdir " + dir})
+		switch {
+		case known[dir] || dir == "":
+		case !allUsers && !ownCgroup(dir, os.Geteuid()):
+			others++
+		default:
+			add(staleCgroup(dir))
 		}
 	}
+	if others > 0 {
+		why := "not yours to judge; root's doctor checks them"
+		if os.Geteuid() == 0 { // with a state directory named: this user's kernels only
+			why = "not judged with one state directory; doctor without --state-dir or TFGPU_STATE_DIR checks them"
+		}
+		add(Finding{Topic: "kernels", Text: fmt.Sprintf("%d kernel cgroup(s) of other users: %s", others, why)})
+	}
 	return out
+}
+
+// ownCgroup reports whether the kernel cgroup dir is uid's to judge: the
+// directory is uid's and so is every process in it. Another user's (a
+// live kernel of theirs, whose supervisor uid's doctor cannot list) is
+// not. A cgroup.procs that cannot be read leaves it to the directory's
+// owner.
+func ownCgroup(dir string, uid int) bool {
+	var st unix.Stat_t
+	if err := unix.Lstat(dir, &st); err != nil || int(st.Uid) != uid {
+		return false
+	}
+	pids, _ := cgroup.Procs(dir)
+	for _, pid := range pids {
+		if owner := cgroup.ProcOwner(pid); owner >= 0 && owner != uid {
+			return false
+		}
+	}
+	return true
+}
+
+// staleCgroup is a kernel cgroup that no live supervisor records. `stop`
+// works from records, so the fix is by hand: `stop --all` would stop the
+// user's live kernels and leave this one.
+func staleCgroup(dir string) Finding {
+	f := Finding{Topic: "stale cgroup", Text: dir + " (no supervisor records it)", Problem: true, Fix: "rmdir " + dir}
+	if pids, err := cgroup.Procs(dir); err == nil && len(pids) > 0 {
+		f.Text = fmt.Sprintf("%s (no supervisor records it; %d process(es) in it)", dir, len(pids))
+		f.Fix = "kill the processes " + filepath.Join(dir, "cgroup.procs") + " lists, then rmdir " + dir
+	}
+	return f
 }
 
 // GPU reports what the supervisor will find through NVML: the
