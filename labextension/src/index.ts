@@ -24,8 +24,12 @@ import { IRelease, IUsage, isTfgpu, releaseMessage, statusText, statusTitle } fr
 
 /** How often the current notebook's kernel is asked (jupyter-resource-usage's panel: 5 s). */
 const POLL_MS = 5000;
+/** A kernel whose reply has no GPU (another kernel, no driver) is asked less often. */
+const POLL_OTHER_MS = 30000;
 /** After a restart, how soon the new kernel is asked for the release it confirmed. */
 const AFTER_RESTART_MS = 300;
+/** How long after a restart a new release is news. */
+const RESTART_NEWS_MS = 60000;
 
 /** The status item: a text, hidden unless the kernel is a tfgpu one. */
 class GPUStatus extends Widget {
@@ -113,13 +117,15 @@ const plugin: JupyterFrontEndPlugin<void> = {
       app.shell.add(item, 'top', { rank: 1000 });
     }
     const releases = new Releases();
-    // Kernels that went through a restart since they were last asked:
-    // their next usage_reply's release is news.
-    const restarted = new Set<string>();
+    // Kernels that went through a restart, and until when a release their
+    // usage_reply has not had before is news (a poll may reach the old
+    // supervisor while it stops, or none while the new one starts).
+    const restarted = new Map<string, number>();
     // The release each kernel's supervisor said last, so that a page
     // opened long after a restart says nothing.
     const lastAt = new Map<string, string>();
     let timer = 0;
+    let gen = 0; // the poll under way; an older one still waiting drops its answer
 
     const kernelOf = (p: NotebookPanel | null): Kernel.IKernelConnection | null =>
       (p && !p.isDisposed && p.sessionContext.session?.kernel) || null;
@@ -127,6 +133,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
     async function poll(): Promise<void> {
       window.clearTimeout(timer);
       timer = 0;
+      const mine = ++gen;
       const panel = tracker.currentWidget;
       const kernel = kernelOf(panel);
       if (!panel || !kernel) {
@@ -135,20 +142,24 @@ const plugin: JupyterFrontEndPlugin<void> = {
       }
       if (!document.hidden) {
         const c = await getUsage(kernel.id);
-        if (tracker.currentWidget !== panel || kernelOf(panel) !== kernel) {
-          return; // the user moved on meanwhile; that poll is under way
+        if (mine !== gen || tracker.currentWidget !== panel || kernelOf(panel) !== kernel) {
+          return; // a newer poll is under way (the user moved on, a restart)
         }
         item.setUsage(c);
         const r = c?.tfgpu_release;
+        const news = (restarted.get(kernel.id) ?? 0) > Date.now();
         if (r && r.at !== lastAt.get(kernel.id)) {
-          if (restarted.has(kernel.id)) {
+          if (news) {
             releases.notify(r);
+            restarted.delete(kernel.id);
           }
           lastAt.set(kernel.id, r.at);
         }
-        if (c) {
+        if (!news) {
           restarted.delete(kernel.id);
         }
+        timer = window.setTimeout(() => void poll(), isTfgpu(c) || news ? POLL_MS : POLL_OTHER_MS);
+        return;
       }
       timer = window.setTimeout(() => void poll(), POLL_MS);
     }
@@ -166,7 +177,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
           return;
         }
         if (status === 'restarting' || status === 'autorestarting') {
-          restarted.add(id);
+          restarted.set(id, Date.now() + RESTART_NEWS_MS);
         } else if (status === 'idle' && restarted.has(id) && tracker.currentWidget === panel) {
           soon(AFTER_RESTART_MS);
         }
@@ -184,7 +195,10 @@ const plugin: JupyterFrontEndPlugin<void> = {
         }
       });
     });
-    tracker.currentChanged.connect(() => soon(0));
+    tracker.currentChanged.connect(() => {
+      item.setUsage(null); // not the previous notebook's figures meanwhile
+      soon(0);
+    });
     soon(0);
   }
 };

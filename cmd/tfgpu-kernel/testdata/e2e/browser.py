@@ -13,7 +13,8 @@ kernel, on the current stack with the fake NVML:
      fresh kernel, and nothing of the old tree is left;
   4. Kernel → Shut Down Kernel: nothing of the tree alive, NVML clear, no
      ps row;
-  5. (JupyterLab) the README's picture, a notebook as a user writes it:
+  5. (JupyterLab) a notebook on ipykernel's own kernel: no GPU status item;
+  6. (JupyterLab) the README's picture, a notebook as a user writes it:
      train.ipynb starts a worker in a session of its own, then a native
      crash (SIGSEGV) kills the kernel; the cell says why and that the
      worker was killed with it, and it is gone; the next cell runs in the
@@ -245,7 +246,22 @@ def steps(srv, b):
     check_status(b, "", "shut_down")  # no kernel: the item is hidden
     b.do("shot", UI + "-5-shut-down")
     if UI == "lab":
+        stock_kernel(srv, b)
         readme_picture(srv, b)
+
+
+def stock_kernel(srv, b):
+    """A notebook on ipykernel's own kernelspec: the status item stays
+    hidden (its usage_reply has no GPU fields)."""
+    nb = dict(README_NOTEBOOK, cells=[{"cell_type": "markdown", "id": "m", "metadata": {}, "source": "Stock"}], metadata={
+        "kernelspec": {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}})
+    srv.curl("PUT", "/api/contents/stock.ipynb", {"type": "notebook", "format": "json", "content": nb})
+    b.do("openpath", srv.url + "/lab/tree/stock.ipynb?reset&token=" + srv.token)
+    time.sleep(6)  # the status item has asked its kernel at least once
+    check_status(b, "", "stock_kernel")
+    sess = [s for s in srv.curl("GET", "/api/sessions")[1] if s["path"] == "stock.ipynb"]
+    assert len(sess) == 1 and sess[0]["kernel"]["name"] == "python3", "sessions: %s" % sess
+    srv.curl("DELETE", "/api/sessions/" + sess[0]["id"], timeout=60)
 
 
 def readme_picture(srv, b):
