@@ -3,6 +3,7 @@ package main
 import (
 	"flag"
 	"io"
+	"os"
 	"path/filepath"
 
 	"github.com/tfgpu/tfgpu-kernel/internal/jmsg"
@@ -37,7 +38,21 @@ func supervisorKernelID(argv []string, cwd string) string {
 }
 
 // collectStates is record.Collect with run's way of naming kernels: the
-// records in dir, and for root every user's (from the running supervisors).
-func collectStates(dir string, allUsers bool) ([]record.State, []error, error) {
+// records in dir, the caller's running supervisors' wherever they record,
+// and for root every user's. only: the records in dir alone (a state
+// directory named with --state-dir or TFGPU_STATE_DIR).
+func collectStates(dir string, allUsers, only bool) ([]record.State, []error, error) {
+	if only {
+		return record.ReadStates(dir)
+	}
 	return record.Collect(dir, allUsers, supervisorKernelID)
+}
+
+// stateDirNamed reports whether the state directory was named, with the
+// command's --state-dir or TFGPU_STATE_DIR: then that directory alone is
+// read.
+func stateDirNamed(fs *flag.FlagSet) bool {
+	named := os.Getenv("TFGPU_STATE_DIR") != ""
+	fs.Visit(func(f *flag.Flag) { named = named || f.Name == "state-dir" })
+	return named
 }

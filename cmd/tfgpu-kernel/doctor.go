@@ -27,10 +27,9 @@ func cmdDoctor(args []string) int {
 	}
 	fmt.Printf("tfgpu-kernel %s\n", version)
 	problems := 0
-	explicit := false
-	fs.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "state-dir" })
-	all := os.Geteuid() == 0 && !explicit && os.Getenv("TFGPU_STATE_DIR") == ""
-	kernels := func() ([]record.State, []error, error) { return collectStates(*stateDir, all) }
+	only := stateDirNamed(fs)
+	all := os.Geteuid() == 0 && !only
+	kernels := func() ([]record.State, []error, error) { return collectStates(*stateDir, all, only) }
 	findings := append(doctor.Host(*stateDir, all, kernels), doctor.GPU(*nvmlLib)...)
 	findings = append(findings, doctor.Handoffs(*stateDir, *nvmlLib)...)
 	for _, f := range append(findings, diagnoseKernelspecs()...) {

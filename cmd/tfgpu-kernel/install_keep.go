@@ -148,7 +148,7 @@ func (c *installCmd) checkEnv() error {
 // matched is read from the running processes, never from the records.
 func kernelsRunningOn(prev *kernelspec.Previous) []string {
 	var out []string
-	states, _, err := collectStates(record.DefaultDir(), os.Geteuid() == 0)
+	states, _, err := collectStates(record.DefaultDir(), os.Geteuid() == 0, false)
 	if err == nil {
 		for _, st := range states {
 			if !st.SupervisorAlive() {

@@ -36,11 +36,10 @@ func cmdPs(args []string) int {
 	if *format != "table" && *format != "json" && *format != "prometheus" {
 		return usageError("ps", fmt.Sprintf("--format %q: give table, json or prometheus", *format))
 	}
-	explicit := false
-	fs.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "state-dir" })
 	// Root lists every user's kernels, found from the running supervisors
 	// (record.Collect), whatever state directory each chose.
-	states, refused, err := collectStates(*stateDir, os.Geteuid() == 0 && !explicit && os.Getenv("TFGPU_STATE_DIR") == "")
+	only := stateDirNamed(fs)
+	states, refused, err := collectStates(*stateDir, os.Geteuid() == 0 && !only, only)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "tfgpu-kernel ps: %v\n", err)
 		return 1
