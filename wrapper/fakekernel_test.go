@@ -155,9 +155,11 @@ func fakeKernel(connPath string) int {
 			ch = jmsg.Control
 		}
 		switch h.MsgType {
-		case "kernel_info_request":
+		case "kernel_info_request": // between busy and idle, as ipykernel answers every request
+			send(jmsg.IOPub, topic("status"), "status", p.Header, map[string]any{"execution_state": "busy"})
 			send(ch, p.Idents, "kernel_info_reply", p.Header, map[string]any{"status": "ok",
 				"protocol_version": "5.3", "implementation": "fake", "language_info": map[string]any{"name": "python"}})
+			send(jmsg.IOPub, topic("status"), "status", p.Header, map[string]any{"execution_state": "idle"})
 		case "usage_request": // as ipykernel 7 without psutil answers
 			send(ch, p.Idents, "usage_reply", p.Header, map[string]any{"hostname": "fake-host", "pid": os.Getpid(), "cpu_count": 1})
 		case "shutdown_request":

@@ -16,7 +16,9 @@ import (
 //
 //	starting ──first message from the kernel──▶ running
 //	starting, running ──shutdown_request──▶ stopping (the kernel's grace)
-//	any ──kernel exit, grace over, SIGTERM/SIGHUP, server gone, GPU memory limit──▶ stop() ──▶ stopped
+//	any ──kernel exit, grace over, SIGTERM/SIGHUP, server gone──▶ stop() ──▶ stopped
+//	starting, running ──stop order (SIGUSR1), GPU memory limit──▶ stop() ──▶ parked
+//	parked ──a request that needs a kernel──▶ starting (a fresh kernel, park.go)
 //
 // Only the loop and the stop path change it, through enter, which records
 // it in the kernel's state file for ps.
@@ -27,10 +29,11 @@ const (
 	running               // the kernel answers
 	stopping              // a stop was decided; the tree is being killed
 	stopped               // the tree is dead; what is left is to let replies out
+	parked                // the tree is dead; the place is kept for a fresh kernel (park.go)
 )
 
 func (p phase) String() string {
-	return [...]string{record.PhaseStarting, record.PhaseRunning, record.PhaseStopping, "stopped"}[p]
+	return [...]string{record.PhaseStarting, record.PhaseRunning, record.PhaseStopping, "stopped", record.PhaseParked}[p]
 }
 
 // enter moves to phase p and records it (a stopped kernel's record is
@@ -120,7 +123,7 @@ func (s *supervisor) loop(ctx context.Context, exited <-chan cgroup.ExitStatus) 
 		case <-s.limitTimer():
 			// Not while a shutdown is served: the tree is about to go.
 			if use := s.sampleGPU(); use != nil && req == nil {
-				return s.stop(cause{reason: "over its GPU memory limit", gpuOver: use, died: true})
+				return s.stop(cause{reason: "over its GPU memory limit", gpuOver: use, park: &record.Order{At: time.Now()}})
 			}
 
 		case <-grace:
@@ -134,6 +137,10 @@ func (s *supervisor) loop(ctx context.Context, exited <-chan cgroup.ExitStatus) 
 			case parentDeathSignal:
 				if parentGone() {
 					return s.stop(cause{reason: "the Jupyter server is gone", request: req})
+				}
+			case parkSignal:
+				if req == nil { // a shutdown being served goes on
+					return s.stop(s.orderCause())
 				}
 			default: // SIGTERM, SIGHUP: an orderly stop, as for shutdown
 				return s.stop(cause{reason: unix.SignalName(sig.(unix.Signal)), request: req})

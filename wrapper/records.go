@@ -75,7 +75,7 @@ func (s *supervisor) describe() (record.State, error) {
 	st := record.State{KernelID: s.id, SupervisorPID: os.Getpid(), SupervisorStart: start,
 		Containment: s.tree.Mode(), Cgroup: s.tree.Dir(), ConnectionFile: s.cfg.ConnFile, InnerDir: s.innerDir,
 		Session: os.Getenv("JPY_SESSION_NAME"), Started: time.Now().UTC(), Phase: s.phase.String(),
-		BootID: record.BootID, Owner: os.Geteuid(), Marker: s.marker, MemoryCgroup: s.memoryCgroup()}
+		BootID: record.BootID, Owner: os.Geteuid(), Marker: s.marker, MemoryCgroup: s.memoryCgroup(), Parks: true}
 	if s.kpid > 0 {
 		if kstart, err := startTime(s.kpid); err == nil { // else dead already: nothing to name
 			st.KernelPID, st.KernelStart = s.kpid, kstart

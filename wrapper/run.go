@@ -46,6 +46,7 @@ type supervisor struct {
 	usageAt   usagePoint             // the tree's CPU time at the last usage figures
 	watch     *watcher               // the watcher's pipe (watcher.go); nil when it could not start
 	marker    string                 // cgroup.MarkerEnv of the kernel's tree
+	genCancel context.CancelFunc     // ends the proc-mode tree tracker of the kernel now
 	selfStart uint64                 // this process's start time: the tree's processes start later
 
 	inner    *jmsg.ConnInfo // the kernel's own connection file
@@ -71,10 +72,13 @@ func Run(ctx context.Context, cfg Config) int {
 		return code
 	}
 	exited, code := s.start(ctx)
-	if exited == nil {
-		return code
+	for exited != nil {
+		if code = s.loop(ctx, exited); code != exitParked {
+			return code
+		}
+		exited, code = s.waitParked(ctx)
 	}
-	return s.loop(ctx, exited)
+	return code
 }
 
 // onExit has f run when Run returns, after what was registered later.
@@ -129,7 +133,7 @@ func (s *supervisor) prepare(ctx context.Context) (int, bool) {
 	// Signals next, so a SIGINT that arrives while starting is forwarded,
 	// not fatal (Go's default for SIGINT is to exit).
 	sigc := make(chan os.Signal, 8)
-	signal.Notify(sigc, unix.SIGINT, unix.SIGTERM, unix.SIGHUP, parentDeathSignal)
+	signal.Notify(sigc, unix.SIGINT, unix.SIGTERM, unix.SIGHUP, parentDeathSignal, parkSignal)
 	s.onExit(func() { signal.Stop(sigc) })
 	s.sigc = sigc
 	s.onExit(watchParent())
@@ -186,6 +190,9 @@ func (s *supervisor) start(ctx context.Context) (<-chan cgroup.ExitStatus, int) 
 	s.tree = opened.Tree
 	s.onExit(func() { s.tree.Close() }) // spawn may replace the tree
 	s.log.Info("containment", "mode", s.tree.Mode(), "why", opened.Why)
+	if opened.Detail != opened.Why {
+		s.log.Debug("containment in detail", "detail", opened.Detail) // tfgpu-kernel doctor says it too
+	}
 	if opened.Leftovers > 0 {
 		// A previous supervisor of this kernel was SIGKILLed and its tree
 		// lived on; it is gone before the new kernel.
@@ -225,13 +232,12 @@ func (s *supervisor) start(ctx context.Context) (<-chan cgroup.ExitStatus, int) 
 	s.startGPULimit()
 	s.publishActivity()
 	s.record()
-	if s.tree.Mode() == cgroup.ModeProc && s.watch != nil {
-		go s.trackTree(ctx)
-	}
+	s.startTracking(ctx)
 	s.onExit(func() { s.dir.Remove(s.id) })
 	s.usagec, s.usageAt = make(chan chan usageFigures), usagePoint{at: time.Now(), cpu: cgroup.TreeCPU(s.tree)}
 	s.relay = relay.New(ctx, s.outer, s.inner, s.signer, s.events,
 		relay.Hooks{Activity: s.activityChanged, Usage: s.usageHook}, s.log)
+	s.relay.SetKernelID(s.id)
 	s.onExit(s.relay.CloseInner)
 	if warning != "" {
 		s.relay.WarnNextCell(s.id, warning)

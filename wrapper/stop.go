@@ -10,6 +10,7 @@ import (
 
 	"github.com/tfgpu/tfgpu-kernel/cgroup"
 	"github.com/tfgpu/tfgpu-kernel/internal/gpu"
+	"github.com/tfgpu/tfgpu-kernel/internal/record"
 	"github.com/tfgpu/tfgpu-kernel/wrapper/relay"
 )
 
@@ -28,7 +29,8 @@ type cause struct {
 	exit    *cgroup.ExitStatus // the kernel's exit status, when it exited
 	request *shutdownRequest   // a client asked for the stop (shutdown, or restart)
 	died    bool               // the kernel exited unasked: tell its cell, exit with its code
-	gpuOver *gpuUse            // the tree was over its GPU memory limit (died is set too)
+	gpuOver *gpuUse            // the tree was over its GPU memory limit
+	park    *record.Order      // keep the kernel's place: a fresh kernel on the next request (park.go)
 }
 
 // code is the exit code of a stop whose kernel died: its own, or
@@ -62,12 +64,21 @@ const (
 func (s *supervisor) stop(c cause) int {
 	s.reserve.release() // the descriptors the kill and the GPU check need
 	s.enter(stopping)
+	var cell relay.Cell
+	if c.park != nil {
+		// From here on the clients' requests wait for the next kernel
+		// rather than go to this one.
+		cell = s.relay.Detach()
+	}
 	old := s.gpu.watch(s.tree, s.kpid)
 	killed, took, err := s.killTree()
 	if c.request != nil {
 		s.answerShutdown(c.request)
 	}
 	s.logStop(c, killed, took, err)
+	if c.park != nil {
+		return s.park(c, old, killed, cell)
+	}
 
 	held := "" // the warning when GPU memory is still held after the confirm timeout
 	switch {

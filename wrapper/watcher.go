@@ -220,12 +220,12 @@ func finishForDeadSupervisor(lg *slog.Logger, cfg watchConfig, st record.State, 
 // by /proc/PID/stat, which no process can hide, where the marker in an
 // environment a non-dumpable process hides is not. A process forked and
 // hidden within the last period before the SIGKILL is not known.
-func (s *supervisor) trackTree(ctx context.Context) {
+func (s *supervisor) trackTree(ctx context.Context, tree cgroup.Tree) {
 	t := time.NewTicker(treeTrackEvery)
 	defer t.Stop()
 	var last []cgroup.ProcRef
 	for {
-		pids, err := s.tree.Pids()
+		pids, err := tree.Pids()
 		if err == nil {
 			refs := make([]cgroup.ProcRef, 0, len(pids))
 			for _, p := range pids {

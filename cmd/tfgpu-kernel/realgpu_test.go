@@ -25,7 +25,6 @@ package main
 // is carried to a GPU.
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -40,6 +39,7 @@ import (
 
 	"github.com/tfgpu/tfgpu-kernel/internal/gpu"
 	"github.com/tfgpu/tfgpu-kernel/internal/gpu/gputest"
+	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
 
 // gpuRig is where the check runs: a real GPU read with nvidia-smi, or the
@@ -152,9 +152,9 @@ func TestRealGPU(t *testing.T) {
 			os.WriteFile(filepath.Join(out, "realgpu.json"), b, 0o644)
 		}
 	}()
-	logTo := func(name string, log *bytes.Buffer) {
+	logTo := func(name string, log *testutil.Buffer) {
 		if out != "" {
-			os.WriteFile(filepath.Join(out, name+".log"), log.Bytes(), 0o644)
+			os.WriteFile(filepath.Join(out, name+".log"), []byte(log.String()), 0o644)
 		}
 	}
 
@@ -207,25 +207,36 @@ func TestRealGPU(t *testing.T) {
 		f["limit"] = limit
 		load := startLoad(t, rig, "--gpu-memory-limit", limit)
 		defer logTo("limit", &load.log)
-		err := load.wait(t, 5*time.Minute)
-		code := -1
-		if ee, ok := err.(*exec.ExitError); ok {
-			code = ee.ExitCode()
+		// The supervisor parks the kernel (its tree killed, the release
+		// confirmed) and stays, keeping the kernel's place for Jupyter.
+		deadline := time.Now().Add(5 * time.Minute)
+		for load.line("kernel parked") == "" {
+			select {
+			case err := <-load.exited:
+				load.exited <- err
+				t.Fatalf("supervisor exited (%v) over the GPU memory limit; it should park the kernel and stay; log:\n%s", err, load.log.String())
+			case <-time.After(20 * time.Millisecond):
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the kernel was not parked within 5 minutes; log:\n%s", load.log.String())
+			}
 		}
-		f["exit_code"] = code
 		if ready, e := os.Stat(load.ready); e == nil {
-			// From the tree holding it all to the supervisor's exit: the
+			// From the tree holding it all to the kernel parked: the
 			// sample that saw it (every 5 s without a running cell), the
 			// kill and the release check.
-			f["ready_to_exit_ms"] = load.exitedAt.Sub(ready.ModTime()).Milliseconds()
-		}
-		if code != 137 {
-			t.Fatalf("supervisor exit %v, want 137 (killed over the GPU memory limit); log:\n%s", err, load.log.String())
+			f["ready_to_parked_ms"] = time.Since(ready.ModTime()).Milliseconds()
 		}
 		over := load.line("kernel stopped over its GPU memory limit")
 		f["over_line"] = over
 		if over == "" {
 			t.Fatalf("no over-the-limit line in the log:\n%s", load.log.String())
+		}
+		if err := load.sup.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		if err := load.wait(t, 60*time.Second); err != nil {
+			t.Fatalf("parked supervisor after SIGTERM: %v; log:\n%s", err, load.log.String())
 		}
 		load.checkGone(t, rig, f)
 	})
@@ -235,7 +246,7 @@ func TestRealGPU(t *testing.T) {
 // kernel.
 type gpuLoad struct {
 	sup      *exec.Cmd
-	log      bytes.Buffer
+	log      testutil.Buffer
 	ready    string
 	before   int // MiB used on GPU 0 before it started
 	exited   chan error

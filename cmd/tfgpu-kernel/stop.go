@@ -19,10 +19,16 @@ import (
 // cmdStop kills a supervised kernel's whole tree and waits until it is gone,
 // whether its supervisor is running, hung or dead:
 //
-//	tfgpu-kernel stop ID|--all|--idle-for DURATION [--holding-gpu]
+//	tfgpu-kernel stop ID|--all|--idle-for DURATION [--holding-gpu] [--exit]
+//
+// A running supervisor parks its kernel (docs/operating.md#stopping-kernels):
+// it kills the tree, confirms the release and keeps the kernel's place, so
+// Jupyter does not restart it and the notebook's next cell starts a fresh
+// kernel, told why. --exit ends the supervisor too, as before.
 func cmdStop(args []string) int {
 	fs := flag.NewFlagSet("stop", flag.ContinueOnError)
 	every := fs.Bool("all", false, "stop every supervised kernel")
+	exit := fs.Bool("exit", false, "end the supervisors too: Jupyter then sees the kernels die (and may restart them)")
 	var idleFor, timeout, confirm time.Duration
 	durationVar(fs, &idleFor, "idle-for", 0, "stop the running kernels idle (no cell running) at least this long, e.g. 2h")
 	holdingGPU := fs.Bool("holding-gpu", false, "with --idle-for: only those whose tree holds GPU memory")
@@ -49,10 +55,9 @@ func cmdStop(args []string) int {
 	// Root stops any user's kernel by id, as ps lists them all; a record
 	// in a user's directory is then acted on only where that user owns
 	// what it names (see record.Finish).
-	explicit := false
-	fs.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "state-dir" })
-	all := os.Geteuid() == 0 && !explicit && os.Getenv("TFGPU_STATE_DIR") == ""
-	states, refused, err := collectStates(*stateDir, all)
+	only := stateDirNamed(fs)
+	all := os.Geteuid() == 0 && !only
+	states, refused, err := collectStates(*stateDir, all, only)
 	for _, r := range refused {
 		fmt.Fprintf(os.Stderr, "tfgpu-kernel stop: %s\n", record.Printable(r.Error()))
 	}
@@ -62,8 +67,10 @@ func cmdStop(args []string) int {
 	}
 	n := gpu.Connect(*nvmlLib, "")
 	defer n.Close()
+	how := stopHow{timeout: timeout, confirm: confirm, exit: *exit, by: record.UserName(os.Geteuid())}
 	if idle {
-		return stopIdle(states, idleFor, *holdingGPU, n, timeout, confirm)
+		how.why = "idle for " + idleFor.String()
+		return stopIdle(states, idleFor, *holdingGPU, n, how)
 	}
 	chosen := chooseKernels(states, fs.Arg(0), *every)
 	switch {
@@ -82,7 +89,7 @@ func cmdStop(args []string) int {
 	}
 	code := 0
 	for _, o := range stopEach(chosen, func(st record.State, w *stopOutput) {
-		if _, err := stopOne(w, st, timeout, n, confirm); err != nil {
+		if _, err := stopOne(w, st, n, how); err != nil {
 			w.errorf("tfgpu-kernel stop: kernel %s: %s\n", st.KernelID, record.Printable(err.Error()))
 		}
 	}) {
@@ -140,12 +147,22 @@ func stopEach(states []record.State, stop func(record.State, *stopOutput)) []sto
 // tree itself and Jupyter sees the kernel end); when it does not within the
 // timeout, or is stopped or gone, the tree is killed through its record
 // (record.FinishKernel), and the GPU release confirmed.
-func stopOne(w *stopOutput, st record.State, timeout time.Duration, n gpu.Session, confirm time.Duration) (record.Finished, error) {
+func stopOne(w *stopOutput, st record.State, n gpu.Session, opts stopHow) (record.Finished, error) {
+	timeout, confirm := opts.timeout, opts.confirm
 	d, err := record.OpenDir(st.Dir, false, true)
 	if err != nil {
 		return record.Finished{}, err
 	}
 	defer d.Close()
+	if !opts.exit && st.Parks && st.SupervisorAlive() && !st.SupervisorStopped() {
+		if st.Phase == record.PhaseParked {
+			w.printf("kernel %s is parked already: its next request starts a fresh kernel\n", stopLabel(st))
+			return record.Finished{}, nil
+		}
+		if f, ok, err := parkOne(w, d, st, opts); ok {
+			return f, err
+		}
+	}
 	how := "supervisor gone"
 	askSupervisor := func() {
 		if !st.SupervisorAlive() {
@@ -231,7 +248,7 @@ func btoi(b bool) int {
 // stopped: each is checked again just before it is (a cell may have
 // started since the list was read), and one whose execution state is not
 // known is left alone (docs/operating.md#idle-kernels).
-func stopIdle(states []record.State, idleFor time.Duration, holdingGPU bool, n gpu.Session, timeout, confirm time.Duration) int {
+func stopIdle(states []record.State, idleFor time.Duration, holdingGPU bool, n gpu.Session, how stopHow) int {
 	var holders []gpu.Holder
 	if holdingGPU {
 		hs, err := n.Holders()
@@ -292,7 +309,7 @@ func stopIdle(states []record.State, idleFor time.Duration, holdingGPU bool, n g
 		}
 		w.printf("kernel %s: idle for %v%s: stopping\n", label, c.idle.Round(time.Second), holding)
 		var err error
-		if w.finished, err = stopOne(w, st, timeout, n, confirm); err != nil {
+		if w.finished, err = stopOne(w, st, n, how); err != nil {
 			w.errorf("tfgpu-kernel stop: kernel %s: %s\n", st.KernelID, record.Printable(err.Error()))
 		}
 	})
@@ -345,4 +362,55 @@ func idleLongEnough(st record.State, idleFor time.Duration, now time.Time) (time
 		return idle, "idle less than " + idleFor.String()
 	}
 	return idle, ""
+}
+
+// stopHow is how stop goes about each kernel.
+type stopHow struct {
+	timeout, confirm time.Duration
+	exit             bool   // end the supervisor (SIGTERM), not park the kernel
+	by, why          string // for the order: who stops it, and why
+}
+
+func stopLabel(st record.State) string {
+	if st.Session != "" {
+		return st.KernelID + " (" + record.Printable(st.Session) + ")"
+	}
+	return st.KernelID
+}
+
+// parkOne leaves an order for st's supervisor and signals it; the
+// supervisor kills the tree, confirms the GPU release and records its
+// kernel parked (wrapper/park.go). ok is false when it did not within the
+// timeout (an older version, or a supervisor too busy): the order is
+// taken back, and stopOne ends the supervisor instead.
+func parkOne(w *stopOutput, d *record.Dir, st record.State, how stopHow) (f record.Finished, ok bool, err error) {
+	start := time.Now()
+	if err := d.WriteOrder(st.KernelID, record.Order{By: how.by, Why: how.why, At: start.UTC()}); err != nil {
+		return f, false, nil
+	}
+	if err := syscall.Kill(st.SupervisorPID, syscall.SIGUSR1); err != nil {
+		_, _ = d.TakeOrder(st.KernelID)
+		return f, false, nil
+	}
+	for deadline := start.Add(how.timeout); time.Now().Before(deadline) && st.SupervisorAlive(); time.Sleep(20 * time.Millisecond) {
+		now, err := d.StateOf(st.KernelID)
+		if err != nil || now.SupervisorPID != st.SupervisorPID || now.Phase != record.PhaseParked ||
+			now.Parked == nil || now.Parked.At.Before(start.Add(-time.Second)) {
+			continue
+		}
+		p := now.Parked
+		f = record.Finished{Killed: p.Killed, Took: time.Since(start)}
+		w.printf("stopped kernel %s: parked by its supervisor, which keeps its place (the next cell starts a fresh kernel); %d processes killed; %v\n",
+			stopLabel(st), p.Killed, f.Took.Round(time.Millisecond))
+		switch {
+		case p.Held != "":
+			return f, true, fmt.Errorf("%s", p.Held)
+		case len(p.GPU) > 0:
+			f.GPU = &gpu.Result{Released: p.GPU}
+			w.printf("GPU memory released: %s (NVML, confirmed by the supervisor)\n", p.Released)
+		}
+		return f, true, nil
+	}
+	_, _ = d.TakeOrder(st.KernelID)
+	return f, false, nil
 }

@@ -29,7 +29,7 @@ type State struct {
 	InnerDir        string    `json:"inner_dir,omitempty"` // the 0700 directory of the inner connection file and sockets
 	Session         string    `json:"session,omitempty"`   // JPY_SESSION_NAME: the notebook
 	Started         time.Time `json:"started"`
-	Phase           string    `json:"phase"`                   // PhaseStarting, PhaseRunning or PhaseStopping
+	Phase           string    `json:"phase"`                   // PhaseStarting, PhaseRunning, PhaseStopping or PhaseParked
 	BootID          string    `json:"boot_id,omitempty"`       // a record of another boot names nothing alive
 	MemoryCgroup    string    `json:"memory_cgroup,omitempty"` // a v1 memory cgroup of its own, when the limit made one
 	Marker          string    `json:"tree_marker,omitempty"`   // TFGPU_TREE in the tree's environment (proc mode finds it by that)
@@ -40,6 +40,12 @@ type State struct {
 	// subreaper) is gone. Claims like the rest: only the owner's processes
 	// with those start times are acted on.
 	Tree []cgroup.ProcRef `json:"tree,omitempty"`
+	// Parks says the supervisor parks its kernel on an Order (SIGUSR1);
+	// stop ends older ones with SIGTERM.
+	Parks bool `json:"parks,omitempty"`
+	// Parked is set while the supervisor keeps a stopped kernel's place
+	// (Phase is PhaseParked).
+	Parked *Parked `json:"parked,omitempty"`
 
 	// Owner is the uid that owns the record (its state directory's owner):
 	// what the record names is acted on only when that uid owns it too.

@@ -18,6 +18,12 @@ import (
 // kernel id, for the iopub topics.
 func (r *Relay) TellRunningCell(id, text, evalue string) bool {
 	ex, ok := r.running()
+	return r.TellCell(id, Cell{ex: ex, ok: ok}, text, evalue)
+}
+
+// TellCell is TellRunningCell for a cell Detach returned.
+func (r *Relay) TellCell(id string, cell Cell, text, evalue string) bool {
+	ex, ok := cell.ex, cell.ok
 	if !ok {
 		return false
 	}

@@ -42,10 +42,17 @@ type Relay struct {
 	log    *slog.Logger
 	signer *jmsg.Signer
 	outer  *Outer
-	inner  [5]zmq4.Socket // the kernel's messages are received here
-	links  [5]*zmtp.Link  // and messages to the kernel sent here
-	ctx    context.Context
+	ctx    context.Context // the relay's life: the outer pumps'
 	cancel context.CancelFunc
+
+	// gen is the kernel the relay talks to now; nil while the supervisor
+	// has parked it (stopped, its place kept: parked.go). attached is
+	// closed when a kernel is attached, and replaced when it is detached.
+	gen      atomic.Pointer[generation]
+	attached chan struct{}
+	closed   bool   // CloseInner: no kernel will be attached again
+	wanted   bool   // a KernelWanted event was sent since the last attach
+	kinfo    []byte // the content of the last kernel's kernel_info_reply
 
 	// events reports verified requests the supervisor acts on.
 	events chan<- Event
@@ -64,11 +71,23 @@ type Relay struct {
 	// shutdownBroadcast: the kernel then published its shutdown_reply on
 	// iopub.
 	shutdownRequested, shutdownBroadcast atomic.Bool
+}
 
+// A generation is one kernel's side of the relay: the inner sockets
+// dialled to it and their pumps, until the kernel is detached.
+type generation struct {
+	inner  [5]zmq4.Socket // the kernel's messages are received here
+	links  [5]*zmtp.Link  // and messages to the kernel sent here
+	ctx    context.Context
+	cancel context.CancelFunc
 	// ready is closed when the first message from the kernel arrives: by
 	// then ipykernel has installed its signal handlers.
 	ready     chan struct{}
 	readyOnce sync.Once
+	// warm is closed when the first message from the kernel comes on
+	// iopub: the relay's subscription has reached the kernel's PUB.
+	warm     chan struct{}
+	warmOnce sync.Once
 }
 
 // dialRetry is how long an inner socket waits between tries to reach the
@@ -106,6 +125,7 @@ const (
 	ShutdownRequest   EventKind = iota // a verified shutdown_request went to the kernel
 	ShutdownReply                      // the kernel's shutdown_reply went to the client
 	ShutdownBroadcast                  // the kernel's shutdown_reply on iopub, its last word, went out
+	KernelWanted                       // parked: a client's request needs a kernel (parked.go)
 )
 
 // execRequest is enough of an execute_request to answer it if the kernel
@@ -191,40 +211,54 @@ func closeAll(socks []zmq4.Socket) {
 // New starts relaying between outer and the kernel's sockets in inner. The
 // inner sockets dial the kernel in the background with unlimited retries
 // (ipykernel takes about a second to bind; zmq4's default 10 × 250 ms is
-// too short), until CloseInner. Verified requests the supervisor acts on
-// are sent to events.
+// too short), until the kernel is detached. Verified requests the
+// supervisor acts on are sent to events.
 func New(ctx context.Context, outer *Outer, inner *jmsg.ConnInfo, signer *jmsg.Signer, events chan<- Event, hooks Hooks, lg *slog.Logger) *Relay {
 	ctx, cancel := context.WithCancel(ctx)
 	r := &Relay{log: lg, signer: signer, outer: outer, ctx: ctx, cancel: cancel, events: events, hooks: hooks,
-		ready: make(chan struct{}), history: newDigestHistory(digestHistorySize),
+		attached: make(chan struct{}), history: newDigestHistory(digestHistorySize),
 		warnPeer: zmtp.RateLimitedWarn(lg, 10*time.Second)}
+	r.welcome = newWelcomer(r, outer.doors[jmsg.IOPub])
+	for _, ch := range []jmsg.Channel{jmsg.Shell, jmsg.Control, jmsg.Stdin, jmsg.HB} {
+		go r.outerPump(ch, r.inspectIn(ch))
+	}
+	r.Attach(inner)
+	return r
+}
+
+// Attach starts talking to a kernel through the inner connection inner:
+// its sockets dial it, its messages go to the clients, and the clients'
+// to it (those that waited for a kernel first).
+func (r *Relay) Attach(inner *jmsg.ConnInfo) {
+	ctx, cancel := context.WithCancel(r.ctx)
+	g := &generation{ctx: ctx, cancel: cancel, ready: make(chan struct{}), warm: make(chan struct{})}
 	var idb [8]byte
 	_, _ = rand.Read(idb[:])
 	shared := zmq4.SocketIdentity("tfgpu-" + hex.EncodeToString(idb[:]))
-	zl := zmqLogger(lg)
+	zl := zmqLogger(r.log)
 	opts := func(extra ...zmq4.Option) []zmq4.Option {
 		return append([]zmq4.Option{zmq4.WithLogger(zl), zmq4.WithDialerMaxRetries(-1),
 			zmq4.WithDialerRetry(dialRetry)}, extra...)
 	}
-	r.inner[jmsg.Shell] = zmq4.NewDealer(ctx, opts(zmq4.WithID(shared))...)
-	r.inner[jmsg.Stdin] = zmq4.NewDealer(ctx, opts(zmq4.WithID(shared))...)
-	r.inner[jmsg.Control] = zmq4.NewDealer(ctx, opts()...)
-	r.inner[jmsg.HB] = zmq4.NewDealer(ctx, opts()...)
+	g.inner[jmsg.Shell] = zmq4.NewDealer(ctx, opts(zmq4.WithID(shared))...)
+	g.inner[jmsg.Stdin] = zmq4.NewDealer(ctx, opts(zmq4.WithID(shared))...)
+	g.inner[jmsg.Control] = zmq4.NewDealer(ctx, opts()...)
+	g.inner[jmsg.HB] = zmq4.NewDealer(ctx, opts()...)
 	sub := zmq4.NewSub(ctx, opts()...)
 	_ = sub.SetOption(zmq4.OptionSubscribe, "")
-	r.inner[jmsg.IOPub] = sub
+	g.inner[jmsg.IOPub] = sub
 	for _, ch := range jmsg.Channels {
-		r.links[ch] = zmtp.NewLink(ctx, "kernel's "+ch.String())
-		go r.dial(ch, inner.Endpoint(ch))
+		g.links[ch] = zmtp.NewLink(ctx, "kernel's "+ch.String())
+		go r.dial(g, ch, inner.Endpoint(ch))
 	}
-	iopub := outer.doors[jmsg.IOPub]
-	r.welcome = newWelcomer(r, iopub)
-	fromKernel := r.fromKernel(func([][]byte) {
+	iopub := r.outer.doors[jmsg.IOPub]
+	fromKernel := r.fromKernel(g, func([][]byte) {
 		// A client that lags but reads holds up the kernel's output
 		// rather than losing it (see zmtp.Limits).
-		iopub.WaitRoom(r.ctx)
+		iopub.WaitRoom(ctx)
 	})
-	go r.pump(jmsg.IOPub, r.inner[jmsg.IOPub], iopub, func(frames [][]byte) bool {
+	go r.pump(ctx, jmsg.IOPub, g.inner[jmsg.IOPub], iopub, func(frames [][]byte) bool {
+		g.warmOnce.Do(func() { close(g.warm) })
 		// The kernel's welcome is the relay's, not any client's (welcome.go),
 		// and says nothing of whether the kernel is ready.
 		if r.welcome.fromKernel(frames) {
@@ -234,14 +268,54 @@ func New(ctx context.Context, outer *Outer, inner *jmsg.ConnInfo, signer *jmsg.S
 		return true
 	}, r.afterIOPub)
 	for _, ch := range []jmsg.Channel{jmsg.Shell, jmsg.Control, jmsg.Stdin, jmsg.HB} {
-		go r.pump(ch, outer.socks[ch], r.links[ch], forward(r.inspectIn(ch)), nil)
-		out := forward(r.fromKernel(r.inspectOut(ch)))
-		if ch == jmsg.Control && hooks.Usage != nil {
+		out := forward(r.fromKernel(g, r.inspectOut(ch)))
+		if ch == jmsg.Control && r.hooks.Usage != nil {
 			out = r.usageFilter(out)
 		}
-		go r.pump(ch, r.inner[ch], outer.doors[ch], out, r.sentOut(ch))
+		go r.pump(ctx, ch, g.inner[ch], r.outer.doors[ch], out, r.sentOut(ch))
 	}
-	return r
+	r.shutdownRequested.Store(false)
+	r.shutdownBroadcast.Store(false)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		cancel()
+		closeAll(g.inner[:])
+		return
+	}
+	r.gen.Store(g)
+	r.wanted = false
+	close(r.attached)
+}
+
+// Detach stops talking to the kernel (about to be killed: parked, or
+// stopping): its inner sockets close; the clients' requests from now on
+// wait for the next kernel or are answered by the relay (parked.go). It
+// returns the cell the kernel was running, for TellCell; what else the
+// kernel ran is forgotten.
+func (r *Relay) Detach() Cell {
+	r.mu.Lock()
+	g := r.gen.Swap(nil)
+	if g != nil {
+		r.attached = make(chan struct{})
+	}
+	var cell Cell
+	if len(r.execs) > 0 {
+		cell = Cell{ex: r.execs[0], ok: true}
+	}
+	r.execs = nil
+	r.mu.Unlock()
+	if g != nil {
+		g.cancel()
+		closeAll(g.inner[:])
+	}
+	return cell
+}
+
+// A Cell is a cell a detached kernel was running (Detach).
+type Cell struct {
+	ex execRequest
+	ok bool
 }
 
 // afterIOPub sees each kernel message once it is queued for iopub's
@@ -276,12 +350,12 @@ func forward(inspect func([][]byte)) func([][]byte) bool {
 	}
 }
 
-func (r *Relay) dial(ch jmsg.Channel, ep string) {
-	zep, err := r.links[ch].Endpoint(ep)
+func (r *Relay) dial(g *generation, ch jmsg.Channel, ep string) {
+	zep, err := g.links[ch].Endpoint(ep)
 	if err == nil {
-		err = r.inner[ch].Dial(zep)
+		err = g.inner[ch].Dial(zep)
 	}
-	if err != nil && r.ctx.Err() == nil {
+	if err != nil && g.ctx.Err() == nil {
 		r.log.Error("cannot connect to the kernel", "channel", ch.String(), "endpoint", ep, "err", err)
 	}
 }
@@ -289,11 +363,11 @@ func (r *Relay) dial(ch jmsg.Channel, ep string) {
 // pump copies messages from src to dst until the relay closes. filter sees
 // each message before it is sent, and says whether to send it; sent, when
 // not nil, sees it after. Neither may keep or modify it.
-func (r *Relay) pump(ch jmsg.Channel, src zmq4.Socket, dst sender, filter func([][]byte) bool, sent func([][]byte)) {
+func (r *Relay) pump(ctx context.Context, ch jmsg.Channel, src zmq4.Socket, dst sender, filter func([][]byte) bool, sent func([][]byte)) {
 	for {
 		msg, err := src.Recv()
 		if err != nil {
-			if r.ctx.Err() == nil {
+			if ctx.Err() == nil {
 				r.log.Debug("relay stopped", "channel", ch.String(), "err", err)
 			}
 			return
@@ -307,7 +381,7 @@ func (r *Relay) pump(ch jmsg.Channel, src zmq4.Socket, dst sender, filter func([
 			continue
 		}
 		if err := dst.Send(msg.Frames); err != nil {
-			if r.ctx.Err() != nil {
+			if ctx.Err() != nil {
 				return
 			}
 			r.log.Debug("relay send failed", "channel", ch.String(), "err", err)
@@ -315,6 +389,51 @@ func (r *Relay) pump(ch jmsg.Channel, src zmq4.Socket, dst sender, filter func([
 		}
 		if sent != nil {
 			sent(msg.Frames)
+		}
+	}
+}
+
+// outerPump reads the clients' messages of ch until the outer sockets
+// close, and sends each to the kernel attached now (waiting for its
+// connection), or, with none, to parked (parked.go).
+func (r *Relay) outerPump(ch jmsg.Channel, inspect func([][]byte)) {
+	src := r.outer.socks[ch]
+	for {
+		msg, err := src.Recv()
+		if err != nil {
+			if r.ctx.Err() == nil {
+				r.log.Debug("relay stopped", "channel", ch.String(), "err", err)
+			}
+			return
+		}
+		if msg.Type == zmq4.CmdMsg || len(msg.Frames) == 0 {
+			continue // a libzmq peer's heartbeat PING (see pump)
+		}
+		if inspect != nil {
+			inspect(msg.Frames)
+		}
+		r.toKernel(ch, msg.Frames)
+	}
+}
+
+// toKernel sends a client's message to the kernel. A kernel detached while
+// the send waited for its connection passes it on to the next, or to
+// parked.
+func (r *Relay) toKernel(ch jmsg.Channel, frames [][]byte) {
+	for r.ctx.Err() == nil {
+		g := r.gen.Load()
+		if g == nil {
+			if !r.parked(ch, frames) {
+				return
+			}
+			continue // a kernel is attached now
+		}
+		err := g.links[ch].Send(frames)
+		if err == nil || g.ctx.Err() == nil {
+			if err != nil {
+				r.log.Debug("relay send failed", "channel", ch.String(), "err", err)
+			}
+			return
 		}
 	}
 }
@@ -351,44 +470,58 @@ func (r *Relay) inspectIn(ch jmsg.Channel) func([][]byte) {
 			if len(r.execs) == 1 && r.hooks.Activity != nil {
 				r.hooks.Activity(true)
 			}
-			warning, id := r.warning, r.warnID
-			if warning != "" && userCell(p.Content) {
-				r.warning = ""
-			} else {
-				warning = ""
-			}
 			r.mu.Unlock()
-			if warning != "" {
-				topic := [][]byte{[]byte("kernel." + id + ".stream")}
-				if err := r.send(jmsg.IOPub, topic, "stream", p.Header, h.Session,
-					map[string]any{"name": "stderr", "text": warning}); err != nil {
-					r.log.Debug("cannot warn the cell", "err", err)
-				}
-			}
+			r.warnCell(p, h)
 		}
 	}
 	return nil
 }
 
+// warnCell shows the warning for the next cell (WarnNextCell) on the
+// stderr of p, a verified execute_request, when it is a user's cell.
+func (r *Relay) warnCell(p jmsg.Parts, h jmsg.MsgHeader) {
+	r.mu.Lock()
+	warning, id := r.warning, r.warnID
+	if warning != "" && userCell(p.Content) {
+		r.warning = ""
+	} else {
+		warning = ""
+	}
+	r.mu.Unlock()
+	if warning != "" {
+		topic := [][]byte{[]byte("kernel." + id + ".stream")}
+		if err := r.send(jmsg.IOPub, topic, "stream", p.Header, h.Session,
+			map[string]any{"name": "stderr", "text": warning}); err != nil {
+			r.log.Debug("cannot warn the cell", "err", err)
+		}
+	}
+}
+
 // fromKernel wraps the hook of a kernel → client pump so that the first
 // message marks the kernel ready.
-func (r *Relay) fromKernel(inspect func([][]byte)) func([][]byte) {
+func (r *Relay) fromKernel(g *generation, inspect func([][]byte)) func([][]byte) {
 	return func(frames [][]byte) {
-		r.readyOnce.Do(func() { close(r.ready) })
+		g.readyOnce.Do(func() { close(g.ready) })
 		if inspect != nil {
 			inspect(frames)
 		}
 	}
 }
 
-// Ready is closed when the kernel has sent its first message: by then
-// ipykernel has installed its signal handlers.
-func (r *Relay) Ready() <-chan struct{} { return r.ready }
+// Ready is closed when the kernel attached now has sent its first message:
+// by then ipykernel has installed its signal handlers. Nil (never ready)
+// with no kernel attached.
+func (r *Relay) Ready() <-chan struct{} {
+	if g := r.gen.Load(); g != nil {
+		return g.ready
+	}
+	return nil
+}
 
-// IsReady reports whether the kernel has sent anything yet.
+// IsReady reports whether the kernel attached now has sent anything yet.
 func (r *Relay) IsReady() bool {
 	select {
-	case <-r.ready:
+	case <-r.Ready():
 		return true
 	default:
 		return false
@@ -403,6 +536,7 @@ func (r *Relay) inspectOut(ch jmsg.Channel) func([][]byte) {
 	return func(frames [][]byte) {
 		p, ok := r.verified(frames, "execute_reply")
 		if !ok {
+			r.keepKernelInfo(frames)
 			return
 		}
 		ph, err := jmsg.Header(p.Parent)
@@ -519,8 +653,11 @@ func (r *Relay) send(ch jmsg.Channel, idents [][]byte, msgType string, parent []
 // CloseInner stops talking to the kernel; the outer sockets stay bound so
 // the supervisor can still answer clients.
 func (r *Relay) CloseInner() {
+	r.mu.Lock()
+	r.closed = true
+	r.mu.Unlock()
+	_ = r.Detach()
 	r.cancel()
-	closeAll(r.inner[:])
 }
 
 func cloneFrames(f [][]byte) [][]byte {

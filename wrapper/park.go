@@ -1,0 +1,237 @@
+package wrapper
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/tfgpu/tfgpu-kernel/cgroup"
+	"github.com/tfgpu/tfgpu-kernel/internal/gpu"
+	"github.com/tfgpu/tfgpu-kernel/internal/jmsg"
+	"github.com/tfgpu/tfgpu-kernel/internal/record"
+	"github.com/tfgpu/tfgpu-kernel/wrapper/relay"
+)
+
+// Parked kernels (docs/design.md#parked-kernels). `tfgpu-kernel stop`
+// (an order in the state directory, then SIGUSR1), `stop --idle-for` and
+// the GPU memory limit kill the kernel's tree and confirm the GPU release
+// as any stop does, but the supervisor stays: it keeps the five ports, so
+// Jupyter sees an idle kernel and its restarter never fires, and the relay
+// answers the heartbeat and kernel_info itself. The next request that needs
+// a kernel starts a fresh one, as a restart would, and the first cell the
+// user runs is told what happened.
+
+// exitParked is stop's answer when it parked the kernel rather than ended
+// the supervisor: Run then waits for the next request.
+const exitParked = -1
+
+// parkSignal asks the supervisor to take the order left for it.
+const parkSignal = unix.SIGUSR1
+
+// orderCause is the stop that the order left for this supervisor asks
+// for. A SIGUSR1 without a readable order still parks, in the
+// supervisor's own name.
+func (s *supervisor) orderCause() cause {
+	o, err := s.dir.TakeOrder(s.id)
+	if err != nil {
+		s.log.Warn("unreadable stop order; parking the kernel all the same", "err", err)
+	}
+	if o == nil {
+		o = &record.Order{At: time.Now()}
+	}
+	reason := "stopped"
+	if o.By != "" {
+		reason += " by " + o.By
+	}
+	if o.Why != "" {
+		reason += " (" + o.Why + ")"
+	}
+	return cause{reason: reason, park: o}
+}
+
+// park is the end of a stop that parks (the kernel detached from the relay
+// before the kill, the cell it ran in cell): the release is confirmed, the
+// cell that ran, or else the next one the user runs, is told, and the
+// record says parked.
+func (s *supervisor) park(c cause, old *gpu.Old, killed int, cell relay.Cell) int {
+	released, held, freed := s.confirmRelease(c.reason, old)
+	s.publishRelease(c, old) // for the notebook's page (release.go)
+	at := time.Now()
+	what := c.reason
+	if c.gpuOver != nil {
+		what = fmt.Sprintf("the kernel used %s, over its limit of %s", c.gpuOver.text(), gpu.FormatBytes(c.gpuOver.limit))
+	}
+	text := fmt.Sprintf("tfgpu-kernel: the kernel was %s at %s: its whole process tree was killed (%d processes)",
+		strings.TrimPrefix(what, "the kernel "), at.Format("15:04"), killed)
+	if c.gpuOver != nil {
+		text = fmt.Sprintf("tfgpu-kernel: %s at %s: its whole process tree was killed (%d processes)", what, at.Format("15:04"), killed)
+	}
+	switch {
+	case released != "":
+		text += "; GPU memory released: " + released + " (NVML confirmed)"
+	case held != "":
+		text += "; " + strings.TrimSpace(strings.TrimPrefix(held, "tfgpu-kernel: "))
+	}
+	text += "."
+	evalue := "kernel stopped"
+	if c.gpuOver != nil {
+		evalue = "over its GPU memory limit"
+	}
+	told := s.relay.TellCell(s.id, cell, text+" Its variables are gone; the next cell starts a fresh kernel.\n", evalue)
+	if !told {
+		// Nobody heard it: the first cell the user runs next is told.
+		s.relay.WarnNextCell(s.id, text+" This is a fresh kernel.\n")
+	}
+	if s.activity != nil {
+		s.activity.Set(false, at)
+	}
+	if s.limit != nil {
+		s.limit.timer.Stop()
+		s.limit = nil
+	}
+	if s.genCancel != nil {
+		s.genCancel()
+	}
+	s.kpid = 0
+	s.enter(parked)
+	by := ""
+	if c.park != nil {
+		by = c.park.By
+	}
+	why := strings.TrimPrefix(c.reason, "stopped")
+	if c.park != nil {
+		why = c.park.Why
+	}
+	if c.gpuOver != nil {
+		why = "over its GPU memory limit"
+	}
+	s.st.Phase, s.st.KernelPID, s.st.KernelStart, s.st.Tree = record.PhaseParked, 0, 0, nil
+	s.st.Parked = &record.Parked{At: at.UTC(), By: by, Why: why, Killed: killed, Released: released,
+		Held: strings.TrimSpace(held), GPU: freed}
+	if err := s.dir.Write(s.st); err != nil {
+		s.log.Warn("cannot record the parked kernel", "err", err)
+	}
+	s.watch.send(watchMsg{Record: &s.st})
+	s.log.Info("kernel parked: the next request starts a fresh one", "reason", c.reason)
+	return exitParked
+}
+
+// confirmRelease waits until NVML lists none of old, and returns what was
+// released ("" when nothing was checked), per device too, or the warning
+// for the user.
+func (s *supervisor) confirmRelease(event string, old *gpu.Old) (released, warning string, freed map[int]int64) {
+	if old == nil || s.gpu.sess.Err() != nil {
+		return "", "", nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.gpu.timeout)
+	defer cancel()
+	res, err := gpu.Confirm(ctx, s.gpu.sess, *old, gpu.ConfirmPoll)
+	s.gpu.last = newReleaseFacts(event, res, err, time.Now())
+	s.gpu.last.old = old
+	warning, held := s.gpu.report(event, res, err)
+	if err == nil && !held && len(old.Held) > 0 {
+		released, freed = res.ReleasedText(), res.Released
+	}
+	return released, warning, freed
+}
+
+// waitParked serves the parked kernel's place until a request needs a
+// kernel (it then starts one and returns its exit channel), or the
+// supervisor is to end (nil and the exit code).
+func (s *supervisor) waitParked(ctx context.Context) (<-chan cgroup.ExitStatus, int) {
+	for {
+		select {
+		case ev := <-s.events:
+			switch ev.Kind {
+			case relay.KernelWanted:
+				s.log.Info("a client's request needs the kernel: starting a fresh one")
+				return s.respawn(ctx)
+			case relay.ShutdownRequest:
+				// Shut Down or Restart from Jupyter: nothing left to kill.
+				s.relay.ReplyShutdown(ev)
+				s.relay.BroadcastShutdown(s.id, ev)
+				s.log.Info("parked kernel shut down", "restart", ev.Restart)
+				s.enter(stopped)
+				s.outer.Drain(drainAfterStop)
+				return nil, ExitOK
+			}
+		case ask := <-s.usagec:
+			ask <- usageFigures{}
+		case sig := <-s.sigc:
+			switch sig {
+			case unix.SIGTERM, unix.SIGHUP:
+				s.log.Info("parked kernel's supervisor ends", "signal", unix.SignalName(sig.(unix.Signal)))
+				return nil, ExitOK
+			case parentDeathSignal:
+				if parentGone() {
+					return nil, ExitOK
+				}
+			case parkSignal:
+				_, _ = s.dir.TakeOrder(s.id) // parked already
+			}
+		case <-ctx.Done():
+			return nil, ExitOK
+		}
+	}
+}
+
+// respawn starts a fresh kernel in the parked kernel's place: a new tree
+// under the same name, the GPU baseline, the kernel, its record, and the
+// relay attached to it. The clients' requests that waited go to it.
+func (s *supervisor) respawn(ctx context.Context) (<-chan cgroup.ExitStatus, int) {
+	s.reserve = reserveFDs(16)
+	s.onExit(s.reserve.release)
+	s.tree.Close()
+	opened, err := cgroup.Open(s.cfg.Cgroup, cgroupName(s.id),
+		cgroup.Options{Reaper: s.reaper, MemoryLimit: s.cfg.MemoryLimit, V2: s.cfg.v2opts})
+	if err != nil {
+		s.log.Error("cannot contain a fresh kernel", "err", err)
+		return nil, ExitFailed
+	}
+	s.tree = opened.Tree
+	s.gpu.takeBaseline()
+	s.watch.send(watchMsg{Baseline: s.gpu.baseline})
+	s.enter(starting)
+	s.removeInnerSockets()
+	exited, code := s.spawn(substituteConn(s.cfg.Argv, s.cfg.ConnFile, s.innerDir+"/"+innerConnName))
+	if exited == nil {
+		return nil, code
+	}
+	s.startGPULimit()
+	s.record()
+	s.startTracking(ctx)
+	s.usageAt = usagePoint{at: time.Now(), cpu: cgroup.TreeCPU(s.tree)}
+	s.relay.Attach(s.inner)
+	s.log.Info("kernel started", "pid", s.kpid, "containment", s.tree.Mode(), "after", "parked")
+	return exited, 0
+}
+
+// startTracking starts the proc-mode tree tracker for the kernel now
+// (watcher.go), until it is parked or the supervisor ends.
+func (s *supervisor) startTracking(ctx context.Context) {
+	if s.tree.Mode() != cgroup.ModeProc || s.watch == nil {
+		return
+	}
+	gctx, cancel := context.WithCancel(ctx)
+	s.genCancel = cancel
+	go s.trackTree(gctx, s.tree)
+}
+
+// removeInnerSockets removes the ipc socket files the killed kernel bound
+// in the supervisor's private inner directory: libzmq unlinks a stale one
+// before binding, other ZMQ libraries (zmq4) fail on it.
+func (s *supervisor) removeInnerSockets() {
+	if s.inner.Transport != "ipc" {
+		return
+	}
+	for _, ch := range jmsg.Channels {
+		path := strings.TrimPrefix(s.inner.Endpoint(ch), "ipc://")
+		var st unix.Stat_t
+		if unix.Lstat(path, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFSOCK {
+			_ = unix.Unlink(path)
+		}
+	}
+}

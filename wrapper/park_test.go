@@ -1,0 +1,151 @@
+//go:build linux
+
+package wrapper
+
+import (
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/go-zeromq/zmq4"
+
+	"github.com/tfgpu/tfgpu-kernel/internal/record"
+)
+
+// parkedState orders the supervisor of h's kernel to park it, as
+// `tfgpu-kernel stop` does (an order in the state directory, SIGUSR1),
+// and returns its record once it says parked.
+func (h *harness) park(by, why string) record.State {
+	h.t.Helper()
+	d, err := record.OpenDir(os.Getenv("TFGPU_STATE_DIR"), false, false)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	defer d.Close()
+	const id = "test-1234" // writeConn's kernel-test-1234.json
+	if err := d.WriteOrder(id, record.Order{By: by, Why: why, At: time.Now()}); err != nil {
+		h.t.Fatal(err)
+	}
+	if err := syscall.Kill(os.Getpid(), parkSignal); err != nil {
+		h.t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		st, err := d.StateOf(id)
+		if err == nil && st.Phase == record.PhaseParked && st.Parked != nil {
+			return st
+		}
+		if time.Now().After(deadline) {
+			h.t.Fatalf("not parked within 10 s (%+v, %v); log:\n%s", st, err, h.stderr)
+		}
+	}
+}
+
+func (h *harness) kernelState() record.State {
+	h.t.Helper()
+	d, err := record.OpenDir(os.Getenv("TFGPU_STATE_DIR"), false, false)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	defer d.Close()
+	st, err := d.StateOf("test-1234")
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return st
+}
+
+// A stop order parks the kernel: its tree is killed (an escaped process
+// too), the supervisor stays and answers the heartbeat, kernel_info (with
+// the last kernel's reply) and interrupt itself; the next cell starts a
+// fresh kernel and is told why, and only that cell.
+func TestStopOrderParksTheKernel(t *testing.T) {
+	h := startHarness(t)
+	escapee := h.spawnEscapee()
+	before := h.kernelState()
+	st := h.park("operator", "maintenance")
+	if pidAlive(before.KernelPID) || pidAlive(escapee) {
+		t.Fatalf("kernel %d alive %v, escapee %d alive %v after the park", before.KernelPID, pidAlive(before.KernelPID), escapee, pidAlive(escapee))
+	}
+	if st.KernelPID != 0 || st.Parked.By != "operator" || st.Parked.Why != "maintenance" || st.Parked.Killed < 2 {
+		t.Fatalf("parked record: %+v %+v", st, st.Parked)
+	}
+	select {
+	case code := <-h.done:
+		t.Fatalf("the supervisor ended (exit %d) instead of parking; log:\n%s", code, h.stderr)
+	default:
+	}
+
+	// The heartbeat is echoed, kernel_info and interrupt answered, by the
+	// supervisor.
+	if err := h.hb.Send(zmq4.NewMsgString("ping")); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := recvTimeout(h.hb, 5*time.Second); err != nil || string(m.Frames[0]) != "ping" {
+		t.Fatalf("heartbeat while parked: %v %v", m.Frames, err)
+	}
+	h.send(h.shell, "kernel_info_request", nil, map[string]any{})
+	if typ, c := h.reply(h.shell, 5*time.Second); typ != "kernel_info_reply" || c["implementation"] != "fake" {
+		t.Fatalf("kernel_info while parked: %s %v", typ, c)
+	}
+	h.send(h.control, "interrupt_request", nil, map[string]any{})
+	if typ, c := h.reply(h.control, 5*time.Second); typ != "interrupt_reply" || c["status"] != "ok" {
+		t.Fatalf("interrupt while parked: %s %v", typ, c)
+	}
+	if now := h.kernelState(); now.Phase != record.PhaseParked {
+		t.Fatalf("a request the supervisor answers started a kernel: %+v", now)
+	}
+
+	h.drainIOPub()
+	h.execute("hello", nil)
+	name, text := h.nextStream(20 * time.Second)
+	for _, want := range []string{"the kernel was stopped by operator (maintenance) at ", "killed (", "This is a fresh kernel."} {
+		if name != "stderr" || !strings.Contains(text, want) {
+			t.Fatalf("the first cell after the park got %s %q, want stderr with %q", name, text, want)
+		}
+	}
+	if name, text = h.nextStream(20 * time.Second); name != "stdout" || text != "hello" {
+		t.Fatalf("the first cell ran as %s %q", name, text)
+	}
+	if typ, c := h.reply(h.shell, 5*time.Second); typ != "execute_reply" || c["status"] != "ok" {
+		t.Fatalf("the first cell's reply: %s %v", typ, c)
+	}
+	after := h.kernelState()
+	if after.KernelPID == 0 || after.KernelPID == before.KernelPID || !pidAlive(after.KernelPID) || after.Parked != nil {
+		t.Fatalf("no fresh kernel: before %d, after %+v", before.KernelPID, after)
+	}
+	h.execute("again", nil)
+	if name, text = h.nextStream(5 * time.Second); name != "stdout" || text != "again" {
+		t.Fatalf("the second cell got %s %q (told twice?)", name, text)
+	}
+	h.reply(h.shell, 5*time.Second)
+}
+
+// A cell running when the order comes gets the notice and an error
+// reply; a shutdown_request while parked is answered and ends the
+// supervisor with 0, as Jupyter's Shut Down expects.
+func TestParkTellsTheRunningCellAndShutsDown(t *testing.T) {
+	t.Setenv("TFGPU_FAKE_DELAY", "")
+	h := startHarness(t)
+	h.execute("input", nil) // waits on stdin: a running cell
+	if _, err := recvTimeout(h.stdin, 5*time.Second); err != nil {
+		t.Fatalf("no input_request: %v", err)
+	}
+	h.drainIOPub()
+	h.park("", "")
+	name, text := h.nextStream(5 * time.Second)
+	if name != "stderr" || !strings.Contains(text, "the kernel was stopped at ") || !strings.Contains(text, "the next cell starts a fresh kernel") {
+		t.Fatalf("the running cell got %s %q", name, text)
+	}
+	if typ, c := h.reply(h.shell, 5*time.Second); typ != "execute_reply" || c["status"] != "error" {
+		t.Fatalf("the running cell's reply: %s %v", typ, c)
+	}
+	h.send(h.control, "shutdown_request", nil, map[string]any{"restart": false})
+	if typ, c := h.reply(h.control, 5*time.Second); typ != "shutdown_reply" || c["status"] != "ok" {
+		t.Fatalf("shutdown while parked: %s %v", typ, c)
+	}
+	if code := h.exitCode(5 * time.Second); code != 0 {
+		t.Fatalf("exit %d after a shutdown while parked; log:\n%s", code, h.stderr)
+	}
+}
