@@ -111,6 +111,7 @@ func (s *supervisor) park(c cause, old *gpu.Old, killed int, cell relay.Cell) in
 	s.st.Phase, s.st.KernelPID, s.st.KernelStart, s.st.Tree = record.PhaseParked, 0, 0, nil
 	s.st.Parked = &record.Parked{At: at.UTC(), By: by, Why: why, Killed: killed, Released: released,
 		Held: strings.TrimSpace(held), GPU: freed}
+	s.applyHold(c.park)
 	if err := s.dir.Write(s.st); err != nil {
 		s.log.Warn("cannot record the parked kernel", "err", err)
 	}
@@ -170,7 +171,20 @@ func (s *supervisor) waitParked(ctx context.Context) (<-chan cgroup.ExitStatus, 
 					return nil, ExitOK
 				}
 			case parkSignal:
-				_, _ = s.dir.TakeOrder(s.id) // parked already
+				// Parked already: a hold to set, or to lift (start).
+				o, err := s.dir.TakeOrder(s.id)
+				if err != nil {
+					s.log.Warn("unreadable stop order", "err", err)
+				}
+				if o != nil && (o.Hold || o.Start) {
+					if o.Start {
+						o.Hold = false
+					}
+					s.applyHold(o)
+					if err := s.dir.Write(s.st); err != nil {
+						s.log.Warn("cannot record the parked kernel", "err", err)
+					}
+				}
 			}
 		case <-ctx.Done():
 			return nil, ExitOK
@@ -234,4 +248,37 @@ func (s *supervisor) removeInnerSockets() {
 			_ = unix.Unlink(path)
 		}
 	}
+}
+
+// applyHold holds the parked kernel down as o says, or lifts the hold
+// (o.Hold false), and notes it in the record (written by the caller).
+func (s *supervisor) applyHold(o *record.Order) {
+	p := s.st.Parked
+	if p == nil {
+		return
+	}
+	if o == nil || !o.Held(time.Now()) {
+		if p.Hold {
+			s.log.Info("the parked kernel's hold is lifted: the next request starts a fresh kernel")
+		}
+		p.Hold, p.HoldUntil, p.Message = false, time.Time{}, ""
+		s.relay.SetHold(time.Time{}, "")
+		return
+	}
+	p.Hold, p.HoldUntil, p.Message = true, o.HoldUntil.UTC(), o.Message
+	who := "its operator"
+	if o.By != "" {
+		who = o.By
+	}
+	until := "until " + who + " starts it again (tfgpu-kernel start " + s.id + ")"
+	if !o.HoldUntil.IsZero() {
+		until = "until " + o.HoldUntil.Local().Format("Jan 2 15:04")
+	}
+	text := "tfgpu-kernel: this kernel is held down by " + who + " " + until
+	if o.Message != "" {
+		text += ": " + o.Message
+	}
+	text += ". Nothing runs until then; run the cell again after that.\n"
+	s.relay.SetHold(o.HoldUntil, text)
+	s.log.Info("the parked kernel is held down", "until", until, "by", o.By)
 }

@@ -149,3 +149,74 @@ func TestParkTellsTheRunningCellAndShutsDown(t *testing.T) {
 		t.Fatalf("exit %d after a shutdown while parked; log:\n%s", code, h.stderr)
 	}
 }
+
+// A hold keeps the parked kernel down: a cell is refused with the
+// operator's words and an error reply, and no kernel starts, until the
+// hold is lifted (tfgpu-kernel start); then the next cell starts one.
+func TestHoldKeepsTheKernelDown(t *testing.T) {
+	h := startHarness(t)
+	d, err := record.OpenDir(os.Getenv("TFGPU_STATE_DIR"), false, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	const id = "test-1234"
+	order := func(o record.Order) {
+		t.Helper()
+		if err := d.WriteOrder(id, o); err != nil {
+			t.Fatal(err)
+		}
+		if err := syscall.Kill(os.Getpid(), parkSignal); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitRecord := func(what string, ok func(record.State) bool) record.State {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			if st, err := d.StateOf(id); err == nil && ok(st) {
+				return st
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not within 10 s; log:\n%s", what, h.stderr)
+			}
+		}
+	}
+	order(record.Order{By: "operator", At: time.Now(), Hold: true, Message: "GPU maintenance"})
+	st := waitRecord("held", func(st record.State) bool { return st.Parked != nil && st.Parked.Hold })
+	if st.Parked.Message != "GPU maintenance" || !st.Parked.HoldUntil.IsZero() {
+		t.Fatalf("held record: %+v", st.Parked)
+	}
+	h.drainIOPub()
+	h.execute("refused", nil)
+	var told string
+	for i := 0; i < 2; i++ { // the park's notice, then the hold's
+		_, text := h.nextStream(5 * time.Second)
+		told += text
+	}
+	if !strings.Contains(told, "held down by operator until operator starts it again (tfgpu-kernel start test-1234): GPU maintenance") {
+		t.Fatalf("the refused cell was told %q", told)
+	}
+	if typ, c := h.reply(h.shell, 5*time.Second); typ != "execute_reply" || c["status"] != "error" || c["ename"] != "KernelHeld" {
+		t.Fatalf("the refused cell's reply: %s %v", typ, c)
+	}
+	if st, _ := d.StateOf(id); st.Phase != record.PhaseParked || st.KernelPID != 0 {
+		t.Fatalf("a kernel started while held: %+v", st)
+	}
+
+	order(record.Order{By: "operator", At: time.Now(), Start: true})
+	waitRecord("hold lifted", func(st record.State) bool { return st.Parked != nil && !st.Parked.Hold })
+	h.execute("after", nil)
+	for {
+		name, text := h.nextStream(20 * time.Second)
+		if name == "stdout" {
+			if text != "after" {
+				t.Fatalf("the cell after the hold ran as %q", text)
+			}
+			break
+		}
+	}
+	if typ, c := h.reply(h.shell, 5*time.Second); typ != "execute_reply" || c["status"] != "ok" {
+		t.Fatalf("the cell after the hold: %s %v", typ, c)
+	}
+	waitRecord("a fresh kernel", func(st record.State) bool { return st.KernelPID > 0 && st.Parked == nil })
+}

@@ -24,6 +24,11 @@ import (
 //	nbconvert  `nbconvert --execute` of testdata/e2e/tfgpu_smoke.ipynb: its
 //	           outputs, and nothing of the kernel's tree left when it exits
 //	papermill  the same notebook through papermill (current stack)
+//	park       `tfgpu-kernel stop` and `stop --hold` of a kernel the server
+//	           started, with its restarter on: the kernel stays stopped, the
+//	           next cell starts a fresh one and is told (#23)
+//	parknb     nbclient through a notebook whose running cell has its kernel
+//	           stopped: the cell is told, nbclient goes on in a fresh kernel
 //
 // On the current stack the server is jupyter_server 2 (what JupyterLab 4
 // and Notebook 7 run on) instead of the classic notebook 6.4.
@@ -40,11 +45,13 @@ func TestE2EServer(t *testing.T) {
 		}{
 			{name: "rest", timeout: 180 * time.Second},
 			{name: "nbconvert", timeout: 180 * time.Second, stock: true},
+			{name: "park", timeout: 180 * time.Second},
+			{name: "parknb", timeout: 180 * time.Second},
 		}
 		if stack == stackCurrent { // jupyter_server 2, papermill and jupyter-resource-usage
 			mods = append(mods, "jupyter_server", "papermill", "jupyter_resource_usage")
 			scenarios = append(scenarios, scenarios[1])
-			scenarios[2].name = "papermill"
+			scenarios[len(scenarios)-1].name = "papermill"
 			scenarios = append(scenarios, struct {
 				name    string
 				timeout time.Duration

@@ -130,8 +130,9 @@ func durationVar(fs *flag.FlagSet, p *time.Duration, name string, def time.Durat
 // type them (--name, -f).
 func printUsage(w io.Writer, fs *flag.FlagSet, example string) {
 	syn := map[string]string{
-		"run":  "run [flags] -f FILE -- KERNEL-COMMAND…",
-		"stop": "stop [flags] ID | --all | --idle-for DURATION [--holding-gpu]",
+		"run":   "run [flags] -f FILE -- KERNEL-COMMAND…",
+		"stop":  "stop [flags] ID | --all | --idle-for DURATION [--holding-gpu]",
+		"start": "start [flags] ID | --all",
 	}[fs.Name()]
 	if syn == "" {
 		syn = fs.Name() + " [flags]"

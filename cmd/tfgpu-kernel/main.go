@@ -54,7 +54,8 @@ func subcommands() []subcommand {
 		{"run", "supervise a kernel (what the kernelspec's argv runs)", cmdRun},
 		{"install", "install the \"TF-GPU (clean restart)\" kernelspec", cmdInstall},
 		{"ps", "list supervised kernels, their processes and GPU memory", cmdPs},
-		{"stop", "kill a kernel's whole tree, even if its supervisor is hung or gone", cmdStop},
+		{"stop", "kill a kernel's whole tree (the kernel's place kept), even if its supervisor is hung or gone", cmdStop},
+		{"start", "let kernels held down by stop --hold start again", cmdStart},
 		{"doctor", "check containment, memory limits and stale kernels on this host", cmdDoctor},
 		{"version", "print the version", func([]string) int { fmt.Println("tfgpu-kernel", version); return 0 }},
 	}

@@ -19,7 +19,7 @@ import (
 // cmdStop kills a supervised kernel's whole tree and waits until it is gone,
 // whether its supervisor is running, hung or dead:
 //
-//	tfgpu-kernel stop ID|--all|--idle-for DURATION [--holding-gpu] [--exit]
+//	tfgpu-kernel stop ID|--all|--idle-for DURATION [--holding-gpu] [--exit | --hold [--until TIME] [--message TEXT]]
 //
 // A running supervisor parks its kernel (docs/operating.md#stopping-kernels):
 // it kills the tree, confirms the release and keeps the kernel's place, so
@@ -29,6 +29,9 @@ func cmdStop(args []string) int {
 	fs := flag.NewFlagSet("stop", flag.ContinueOnError)
 	every := fs.Bool("all", false, "stop every supervised kernel")
 	exit := fs.Bool("exit", false, "end the supervisors too: Jupyter then sees the kernels die (and may restart them)")
+	holdDown := fs.Bool("hold", false, "keep the kernels down: cells are refused, saying so, until --until or 'tfgpu-kernel start'")
+	until := fs.String("until", "", "with --hold: until `TIME` (15:00, 2026-12-24 08:00, or a duration such as 2h)")
+	message := fs.String("message", "", "`TEXT` the notebook's user is told, e.g. \"GPU maintenance until 15:00\"")
 	var idleFor, timeout, confirm time.Duration
 	durationVar(fs, &idleFor, "idle-for", 0, "stop the running kernels idle (no cell running) at least this long, e.g. 2h")
 	holdingGPU := fs.Bool("holding-gpu", false, "with --idle-for: only those whose tree holds GPU memory")
@@ -49,6 +52,10 @@ func cmdStop(args []string) int {
 		return usageError("stop", fmt.Sprintf("--confirm-timeout %v: give a positive duration, e.g. 10s", confirm))
 	case *holdingGPU && !idle:
 		return usageError("stop", "--holding-gpu goes with --idle-for")
+	case *until != "" && !*holdDown:
+		return usageError("stop", "--until goes with --hold")
+	case *exit && (*holdDown || *message != ""):
+		return usageError("stop", "--exit ends the supervisor; --hold and --message need it to stay")
 	case btoi(*every)+btoi(idle)+fs.NArg() != 1:
 		return usageError("stop", "give one kernel id, --all, or --idle-for DURATION")
 	}
@@ -67,7 +74,15 @@ func cmdStop(args []string) int {
 	}
 	n := gpu.Connect(*nvmlLib, "")
 	defer n.Close()
-	how := stopHow{timeout: timeout, confirm: confirm, exit: *exit, by: record.UserName(os.Geteuid())}
+	how := stopHow{timeout: timeout, confirm: confirm, exit: *exit, by: record.UserName(os.Geteuid()),
+		hold: *holdDown, message: *message}
+	if *until != "" {
+		t, err := parseUntil(*until, time.Now())
+		if err != nil {
+			return usageError("stop", fmt.Sprintf("--until %q: %v", *until, err))
+		}
+		how.until = t
+	}
 	if idle {
 		how.why = "idle for " + idleFor.String()
 		return stopIdle(states, idleFor, *holdingGPU, n, how)
@@ -155,7 +170,7 @@ func stopOne(w *stopOutput, st record.State, n gpu.Session, opts stopHow) (recor
 	}
 	defer d.Close()
 	if !opts.exit && st.Parks && st.SupervisorAlive() && !st.SupervisorStopped() {
-		if st.Phase == record.PhaseParked {
+		if st.Phase == record.PhaseParked && !opts.hold {
 			w.printf("kernel %s is parked already: its next request starts a fresh kernel\n", stopLabel(st))
 			return record.Finished{}, nil
 		}
@@ -369,6 +384,42 @@ type stopHow struct {
 	timeout, confirm time.Duration
 	exit             bool   // end the supervisor (SIGTERM), not park the kernel
 	by, why          string // for the order: who stops it, and why
+	hold             bool   // keep it down: until until (zero: until started again)
+	until            time.Time
+	message          string // for the notebook's user
+}
+
+// order is the Order for one kernel.
+func (h stopHow) order(now time.Time) record.Order {
+	return record.Order{By: h.by, Why: h.why, At: now.UTC(), Hold: h.hold, HoldUntil: h.until, Message: h.message}
+}
+
+// parseUntil reads --until: a clock time today (tomorrow when it has
+// passed), a date and time, RFC 3339, or a duration from now.
+func parseUntil(s string, now time.Time) (time.Time, error) {
+	if d, err := time.ParseDuration(s); err == nil {
+		if d <= 0 {
+			return time.Time{}, fmt.Errorf("give a positive duration")
+		}
+		return now.Add(d), nil
+	}
+	for _, layout := range []string{"15:04", "2006-01-02 15:04", "2006-01-02T15:04", time.RFC3339} {
+		t, err := time.ParseInLocation(layout, s, time.Local)
+		if err != nil {
+			continue
+		}
+		if layout == "15:04" {
+			t = time.Date(now.Year(), now.Month(), now.Day(), t.Hour(), t.Minute(), 0, 0, time.Local)
+			if !t.After(now) {
+				t = t.AddDate(0, 0, 1)
+			}
+		}
+		if !t.After(now) {
+			return time.Time{}, fmt.Errorf("that is in the past")
+		}
+		return t, nil
+	}
+	return time.Time{}, fmt.Errorf("want a time (15:00, 2026-12-24 08:00) or a duration (2h)")
 }
 
 func stopLabel(st record.State) string {
@@ -385,7 +436,7 @@ func stopLabel(st record.State) string {
 // taken back, and stopOne ends the supervisor instead.
 func parkOne(w *stopOutput, d *record.Dir, st record.State, how stopHow) (f record.Finished, ok bool, err error) {
 	start := time.Now()
-	if err := d.WriteOrder(st.KernelID, record.Order{By: how.by, Why: how.why, At: start.UTC()}); err != nil {
+	if err := d.WriteOrder(st.KernelID, how.order(start)); err != nil {
 		return f, false, nil
 	}
 	if err := syscall.Kill(st.SupervisorPID, syscall.SIGUSR1); err != nil {
@@ -394,14 +445,22 @@ func parkOne(w *stopOutput, d *record.Dir, st record.State, how stopHow) (f reco
 	}
 	for deadline := start.Add(how.timeout); time.Now().Before(deadline) && st.SupervisorAlive(); time.Sleep(20 * time.Millisecond) {
 		now, err := d.StateOf(st.KernelID)
-		if err != nil || now.SupervisorPID != st.SupervisorPID || now.Phase != record.PhaseParked ||
-			now.Parked == nil || now.Parked.At.Before(start.Add(-time.Second)) {
+		if err != nil || now.SupervisorPID != st.SupervisorPID || now.Phase != record.PhaseParked || now.Parked == nil ||
+			now.Parked.Hold != how.hold || (now.Parked.At.Before(start.Add(-time.Second)) && st.Phase != record.PhaseParked) {
 			continue
 		}
 		p := now.Parked
+		if st.Phase == record.PhaseParked { // parked before: now held
+			w.printf("kernel %s is held down %s\n", stopLabel(st), holdText(p))
+			return f, true, nil
+		}
 		f = record.Finished{Killed: p.Killed, Took: time.Since(start)}
-		w.printf("stopped kernel %s: parked by its supervisor, which keeps its place (the next cell starts a fresh kernel); %d processes killed; %v\n",
-			stopLabel(st), p.Killed, f.Took.Round(time.Millisecond))
+		next := "the next cell starts a fresh kernel"
+		if p.Hold {
+			next = "held down " + holdText(p)
+		}
+		w.printf("stopped kernel %s: parked by its supervisor, which keeps its place (%s); %d processes killed; %v\n",
+			stopLabel(st), next, p.Killed, f.Took.Round(time.Millisecond))
 		switch {
 		case p.Held != "":
 			return f, true, fmt.Errorf("%s", p.Held)
@@ -413,4 +472,101 @@ func parkOne(w *stopOutput, d *record.Dir, st record.State, how stopHow) (f reco
 	}
 	_, _ = d.TakeOrder(st.KernelID)
 	return f, false, nil
+}
+
+// holdText says until when a parked kernel is held down.
+func holdText(p *record.Parked) string {
+	if p.HoldUntil.IsZero() {
+		return "until started again (tfgpu-kernel start)"
+	}
+	return "until " + p.HoldUntil.Local().Format("Jan 2 15:04")
+}
+
+// cmdStart lifts the hold of parked kernels (stop --hold):
+//
+//	tfgpu-kernel start ID|--all
+func cmdStart(args []string) int {
+	fs := flag.NewFlagSet("start", flag.ContinueOnError)
+	every := fs.Bool("all", false, "every held kernel")
+	var timeout time.Duration
+	durationVar(fs, &timeout, "timeout", 15*time.Second, "how long a kernel's supervisor may take to answer")
+	stateDir := fs.String("state-dir", record.DefaultDir(), "`DIR` where supervisors record their kernels")
+	if _, code, done := parseFlags(fs, args, "tfgpu-kernel start 5b2c1e7a   # a held kernel's id, or a unique prefix of one"); done {
+		return code
+	}
+	switch {
+	case timeout <= 0:
+		return usageError("start", fmt.Sprintf("--timeout %v: give a positive duration, e.g. 15s", timeout))
+	case btoi(*every)+fs.NArg() != 1:
+		return usageError("start", "give one kernel id, or --all")
+	}
+	only := stateDirNamed(fs)
+	states, refused, err := collectStates(*stateDir, os.Geteuid() == 0 && !only, only)
+	for _, r := range refused {
+		fmt.Fprintf(os.Stderr, "tfgpu-kernel start: %s\n", record.Printable(r.Error()))
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "tfgpu-kernel start: %v\n", err)
+		return 1
+	}
+	chosen := chooseKernels(states, fs.Arg(0), *every)
+	if *every {
+		chosen = slices.DeleteFunc(chosen, func(st record.State) bool { return st.Parked == nil || !st.Parked.Hold })
+	}
+	switch {
+	case len(chosen) == 0 && *every:
+		fmt.Println("no held kernels")
+		return 0
+	case len(chosen) == 0 && len(fs.Arg(0)) < minIDPrefix:
+		return usageError("start", fmt.Sprintf("no kernel %q; give the whole id or at least %d characters of it", fs.Arg(0), minIDPrefix))
+	case len(chosen) == 0:
+		return usageError("start", fmt.Sprintf("no kernel %q", fs.Arg(0)))
+	case len(chosen) > 1 && !*every:
+		return usageError("start", fmt.Sprintf("%q names %d kernels; give more of the id", fs.Arg(0), len(chosen)))
+	}
+	code := 0
+	for _, o := range stopEach(chosen, func(st record.State, w *stopOutput) {
+		if err := liftHold(w, st, timeout); err != nil {
+			w.errorf("tfgpu-kernel start: kernel %s: %s\n", st.KernelID, record.Printable(err.Error()))
+		}
+	}) {
+		if o.failed {
+			code = 1
+		}
+	}
+	return code
+}
+
+// liftHold asks st's supervisor to lift its kernel's hold, and waits until
+// its record says so.
+func liftHold(w *stopOutput, st record.State, timeout time.Duration) error {
+	switch {
+	case !st.SupervisorAlive() || st.SupervisorStopped():
+		return errors.New("its supervisor is not running")
+	case st.Phase != record.PhaseParked || st.Parked == nil:
+		return errors.New("it is not stopped (" + st.Phase + ")")
+	case !st.Parked.Hold:
+		w.printf("kernel %s is not held: its next request starts a fresh kernel\n", stopLabel(st))
+		return nil
+	}
+	d, err := record.OpenDir(st.Dir, false, true)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if err := d.WriteOrder(st.KernelID, record.Order{By: record.UserName(os.Geteuid()), At: time.Now().UTC(), Start: true}); err != nil {
+		return err
+	}
+	if err := syscall.Kill(st.SupervisorPID, syscall.SIGUSR1); err != nil {
+		_, _ = d.TakeOrder(st.KernelID)
+		return err
+	}
+	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if now, err := d.StateOf(st.KernelID); err == nil && now.Parked != nil && !now.Parked.Hold {
+			w.printf("kernel %s: hold lifted; its next request starts a fresh kernel\n", stopLabel(st))
+			return nil
+		}
+	}
+	_, _ = d.TakeOrder(st.KernelID)
+	return fmt.Errorf("its supervisor did not lift the hold within %v", timeout)
 }

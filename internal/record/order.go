@@ -20,6 +20,19 @@ type Order struct {
 	By  string    `json:"by"`            // who stopped the kernel: a user name
 	Why string    `json:"why,omitempty"` // e.g. "idle for 2h0m0s"
 	At  time.Time `json:"at"`
+	// Hold keeps the kernel down: a request that needs a kernel is
+	// answered with an error saying so, until HoldUntil (zero: until
+	// `tfgpu-kernel start`). Message is the operator's word for the user.
+	Hold      bool      `json:"hold,omitempty"`
+	HoldUntil time.Time `json:"hold_until,omitempty"`
+	Message   string    `json:"message,omitempty"`
+	// Start lifts the hold of a parked kernel (`tfgpu-kernel start`).
+	Start bool `json:"start,omitempty"`
+}
+
+// Held reports whether o holds the kernel down at now.
+func (o *Order) Held(now time.Time) bool {
+	return o != nil && o.Hold && (o.HoldUntil.IsZero() || now.Before(o.HoldUntil))
 }
 
 // Parked is what a supervisor records of its parked kernel.
@@ -33,6 +46,11 @@ type Parked struct {
 	// GPU is what was released per device, in bytes, when NVML confirmed
 	// it.
 	GPU map[int]int64 `json:"gpu_released_bytes,omitempty"`
+	// Hold: the kernel stays down (Order.Hold), until HoldUntil (zero:
+	// until started again), with the operator's Message.
+	Hold      bool      `json:"hold,omitempty"`
+	HoldUntil time.Time `json:"hold_until,omitempty"`
+	Message   string    `json:"message,omitempty"`
 }
 
 // StateOf reads the record of kernel id in d, checked as ReadStates checks
@@ -92,7 +110,7 @@ func (d *Dir) TakeOrder(id string) (*Order, error) {
 	if err := json.Unmarshal(b, &o); err != nil {
 		return nil, fmt.Errorf("stop order of kernel %s: %w", id, err)
 	}
-	o.By, o.Why = clip(Printable(o.By)), clip(Printable(o.Why))
+	o.By, o.Why, o.Message = clip(Printable(o.By)), clip(Printable(o.Why)), clip(Printable(o.Message))
 	return &o, nil
 }
 

@@ -3,6 +3,7 @@ package relay
 import (
 	"bytes"
 	"encoding/json"
+	"strings"
 	"time"
 
 	"github.com/tfgpu/tfgpu-kernel/internal/jmsg"
@@ -76,6 +77,10 @@ func (r *Relay) parked(ch jmsg.Channel, frames [][]byte) bool {
 		return false
 	case ch == jmsg.Control && h.MsgType == "shutdown_request":
 		return false // the supervisor answers it (inspectIn told it)
+	}
+	if text, held := r.held(); held {
+		r.refuse(ch, p, h, text)
+		return false
 	}
 	if !r.waitForKernel() {
 		return false
@@ -180,4 +185,61 @@ func (r *Relay) waitWarm() {
 		case <-t.C:
 		}
 	}
+}
+
+// A hold keeps a parked kernel down (`tfgpu-kernel stop --hold`): a
+// request that needs a kernel is answered with an error saying so, until
+// the hold ends.
+type hold struct {
+	until time.Time // zero: until lifted
+	text  string    // for the user
+}
+
+// SetHold holds the parked kernel down until until (zero: until SetHold
+// is called with text ""), telling the user text; "" lifts the hold.
+func (r *Relay) SetHold(until time.Time, text string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if text == "" {
+		r.hold = nil
+		return
+	}
+	r.hold = &hold{until: until, text: text}
+}
+
+// held returns the hold's text while it holds.
+func (r *Relay) held() (string, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.hold == nil || (!r.hold.until.IsZero() && !time.Now().Before(r.hold.until)) {
+		return "", false
+	}
+	return r.hold.text, true
+}
+
+// refuse answers a request that needs a kernel while the kernel is held
+// down: the text on the cell's stderr and an error reply (ename
+// KernelHeld), between busy and idle; the cell is not counted as running.
+func (r *Relay) refuse(ch jmsg.Channel, p jmsg.Parts, h jmsg.MsgHeader, text string) {
+	r.mu.Lock()
+	id := r.warnID
+	for i, e := range r.execs {
+		if e.msgID == h.MsgID {
+			r.execs = append(r.execs[:i], r.execs[i+1:]...)
+			if len(r.execs) == 0 && r.hooks.Activity != nil {
+				r.hooks.Activity(false)
+			}
+			break
+		}
+	}
+	r.mu.Unlock()
+	topic := func(t string) [][]byte { return [][]byte{[]byte("kernel." + id + "." + t)} }
+	_ = r.send(jmsg.IOPub, topic("status"), "status", p.Header, h.Session, map[string]any{"execution_state": "busy"})
+	if h.MsgType == "execute_request" {
+		_ = r.send(jmsg.IOPub, topic("stream"), "stream", p.Header, h.Session, map[string]any{"name": "stderr", "text": text})
+	}
+	replyType := strings.TrimSuffix(h.MsgType, "_request") + "_reply"
+	_ = r.send(ch, p.Idents, replyType, p.Header, h.Session, map[string]any{"status": "error",
+		"ename": "KernelHeld", "evalue": strings.TrimSpace(text), "traceback": []string{text}, "execution_count": nil})
+	_ = r.send(jmsg.IOPub, topic("status"), "status", p.Header, h.Session, map[string]any{"execution_state": "idle"})
 }

@@ -53,6 +53,7 @@ type Relay struct {
 	closed   bool   // CloseInner: no kernel will be attached again
 	wanted   bool   // a KernelWanted event was sent since the last attach
 	kinfo    []byte // the content of the last kernel's kernel_info_reply
+	hold     *hold  // while parked: requests that need a kernel are refused (parked.go)
 
 	// events reports verified requests the supervisor acts on.
 	events chan<- Event

@@ -48,6 +48,20 @@ argv[1] picks the scenario:
              nbconvert has exited, the kernel, its supervisor and that sleep
              are gone and ps has no row.
 
+  park       `tfgpu-kernel stop ID` on a kernel the server started (its
+             restarter on, as in every Jupyter server): the tree is killed and
+             NVML clear, but the supervisor stays, so ps shows the kernel
+             parked, the server still lists it, and 7 s later (two restarter
+             polls) the same supervisor runs and the server log has no
+             restart. The next cell runs in a fresh kernel and is told why.
+             `stop --hold --message` keeps it down: a cell is refused with the
+             message, no kernel starts; `tfgpu-kernel start ID` lifts it.
+  parknb     nbclient (`nbconvert --execute --allow-errors`) of a notebook
+             whose second cell has its own kernel stopped while it runs:
+             that cell ends (an error reply) saying so, nbclient goes on (no
+             DeadKernelError), the third cell runs in a fresh kernel and
+             is told, and nbclient exits 0.
+
 With a stock kernelspec (E2E_KERNEL=python3, E2E_WRAPPED=0) only nbconvert
 runs; what only the supervisor promises is reported, not asserted.
 """
@@ -325,4 +339,140 @@ def run_notebook(tool, make_argv):
     assert "level=ERROR" not in stderr, "errors in %s's stderr:\n%s" % (tool, stderr[-4000:])
 
 
-h.run({"rest": rest, "usage": usage, "nbconvert": nbconvert, "papermill": papermill}[SCENARIO])
+# ------------------------------------------------------------ park
+
+
+def run_bin(*args):
+    out = subprocess.run([BIN] + list(args), capture_output=True, text=True, timeout=60)
+    h.log("tfgpu-kernel %s: exit %d\n%s%s" % (" ".join(args), out.returncode, out.stdout, out.stderr))
+    return out
+
+
+def park():
+    srv = sh.NotebookServer(os.path.join(h.TMP, "server"))
+    srv.start()
+    try:
+        park_lifecycle(srv)
+    except BaseException:
+        srv.stop()
+        h.log("---- tail of the server log (with the supervisors' stderr) ----\n" + srv.log()[-6000:])
+        raise
+    how = srv.stop()
+    assert how == "api" and srv.proc.returncode == 0, "the server did not exit 0 on /api/shutdown: %s, exit %s" % (how, srv.proc.returncode)
+
+
+def park_lifecycle(srv):
+    code, model = srv.curl("POST", "/api/kernels", {"name": h.KERNEL})
+    assert code == 201, "POST /api/kernels: %s %s" % (code, model)
+    kid = model["id"]
+    conn = srv.connection_file(kid)
+    sh.wait_kernel_info(conn)
+    kc = h.client_for(conn)
+    pids, _ = hold(kc, "holding cell")
+    sup, old = sh.tree(srv, pids["kernel"], "before the stop")
+    old.discard(sup)
+    old = {p for p in old if BIN not in h.cmdline(p)}  # the watcher stays with its supervisor
+
+    out = run_bin("stop", kid)
+    h.note(stop=out.stdout.splitlines())
+    assert out.returncode == 0 and "parked by its supervisor" in out.stdout, "stop %s: %r %r" % (kid, out.stdout, out.stderr)
+    assert "GPU memory released: GPU0 1 GiB, GPU1 512 MiB" in out.stdout, "stop does not say what it released: %r" % out.stdout
+    h.check(not h.wait_dead(list(old), 2.0), "processes of the tree alive after stop: %s" % h.describe(h.survivors(old)))
+    h.check(not (sh.listed_pids() & old), "NVML still lists the stopped tree")
+    time.sleep(7)  # two polls of the server's restarter (every 3 s)
+    h.check(h.alive(sup), "the supervisor ended after stop: the server would restart the kernel")
+    row = sh.ps_row(BIN, kid)
+    h.check(row and row["state"] == "parked" and row["supervisor_pid"] == sup and not row["pids"],
+            "ps does not show the kernel parked under the same supervisor: %s" % row)
+    code, model = srv.curl("GET", "/api/kernels/" + kid, check=False)
+    h.note(kernel_model_parked=model)
+    h.check(code == 200 and model.get("execution_state") not in ("dead", "restarting"), "the server sees the parked kernel %s: %s" % (code, model))
+    restarts = [l for l in srv.log().splitlines() if "restarting kernel" in l.lower() or "AsyncIOLoopKernelRestarter" in l]
+    h.check(not restarts, "the server restarted the parked kernel: %s" % restarts)
+
+    first = h.ok(h.execute(kc, "import os; print(os.getpid())", timeout=60), "the first cell after stop")
+    fresh = int(first["stdout"].strip())
+    h.track(fresh)
+    h.note(first_cell_after_stop=first["stderr"])
+    h.check(fresh not in old and sh.ppid(fresh) == sup, "the first cell did not run in a fresh kernel of the same supervisor")
+    for want in ("tfgpu-kernel: the kernel was stopped by root", "GPU memory released: GPU0 1 GiB, GPU1 512 MiB (NVML confirmed)",
+                 "This is a fresh kernel."):
+        h.check(want in first["stderr"], "the first cell after stop was not told %r: %r" % (want, first["stderr"]))
+
+    out = run_bin("stop", "--hold", "--message", "GPU maintenance until 15:00", kid)
+    h.check(out.returncode == 0 and "held down until started again" in out.stdout, "stop --hold: %r %r" % (out.stdout, out.stderr))
+    h.check(not h.wait_dead([fresh], 2.0), "the fresh kernel alive after stop --hold")
+    refused = h.execute(kc, "print('must not run')", timeout=30)
+    h.note(held_cell=refused["stderr"])
+    h.check(refused["status"] == "error" and refused["reply"].get("ename") == "KernelHeld", "the held cell: %s" % refused["reply"])
+    h.check("held down by root" in refused["stderr"] and "GPU maintenance until 15:00" in refused["stderr"]
+            and "must not run" not in refused["stdout"], "the held cell was told %r" % refused["stderr"])
+    h.check(sh.ps_row(BIN, kid)["state"] == "parked", "a kernel started while held")
+    out = run_bin("start", kid)
+    h.check(out.returncode == 0 and "hold lifted" in out.stdout, "start %s: %r %r" % (kid, out.stdout, out.stderr))
+    again = h.ok(h.execute(kc, "import os; print(os.getpid())", timeout=60), "the cell after start")
+    h.track(int(again["stdout"].strip()))
+    kc.stop_channels()
+    srv.curl("DELETE", "/api/kernels/" + kid)
+    h.check(not h.wait_dead([sup, int(again["stdout"].strip())], 10), "the supervisor or its kernel alive after DELETE")
+
+
+PARK_NB = {
+    "cells": [
+        {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [], "source":
+         "import json, os, subprocess\n"
+         "rows = json.loads(subprocess.run([os.environ['E2E_TFGPU_BIN'], 'ps', '--json'], capture_output=True, text=True).stdout)\n"
+         "kid = [r['kernel_id'] for r in rows if r['supervisor_pid'] == int(os.environ['JPY_PARENT_PID'])][0]\n"
+         "print('kernel pid:', os.getpid())"},
+        {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [], "source":
+         "import time\n"
+         "subprocess.Popen([os.environ['E2E_TFGPU_BIN'], 'stop', kid], start_new_session=True)\n"
+         "time.sleep(60)\n"
+         "print('survived')"},
+        {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [], "source":
+         "import os\nprint('kernel pid:', os.getpid())"},
+    ],
+    "metadata": {"kernelspec": {"name": "tfgpu", "display_name": "TF-GPU (clean restart)", "language": "python"}},
+    "nbformat": 4, "nbformat_minor": 5,
+}
+
+
+def parknb():
+    src = os.path.join(h.TMP, "park.ipynb")
+    with open(src, "w") as f:
+        json.dump(PARK_NB, f)
+    out_dir = os.path.join(h.TMP, "parknb")
+    os.makedirs(out_dir)
+    argv = [h.PY, "-m", "nbconvert", "--to", "notebook", "--execute", "--allow-errors", "--output-dir", out_dir,
+            "--output", "out", "--ExecutePreprocessor.timeout=120", src]
+    logs = {n: os.path.join(out_dir, "nbconvert." + n) for n in ("stdout", "stderr")}
+    with open(logs["stdout"], "wb") as o, open(logs["stderr"], "wb") as e:
+        p = h.spawn_helper(argv, stdin=subprocess.DEVNULL, stdout=o, stderr=e, cwd=out_dir)
+    h.track(p.pid)
+    try:
+        p.wait(150)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait(10)
+        raise AssertionError("nbconvert still running after 150 s")
+    with open(logs["stderr"], errors="replace") as f:
+        stderr = f.read()
+    assert p.returncode == 0, "nbconvert exited %d:\n%s" % (p.returncode, stderr[-4000:])
+    with open(os.path.join(out_dir, "out.ipynb")) as f:
+        cells = [c for c in json.load(f)["cells"] if c["cell_type"] == "code"]
+    outputs = [c.get("outputs", []) for c in cells]
+    h.note(outputs=outputs)
+
+    def text(i, name):
+        return "".join("".join(o["text"]) for o in outputs[i] if o["output_type"] == "stream" and o["name"] == name)
+    h.check("the kernel was stopped by root" in text(1, "stderr") and "the next cell starts a fresh kernel" in text(1, "stderr")
+            and "survived" not in text(1, "stdout"), "the stopped cell: %s" % outputs[1])
+    h.check("DeadKernelError" not in stderr, "nbclient took the kernel for dead:\n%s" % stderr[-2000:])
+    before, after = (int(text(i, "stdout").split(": ")[-1]) for i in (0, 2))
+    h.track(before, after)
+    h.check(after != before, "the third cell ran in the stopped kernel")
+    h.check("This is a fresh kernel." not in text(2, "stderr"), "the third cell was told again: %r" % text(2, "stderr"))
+    h.check(not h.wait_dead([before, after], 5), "kernels alive after nbconvert exited")
+
+
+h.run({"rest": rest, "usage": usage, "nbconvert": nbconvert, "papermill": papermill, "park": park, "parknb": parknb}[SCENARIO])
