@@ -174,7 +174,7 @@ func stopOne(w *stopOutput, st record.State, n gpu.Session, opts stopHow) (recor
 			w.printf("kernel %s is parked already: its next request starts a fresh kernel\n", stopLabel(st))
 			return record.Finished{}, nil
 		}
-		if f, ok, err := parkOne(w, d, st, opts); ok {
+		if f, ok, err := parkOne(w, st, opts); ok {
 			return f, err
 		}
 	}
@@ -434,7 +434,14 @@ func stopLabel(st record.State) string {
 // kernel parked (wrapper/park.go). ok is false when it did not within the
 // timeout (an older version, or a supervisor too busy): the order is
 // taken back, and stopOne ends the supervisor instead.
-func parkOne(w *stopOutput, d *record.Dir, st record.State, how stopHow) (f record.Finished, ok bool, err error) {
+func parkOne(w *stopOutput, st record.State, how stopHow) (f record.Finished, ok bool, err error) {
+	// The order goes into the directory the supervisor holds open, never
+	// through a path its user may have swapped for another's directory.
+	d, err := record.SupervisorDir(st)
+	if err != nil {
+		return f, false, nil
+	}
+	defer d.Close()
 	start := time.Now()
 	if err := d.WriteOrder(st.KernelID, how.order(start)); err != nil {
 		return f, false, nil
@@ -549,7 +556,7 @@ func liftHold(w *stopOutput, st record.State, timeout time.Duration) error {
 		w.printf("kernel %s is not held: its next request starts a fresh kernel\n", stopLabel(st))
 		return nil
 	}
-	d, err := record.OpenDir(st.Dir, false, true)
+	d, err := record.SupervisorDir(st) // as parkOne: the directory it holds open
 	if err != nil {
 		return err
 	}

@@ -79,10 +79,30 @@ func Supervisors(sn *cgroup.Snapshot, idOf IDFunc, uid int) []Supervisor {
 // Record reads s's record through the state directory s holds open, and
 // checks that it names s.
 func (s Supervisor) Record() (State, error) {
+	d, rec, err := s.stateDir()
+	if err != nil {
+		return State{}, err
+	}
+	d.Close()
+	return rec, nil
+}
+
+// SupervisorDir opens the state directory st's supervisor holds open (the
+// very directory, not a path that may have been swapped since), where its
+// record names it: what root writes an Order into.
+func SupervisorDir(st State) (*Dir, error) {
+	s := Supervisor{PID: st.SupervisorPID, Start: st.SupervisorStart, UID: st.Owner, KernelID: st.KernelID}
+	d, _, err := s.stateDir()
+	return d, err
+}
+
+// stateDir finds the state directory s holds open with a record that names
+// s, and returns it open with the record.
+func (s Supervisor) stateDir() (*Dir, State, error) {
 	fdDir := fmt.Sprintf("/proc/%d/fd", s.PID)
 	ents, err := os.ReadDir(fdDir)
 	if err != nil {
-		return State{}, err
+		return nil, State{}, err
 	}
 	fds := make([]int, 0, len(ents))
 	for _, e := range ents {
@@ -110,16 +130,15 @@ func (s Supervisor) Record() (State, error) {
 		d := &Dir{path: target, f: os.NewFile(uintptr(fd), target), uid: s.UID}
 		rec, err := d.stateOf(s.KernelID)
 		if err == nil && rec.SupervisorPID == s.PID && rec.SupervisorStart == s.Start {
-			d.Close()
-			return rec, nil
+			return d, rec, nil
 		}
 		seen = seen || !errors.Is(err, os.ErrNotExist)
 		d.Close()
 	}
 	if !seen {
-		return State{}, errNoRecord // not written yet (starting), or gone (stopping)
+		return nil, State{}, errNoRecord // not written yet (starting), or gone (stopping)
 	}
-	return State{}, fmt.Errorf("%w: supervisor %d (uid %d, kernel %s) holds no state directory with its record", ErrRefused, s.PID, s.UID, s.KernelID)
+	return nil, State{}, fmt.Errorf("%w: supervisor %d (uid %d, kernel %s) holds no state directory with its record", ErrRefused, s.PID, s.UID, s.KernelID)
 }
 
 // errNoRecord: a supervisor holds no record of its kernel, which it has
