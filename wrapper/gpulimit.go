@@ -170,7 +170,7 @@ func (s *supervisor) sampleGPU() *gpuUse {
 		return u
 	case !l.warned && float64(u.total) >= gpuWarnAt*float64(l.limit):
 		l.warned = true
-		text := fmt.Sprintf("tfgpu-kernel: this kernel holds %s, %.0f%% of its limit of %s; over the limit it is stopped and Jupyter starts a fresh kernel.\n",
+		text := fmt.Sprintf("tfgpu-kernel: this kernel holds %s, %.0f%% of its limit of %s; over the limit it is stopped and the next cell starts a fresh kernel.\n",
 			u.text(), 100*float64(u.total)/float64(l.limit), gpu.FormatBytes(l.limit))
 		s.log.Warn("kernel near its GPU memory limit", "used", u.usedText(), "limit", gpu.FormatBytes(l.limit))
 		if !s.relay.WarnRunningCell(s.id, text) {

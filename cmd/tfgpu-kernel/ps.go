@@ -93,6 +93,12 @@ func printPs(out io.Writer, rows []record.KernelStatus, note string, now time.Ti
 				uptime = now.Sub(r.Started).Round(time.Second).String()
 			}
 			state := r.State
+			if p := r.Parked; p != nil && p.Hold { // down until a time, or until `start`
+				state = "held"
+				if !p.HoldUntil.IsZero() {
+					state += " until " + p.HoldUntil.Local().Format("15:04")
+				}
+			}
 			if len(r.Escaped) > 0 { // a process left the kernel's cgroup: its limits no longer hold it
 				state += fmt.Sprintf(" (%d left its cgroup)", len(r.Escaped))
 			}

@@ -43,6 +43,9 @@ type KernelStatus struct {
 	LastActivity   *time.Time `json:"last_activity"`
 	UID            int        `json:"uid"`  // the record's owner
 	User           string     `json:"user"` // its name, or the uid when it has none
+	// Parked is what its supervisor recorded of a parked kernel (State
+	// PhaseParked): when, by whom, why, and a hold.
+	Parked *Parked `json:"parked,omitempty"`
 }
 
 // GPUUse is a kernel's memory on one device: the sum of the NVML entries
@@ -105,6 +108,9 @@ func (st State) status(holders []gpu.Holder, user string, sn *cgroup.Snapshot) K
 		row.LastActivity = &since
 	}
 	row.UID, row.User = st.Owner, user
+	if row.State == PhaseParked {
+		row.Parked = st.Parked
+	}
 	row.PIDs, row.Escaped = st.treeIn(sn)
 	for _, p := range row.PIDs {
 		if sn != nil {

@@ -382,7 +382,8 @@ def park_lifecycle(srv):
     time.sleep(7)  # two polls of the server's restarter (every 3 s)
     h.check(h.alive(sup), "the supervisor ended after stop: the server would restart the kernel")
     row = sh.ps_row(BIN, kid)
-    h.check(row and row["state"] == "parked" and row["supervisor_pid"] == sup and not row["pids"],
+    h.check(row and row["state"] == "parked" and row["supervisor_pid"] == sup and not row["pids"]
+            and row["parked"]["by"] == "root" and row["parked"]["gpu_released"] == "GPU0 1 GiB, GPU1 512 MiB",
             "ps does not show the kernel parked under the same supervisor: %s" % row)
     code, model = srv.curl("GET", "/api/kernels/" + kid, check=False)
     h.note(kernel_model_parked=model)
@@ -407,7 +408,11 @@ def park_lifecycle(srv):
     h.check(refused["status"] == "error" and refused["reply"].get("ename") == "KernelHeld", "the held cell: %s" % refused["reply"])
     h.check("held down by root" in refused["stderr"] and "GPU maintenance until 15:00" in refused["stderr"]
             and "must not run" not in refused["stdout"], "the held cell was told %r" % refused["stderr"])
-    h.check(sh.ps_row(BIN, kid)["state"] == "parked", "a kernel started while held")
+    row = sh.ps_row(BIN, kid)
+    h.check(row["state"] == "parked" and row["parked"]["hold"] and row["parked"]["message"] == "GPU maintenance until 15:00"
+            and row["parked"]["by"] == "root", "ps --json of the held kernel: %s" % row)
+    table = run_bin("ps").stdout
+    h.check(any(kid[:8] in l and " held " in l for l in table.splitlines()), "ps does not show the kernel held:\n%s" % table)
     out = run_bin("start", kid)
     h.check(out.returncode == 0 and "hold lifted" in out.stdout, "start %s: %r %r" % (kid, out.stdout, out.stderr))
     again = h.ok(h.execute(kc, "import os; print(os.getpid())", timeout=60), "the cell after start")
