@@ -3,6 +3,7 @@ package wrapper
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"strings"
 	"time"
 
@@ -116,7 +117,7 @@ func (s *supervisor) park(c cause, old *gpu.Old, killed int, cell relay.Cell) in
 		s.log.Warn("cannot record the parked kernel", "err", err)
 	}
 	s.watch.send(watchMsg{Record: &s.st})
-	s.log.Info("kernel parked: the next request starts a fresh one", "reason", c.reason)
+	s.log.Debug("kernel parked: the next request starts a fresh one", "reason", c.reason)
 	return exitParked
 }
 
@@ -148,7 +149,7 @@ func (s *supervisor) waitParked(ctx context.Context) (<-chan cgroup.ExitStatus, 
 		case ev := <-s.events:
 			switch ev.Kind {
 			case relay.KernelWanted:
-				s.log.Info("a client's request needs the kernel: starting a fresh one")
+				s.log.Debug("a client's request needs the kernel: starting a fresh one")
 				return s.respawn(ctx)
 			case relay.ShutdownRequest:
 				// Shut Down or Restart from Jupyter: nothing left to kill.
@@ -160,7 +161,7 @@ func (s *supervisor) waitParked(ctx context.Context) (<-chan cgroup.ExitStatus, 
 				return nil, ExitOK
 			}
 		case ask := <-s.usagec:
-			ask <- usageFigures{}
+			ask <- s.usageParked()
 		case sig := <-s.sigc:
 			switch sig {
 			case unix.SIGTERM, unix.SIGHUP:
@@ -281,4 +282,28 @@ func (s *supervisor) applyHold(o *record.Order) {
 	text += ". Nothing runs until then; run the cell again after that.\n"
 	s.relay.SetHold(o.HoldUntil, text)
 	s.log.Info("the parked kernel is held down", "until", until, "by", o.By)
+}
+
+// usageParked is the usage figures of a parked kernel: nothing runs and
+// nothing is held; the last release and the parking itself for the page.
+func (s *supervisor) usageParked() usageFigures {
+	set := map[string]any{"kernel_cpu": 0.0, "kernel_memory": 0, "kernel_processes": 0,
+		"kernel_usage_of": "the kernel's whole process tree (tfgpu-kernel): stopped", "tfgpu_parked": s.st.Parked}
+	if s.limit != nil {
+		set["gpu_memory_limit"] = s.limit.limit
+	} else if s.cfg.GPUMemoryLimit > 0 {
+		set["gpu_memory_limit"] = s.cfg.GPUMemoryLimit
+	}
+	if s.gpu.sess.Err() == nil {
+		devs := []map[string]any{}
+		for _, d := range s.gpu.sess.Devices() {
+			devs = append(devs, map[string]any{"index": d.Index, "uuid": d.UUID, "name": d.Name,
+				"total_bytes": d.Total, "used_bytes": 0})
+		}
+		set["gpu_memory"], set["gpus"] = int64(0), devs
+	}
+	if s.gpu.last != nil {
+		set[releaseMsgType] = s.gpu.last
+	}
+	return usageFigures{set: set, fill: map[string]any{"pid": 0, "cpu_count": runtime.NumCPU()}}
 }

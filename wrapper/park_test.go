@@ -93,6 +93,18 @@ func TestStopOrderParksTheKernel(t *testing.T) {
 	if typ, c := h.reply(h.control, 5*time.Second); typ != "interrupt_reply" || c["status"] != "ok" {
 		t.Fatalf("interrupt while parked: %s %v", typ, c)
 	}
+	h.send(h.control, "usage_request", nil, map[string]any{}) // a panel's polling
+	if typ, c := h.reply(h.control, 5*time.Second); typ != "usage_reply" || c["kernel_processes"] != float64(0) || c["tfgpu_parked"] == nil {
+		t.Fatalf("usage while parked: %s %v", typ, c)
+	}
+	h.send(h.shell, "comm_info_request", nil, map[string]any{})
+	if typ, c := h.reply(h.shell, 5*time.Second); typ != "comm_info_reply" || c["status"] != "ok" {
+		t.Fatalf("comm_info while parked: %s %v", typ, c)
+	}
+	h.send(h.control, "debug_request", nil, map[string]any{"command": "debugInfo"}) // JupyterLab's, when a notebook opens
+	if typ, c := h.reply(h.control, 5*time.Second); typ != "debug_reply" || c["status"] != "error" || c["ename"] != "KernelStopped" {
+		t.Fatalf("debug_request while parked: %s %v", typ, c)
+	}
 	if now := h.kernelState(); now.Phase != record.PhaseParked {
 		t.Fatalf("a request the supervisor answers started a kernel: %+v", now)
 	}

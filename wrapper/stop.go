@@ -137,6 +137,9 @@ func (s *supervisor) logStop(c cause, killed int, took time.Duration, err error)
 	if c.request != nil {
 		attrs = append(attrs, "restart", c.request.Restart)
 	}
+	if c.park != nil { // one line for the event: the next request starts a fresh kernel
+		attrs = append(attrs, "parked", true)
+	}
 	if c.gpuOver != nil {
 		attrs = append(attrs, "gpu_used", c.gpuOver.usedText(), "gpu_limit", gpu.FormatBytes(c.gpuOver.limit))
 	}

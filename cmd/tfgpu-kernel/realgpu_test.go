@@ -210,7 +210,7 @@ func TestRealGPU(t *testing.T) {
 		// The supervisor parks the kernel (its tree killed, the release
 		// confirmed) and stays, keeping the kernel's place for Jupyter.
 		deadline := time.Now().Add(5 * time.Minute)
-		for load.line("kernel parked") == "" {
+		for load.line("parked=true") == "" {
 			select {
 			case err := <-load.exited:
 				load.exited <- err

@@ -437,18 +437,23 @@ func stopLabel(st record.State) string {
 func parkOne(w *stopOutput, st record.State, how stopHow) (f record.Finished, ok bool, err error) {
 	// The order goes into the directory the supervisor holds open, never
 	// through a path its user may have swapped for another's directory.
+	notParked := func(why error) (record.Finished, bool, error) {
+		w.printf("kernel %s: its supervisor could not be asked to park it (%s); asking it to stop\n",
+			stopLabel(st), record.Printable(why.Error()))
+		return f, false, nil
+	}
 	d, err := record.SupervisorDir(st)
 	if err != nil {
-		return f, false, nil
+		return notParked(err)
 	}
 	defer d.Close()
 	start := time.Now()
 	if err := d.WriteOrder(st.KernelID, how.order(start)); err != nil {
-		return f, false, nil
+		return notParked(err)
 	}
 	if err := syscall.Kill(st.SupervisorPID, syscall.SIGUSR1); err != nil {
 		_, _ = d.TakeOrder(st.KernelID)
-		return f, false, nil
+		return notParked(err)
 	}
 	for deadline := start.Add(how.timeout); time.Now().Before(deadline) && st.SupervisorAlive(); time.Sleep(20 * time.Millisecond) {
 		now, err := d.StateOf(st.KernelID)
@@ -478,7 +483,7 @@ func parkOne(w *stopOutput, st record.State, how stopHow) (f record.Finished, ok
 		return f, true, nil
 	}
 	_, _ = d.TakeOrder(st.KernelID)
-	return f, false, nil
+	return notParked(fmt.Errorf("it did not within %v", how.timeout))
 }
 
 // holdText says until when a parked kernel is held down.

@@ -13,10 +13,15 @@ import (
 // an idle stop or the GPU memory limit, the supervisor's place kept:
 // docs/design.md#parked-kernels), no kernel is attached and the relay
 // answers what it can itself, so that Jupyter sees an idle kernel: the
-// heartbeat, kernel_info_request (with the last kernel's reply) and
-// interrupt_request. Any other request needs a kernel: the supervisor is
-// told (KernelWanted) and the request waits for the kernel it starts. What
-// has no signature that verifies is dropped, as is stdin (no kernel asked).
+// heartbeat, kernel_info_request (with the last kernel's reply),
+// interrupt_request, comm_info_request (no comms) and usage_request (the
+// supervisor's figures: nothing held). Only what a user does wakes a kernel
+// (wakes): running a cell, completion, inspection, history; the
+// supervisor is told (KernelWanted) and the request waits for the kernel it
+// starts. Anything else a front end sends by itself (the debugger's
+// debug_request when a notebook opens, a panel's polling) is answered with
+// an error saying the kernel is stopped, so it starts nothing. What has no
+// signature that verifies is dropped, as is stdin (no kernel asked).
 
 // maxKernelInfo bounds the kernel_info_reply content kept for the parked
 // replies.
@@ -77,9 +82,23 @@ func (r *Relay) parked(ch jmsg.Channel, frames [][]byte) bool {
 		return false
 	case ch == jmsg.Control && h.MsgType == "shutdown_request":
 		return false // the supervisor answers it (inspectIn told it)
+	case h.MsgType == "comm_info_request":
+		r.answerParked(ch, p, h, "comm_info_reply", json.RawMessage(`{"status":"ok","comms":{}}`))
+		return false
+	case h.MsgType == "usage_request" && r.hooks.Usage != nil:
+		content := map[string]any{}
+		r.hooks.Usage(content)
+		b, err := json.Marshal(content)
+		if err == nil {
+			r.answerParked(ch, p, h, "usage_reply", b)
+		}
+		return false
+	case !wakes[h.MsgType]:
+		r.refuse(ch, p, h, "KernelStopped", "the kernel is stopped; run a cell to start a fresh one")
+		return false
 	}
 	if text, held := r.held(); held {
-		r.refuse(ch, p, h, text)
+		r.refuse(ch, p, h, "KernelHeld", text)
 		return false
 	}
 	if !r.waitForKernel() {
@@ -93,6 +112,11 @@ func (r *Relay) parked(ch jmsg.Channel, frames [][]byte) bool {
 	}
 	return true
 }
+
+// wakes are the requests a user's action sends, which start a fresh kernel
+// in a parked one's place.
+var wakes = map[string]bool{"execute_request": true, "complete_request": true, "inspect_request": true,
+	"is_complete_request": true, "history_request": true}
 
 // answerParked sends the reply to a request, between the busy and idle
 // statuses a kernel publishes around each (jupyter_server waits for an
@@ -217,10 +241,11 @@ func (r *Relay) held() (string, bool) {
 	return r.hold.text, true
 }
 
-// refuse answers a request that needs a kernel while the kernel is held
-// down: the text on the cell's stderr and an error reply (ename
-// KernelHeld), between busy and idle; the cell is not counted as running.
-func (r *Relay) refuse(ch jmsg.Channel, p jmsg.Parts, h jmsg.MsgHeader, text string) {
+// refuse answers a request no kernel will serve (held down, or one that
+// does not start a kernel): for a cell the text on its stderr, and an
+// error reply with ename, between busy and idle; the cell is not counted
+// as running.
+func (r *Relay) refuse(ch jmsg.Channel, p jmsg.Parts, h jmsg.MsgHeader, ename, text string) {
 	r.mu.Lock()
 	id := r.warnID
 	for i, e := range r.execs {
@@ -235,11 +260,14 @@ func (r *Relay) refuse(ch jmsg.Channel, p jmsg.Parts, h jmsg.MsgHeader, text str
 	r.mu.Unlock()
 	topic := func(t string) [][]byte { return [][]byte{[]byte("kernel." + id + "." + t)} }
 	_ = r.send(jmsg.IOPub, topic("status"), "status", p.Header, h.Session, map[string]any{"execution_state": "busy"})
+	if h.MsgType == "execute_request" && !strings.HasSuffix(text, "\n") {
+		text += "\n"
+	}
 	if h.MsgType == "execute_request" {
 		_ = r.send(jmsg.IOPub, topic("stream"), "stream", p.Header, h.Session, map[string]any{"name": "stderr", "text": text})
 	}
 	replyType := strings.TrimSuffix(h.MsgType, "_request") + "_reply"
 	_ = r.send(ch, p.Idents, replyType, p.Header, h.Session, map[string]any{"status": "error",
-		"ename": "KernelHeld", "evalue": strings.TrimSpace(text), "traceback": []string{text}, "execution_count": nil})
+		"ename": ename, "evalue": strings.TrimSpace(text), "traceback": []string{text}, "execution_count": nil})
 	_ = r.send(jmsg.IOPub, topic("status"), "status", p.Header, h.Session, map[string]any{"execution_state": "idle"})
 }

@@ -11,8 +11,11 @@ kernel, on the current stack with the fake NVML:
   3. the kernel process killed from outside (SIGKILL) while a cell runs:
      the cell shows why the kernel died, the server's restarter brings a
      fresh kernel, and nothing of the old tree is left;
-  4. Kernel → Shut Down Kernel: nothing of the tree alive, NVML clear, no
-     ps row;
+  4. `tfgpu-kernel stop` from outside: the tree is killed and NVML clear,
+     the supervisor stays (Lab shows the kernel idle, the server restarts
+     nothing), and the next cell runs in a fresh kernel and says why;
+     then Kernel → Shut Down Kernel: nothing of the tree alive, NVML
+     clear, no ps row;
   5. (JupyterLab) a notebook on ipykernel's own kernel: no GPU status item;
   6. (JupyterLab) the README's picture, a notebook as a user writes it:
      train.ipynb starts a worker in a session of its own, then a native
@@ -240,11 +243,39 @@ def steps(srv, b):
     sh.check_ps(BIN, kid, sup3, third.values(), "after_death", old=old | tree2, notebook=nb_path)
     b.do("shot", UI + "-4-after-death")
 
+    # Stopped by the operator: the kernel stays stopped (Lab shows it idle,
+    # no dialog, the server's restarter does nothing), and the next cell
+    # runs in a fresh kernel of the same supervisor and says why.
+    out = subprocess.run([BIN, "stop", kid], capture_output=True, text=True, timeout=60)
+    h.note(operator_stop=out.stdout.splitlines())
+    assert out.returncode == 0 and "parked by its supervisor" in out.stdout, "stop %s: %r %r" % (kid, out.stdout, out.stderr)
+    check_gone({p for p in tree3 if p != sup3 and BIN not in h.cmdline(p)}, "operator stop")
+    time.sleep(4)  # a poll of the server's restarter (every 3 s) has come and gone
+    assert h.alive(sup3), "the supervisor ended after stop: the server would restart the kernel"
+    b.do("waitidle")
+    # What the page sends by itself (the GPU item's usage polls, the
+    # debugger's requests) starts no kernel: it stays stopped until a cell runs.
+    row = sh.ps_row(BIN, kid)
+    h.note(ps_parked={k: row.get(k) for k in ("state", "kernel_pid", "pids", "parked")})
+    assert row["state"] == "parked" and not row["pids"], "the page's own traffic started a kernel after stop: %s" % row
+    parked = b.do("run", json.dumps("import os; print('pid', os.getpid())"))["output"]
+    h.note(first_cell_after_stop=parked)
+    for want in ("the kernel was stopped by root", "GPU memory released: GPU0 1 GiB, GPU1 512 MiB (NVML confirmed)",
+                 "This is a fresh kernel."):
+        assert want in parked, "the first cell after the operator's stop does not say %r: %r" % (want, parked)
+    fresh = int(parked.split("pid ")[-1].split()[0])
+    h.track(fresh)
+    assert fresh not in tree3 and sh.ppid(fresh) == sup3, "the cell after stop ran in %d, not a fresh kernel of %d" % (fresh, sup3)
+    b.do("shot", UI + "-5-stopped")
+    # The fresh kernel holds the GPU again, for the Shut Down's release.
+    fourth = sh.hold_pids(b.do("run", json.dumps(sh.HOLD))["output"], "cell after the stop")
+    tree3 = {sup3, *h.descendants(sup3), *fourth.values()}
+
     b.do("shutdown")
     check_gone(tree3 | {sup3}, "shutdown", kid, within=10)
     check_released(b, "Shut Down", "shutdown")
     check_status(b, "", "shut_down")  # no kernel: the item is hidden
-    b.do("shot", UI + "-5-shut-down")
+    b.do("shot", UI + "-6-shut-down")
     if UI == "lab":
         stock_kernel(srv, b)
         readme_picture(srv, b)
