@@ -3,10 +3,7 @@
 package main
 
 import (
-	"bytes"
-	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -20,21 +17,8 @@ import (
 // cgroupFD names, in "/"; it returns the exit code and the output.
 func doctorIn(t *testing.T, bin string, cred *syscall.Credential, cgroupFD int, env []string) (int, string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "doctor")
-	cmd.Env, cmd.Dir = env, "/"
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Setpgid: true, UseCgroupFD: true, CgroupFD: cgroupFD}
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Run()
-	if ee, ok := err.(*exec.ExitError); ok {
-		return ee.ExitCode(), out.String()
-	}
-	if err != nil {
-		t.Fatalf("doctor: %v\n%s", err, out.String())
-	}
-	return 0, out.String()
+	sys := &syscall.SysProcAttr{Credential: cred, Setpgid: true, UseCgroupFD: true, CgroupFD: cgroupFD}
+	return runWith(t, sys, "/", env, 2*time.Minute, bin, "doctor")
 }
 
 // Issue 23: alice's live kernel has its cgroup beside bob's (a cgroup v2

@@ -151,12 +151,19 @@ func runAs(t *testing.T, cred *syscall.Credential, env []string, timeout time.Du
 // runAsIn is runAs in the working directory dir.
 func runAsIn(t *testing.T, cred *syscall.Credential, dir string, env []string, timeout time.Duration, bin string, args ...string) (int, string) {
 	t.Helper()
+	return runWith(t, &syscall.SysProcAttr{Credential: cred, Setpgid: true}, dir, env, timeout, bin, args...)
+}
+
+// runWith is runAsIn with the process's attributes given whole (a cgroup
+// to start in, too); sys must set Setpgid.
+func runWith(t *testing.T, sys *syscall.SysProcAttr, dir string, env []string, timeout time.Duration, bin string, args ...string) (int, string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Env = env
 	cmd.Dir = dir
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Setpgid: true}
+	cmd.SysProcAttr = sys
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = 5 * time.Second
 	var out bytes.Buffer

@@ -248,15 +248,7 @@ func (r *Relay) held() (string, bool) {
 func (r *Relay) refuse(ch jmsg.Channel, p jmsg.Parts, h jmsg.MsgHeader, ename, text string) {
 	r.mu.Lock()
 	id := r.warnID
-	for i, e := range r.execs {
-		if e.msgID == h.MsgID {
-			r.execs = append(r.execs[:i], r.execs[i+1:]...)
-			if len(r.execs) == 0 && r.hooks.Activity != nil {
-				r.hooks.Activity(false)
-			}
-			break
-		}
-	}
+	r.forgetExecLocked(h.MsgID)
 	r.mu.Unlock()
 	topic := func(t string) [][]byte { return [][]byte{[]byte("kernel." + id + "." + t)} }
 	_ = r.send(jmsg.IOPub, topic("status"), "status", p.Header, h.Session, map[string]any{"execution_state": "busy"})

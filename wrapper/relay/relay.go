@@ -545,16 +545,22 @@ func (r *Relay) inspectOut(ch jmsg.Channel) func([][]byte) {
 			return
 		}
 		r.mu.Lock()
-		for i, e := range r.execs {
-			if e.msgID == ph.MsgID {
-				r.execs = append(r.execs[:i], r.execs[i+1:]...)
-				if len(r.execs) == 0 && r.hooks.Activity != nil {
-					r.hooks.Activity(false)
-				}
-				break
-			}
-		}
+		r.forgetExecLocked(ph.MsgID)
 		r.mu.Unlock()
+	}
+}
+
+// forgetExecLocked drops the execute_request msgID from those running,
+// and tells Activity when none is left. Called with r.mu held.
+func (r *Relay) forgetExecLocked(msgID string) {
+	for i, e := range r.execs {
+		if e.msgID == msgID {
+			r.execs = append(r.execs[:i], r.execs[i+1:]...)
+			if len(r.execs) == 0 && r.hooks.Activity != nil {
+				r.hooks.Activity(false)
+			}
+			return
+		}
 	}
 }
 
