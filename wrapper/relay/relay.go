@@ -220,10 +220,12 @@ func New(ctx context.Context, outer *Outer, inner *jmsg.ConnInfo, signer *jmsg.S
 		attached: make(chan struct{}), history: newDigestHistory(digestHistorySize),
 		warnPeer: zmtp.RateLimitedWarn(lg, 10*time.Second)}
 	r.welcome = newWelcomer(r, outer.doors[jmsg.IOPub])
+	// The kernel first: a client's request that came before it would be
+	// answered as if the kernel were parked (parked.go).
+	r.Attach(inner)
 	for _, ch := range []jmsg.Channel{jmsg.Shell, jmsg.Control, jmsg.Stdin, jmsg.HB} {
 		go r.outerPump(ch, r.inspectIn(ch))
 	}
-	r.Attach(inner)
 	return r
 }
 
