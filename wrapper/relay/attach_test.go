@@ -1,0 +1,99 @@
+package relay
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/go-zeromq/zmq4"
+
+	"github.com/tfgpu/tfgpu-kernel/internal/jmsg"
+	"github.com/tfgpu/tfgpu-kernel/internal/zmtp"
+)
+
+// A client's request that came while the supervisor was still starting
+// (queued in the outer socket before the relay exists) goes to the kernel
+// once the relay starts, and is answered by the kernel: not taken for a
+// parked kernel's and answered by the relay (it was, when the outer pumps
+// started before the first kernel was attached).
+func TestRequestsBeforeTheRelayGoToTheKernel(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	signer, err := jmsg.NewSigner("hmac-sha256", "attach-key")
+	if err != nil {
+		t.Fatal(err)
+	}
+	inner := &jmsg.ConnInfo{Transport: "tcp", IP: "127.0.0.1", Key: "attach-key", SignatureScheme: "hmac-sha256"}
+	var kernel [5]zmq4.Socket
+	for _, ch := range jmsg.Channels {
+		s := zmq4.NewRouter(ctx)
+		if ch == jmsg.IOPub {
+			s = zmq4.NewPub(ctx)
+		}
+		if err := s.Listen("tcp://127.0.0.1:0"); err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		_, port, _ := net.SplitHostPort(s.Addr().String())
+		inner.Ports[ch], _ = strconv.Atoi(port)
+		kernel[ch] = s
+	}
+	go func() { // the kernel answers kernel_info on shell
+		for {
+			m, err := kernel[jmsg.Shell].Recv()
+			if err != nil {
+				return
+			}
+			p, err := jmsg.Split(m.Frames)
+			if err != nil {
+				continue
+			}
+			reply, _ := jmsg.NewMessage(signer, p.Idents, "kernel_info_reply", p.Header, "kernel",
+				map[string]any{"status": "ok", "implementation": "the kernel"})
+			_ = kernel[jmsg.Shell].SendMulti(zmq4.NewMsgFrom(reply...))
+		}
+	}()
+	lg := slog.New(slog.DiscardHandler)
+	outer, err := Bind(ctx, &jmsg.ConnInfo{Transport: "tcp", IP: "127.0.0.1"}, zmtp.NewShared(zmtp.Limits{}, lg), lg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer outer.Close()
+
+	client := zmq4.NewDealer(ctx, zmq4.WithID(zmq4.SocketIdentity("early-client")))
+	defer client.Close()
+	if err := client.Dial("tcp://" + outer.doors[jmsg.Shell].Addr().String()); err != nil {
+		t.Fatal(err)
+	}
+	req, _ := jmsg.NewMessage(signer, nil, "kernel_info_request", nil, "client", map[string]any{})
+	if err := client.SendMulti(zmq4.NewMsgFrom(req...)); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond) // the request waits in the outer socket
+
+	r := New(ctx, outer, inner, signer, make(chan Event, 16), Hooks{}, lg)
+	defer r.CloseInner()
+	got := make(chan zmq4.Msg, 1)
+	go func() {
+		if m, err := client.Recv(); err == nil {
+			got <- m
+		}
+	}()
+	select {
+	case m := <-got:
+		p, err := jmsg.Split(m.Frames)
+		var c struct{ Implementation string }
+		if err == nil {
+			_ = json.Unmarshal(p.Content, &c)
+		}
+		if c.Implementation != "the kernel" {
+			t.Fatalf("the early request was answered by %q, not the kernel", c.Implementation)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the early request was not answered")
+	}
+}
