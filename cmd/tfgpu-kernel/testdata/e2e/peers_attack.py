@@ -68,15 +68,34 @@ def connect(ip, port, sock_type, identity=None, rcvbuf=None):
         return None
 
 
+OPEN = set()  # the sockets to shut down when the attack stops
+
+
 def closer(s):
-    """Close s when the attack stops (unblocks its reader)."""
-    def run():
-        STOP.wait()
+    """Shut s down when the attack stops (unblocks its reader). One set for
+    all, not a thread per socket: the claim loop makes thousands a minute,
+    and as many waiting threads slowed the attacker's own exit past the
+    test's 30 s (CI, under -race)."""
+    with LOCK:
+        OPEN.add(s)
+    if STOP.is_set():
+        shut_all()
+
+
+def forget(s):
+    with LOCK:
+        OPEN.discard(s)
+    s.close()
+
+
+def shut_all():
+    with LOCK:
+        socks = list(OPEN)
+    for s in socks:
         try:
             s.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
-    threading.Thread(target=run, daemon=True).start()
 
 
 def fill(ip, port, size):
@@ -100,7 +119,7 @@ def fill(ip, port, size):
         except OSError:
             pass
         add("closed")
-        s.close()
+        forget(s)
 
 
 def claim(ip, port, identity):
@@ -130,7 +149,7 @@ def claim(ip, port, identity):
         except (OSError, EOFError):
             if first:
                 add("refused")
-        s.close()
+        forget(s)
 
 
 def slowsub(ip, port, rate):
@@ -173,6 +192,7 @@ def main():
     print("started", flush=True)
     sys.stdin.read()
     STOP.set()
+    shut_all()
     for t in threads:
         t.join(10)
     print(json.dumps(COUNT), flush=True)
