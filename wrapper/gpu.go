@@ -124,13 +124,26 @@ func (g *gpuCheck) confirm(event string, old *gpu.Old) string {
 // confirmWithin is confirm until ctx ends; held says whether memory was
 // still held then.
 func (g *gpuCheck) confirmWithin(ctx context.Context, event string, old *gpu.Old) (warning string, held bool) {
+	_, warning, held = g.check(ctx, event, old)
+	return warning, held
+}
+
+// check confirms the release of old until ctx ends, keeps the outcome for
+// the notebook's page (release.go) and logs it; released is what NVML
+// confirmed per device (nil when nothing was checked, it failed, or memory
+// is still held).
+func (g *gpuCheck) check(ctx context.Context, event string, old *gpu.Old) (released map[int]int64, warning string, held bool) {
 	if old == nil || g.sess.Err() != nil {
-		return "", false
+		return nil, "", false
 	}
 	res, err := gpu.Confirm(ctx, g.sess, *old, gpu.ConfirmPoll)
 	g.last = newReleaseFacts(event, res, err, time.Now())
 	g.last.old = old
-	return g.report(event, res, err)
+	warning, held = g.report(event, res, err)
+	if err == nil && !held {
+		released = res.Released
+	}
+	return released, warning, held
 }
 
 // report logs the outcome of a release check in one line and returns the

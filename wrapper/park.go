@@ -61,15 +61,11 @@ func (s *supervisor) park(c cause, old *gpu.Old, killed int, cell relay.Cell) in
 	released, held, freed := s.confirmRelease(c.reason, old)
 	s.publishRelease(c, old) // for the notebook's page (release.go)
 	at := time.Now()
-	what := c.reason
+	text := "tfgpu-kernel: the kernel was " + c.reason
 	if c.gpuOver != nil {
-		what = fmt.Sprintf("the kernel used %s, over its limit of %s", c.gpuOver.text(), gpu.FormatBytes(c.gpuOver.limit))
+		text = fmt.Sprintf("tfgpu-kernel: the kernel used %s, over its limit of %s", c.gpuOver.text(), gpu.FormatBytes(c.gpuOver.limit))
 	}
-	text := fmt.Sprintf("tfgpu-kernel: the kernel was %s at %s: its whole process tree was killed (%d processes)",
-		strings.TrimPrefix(what, "the kernel "), at.Format("15:04"), killed)
-	if c.gpuOver != nil {
-		text = fmt.Sprintf("tfgpu-kernel: %s at %s: its whole process tree was killed (%d processes)", what, at.Format("15:04"), killed)
-	}
+	text += fmt.Sprintf(" at %s: its whole process tree was killed (%d processes)", at.Format("15:04"), killed)
 	switch {
 	case released != "":
 		text += "; GPU memory released: " + released + " (NVML confirmed)"
@@ -125,19 +121,13 @@ func (s *supervisor) park(c cause, old *gpu.Old, killed int, cell relay.Cell) in
 // released ("" when nothing was checked), per device too, or the warning
 // for the user.
 func (s *supervisor) confirmRelease(event string, old *gpu.Old) (released, warning string, freed map[int]int64) {
-	if old == nil || s.gpu.sess.Err() != nil {
-		return "", "", nil
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), s.gpu.timeout)
 	defer cancel()
-	res, err := gpu.Confirm(ctx, s.gpu.sess, *old, gpu.ConfirmPoll)
-	s.gpu.last = newReleaseFacts(event, res, err, time.Now())
-	s.gpu.last.old = old
-	warning, held := s.gpu.report(event, res, err)
-	if err == nil && !held && len(old.Held) > 0 {
-		released, freed = res.ReleasedText(), res.Released
+	freed, warning, _ = s.gpu.check(ctx, event, old)
+	if len(freed) == 0 { // nothing checked, or the tree held nothing
+		return "", warning, nil
 	}
-	return released, warning, freed
+	return gpu.Result{Released: freed}.ReleasedText(), warning, freed
 }
 
 // waitParked serves the parked kernel's place until a request needs a
