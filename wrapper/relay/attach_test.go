@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
-	"net"
-	"strconv"
 	"testing"
 	"time"
 
@@ -27,21 +25,7 @@ func TestRequestsBeforeTheRelayGoToTheKernel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	inner := &jmsg.ConnInfo{Transport: "tcp", IP: "127.0.0.1", Key: "attach-key", SignatureScheme: "hmac-sha256"}
-	var kernel [5]zmq4.Socket
-	for _, ch := range jmsg.Channels {
-		s := zmq4.NewRouter(ctx)
-		if ch == jmsg.IOPub {
-			s = zmq4.NewPub(ctx)
-		}
-		if err := s.Listen("tcp://127.0.0.1:0"); err != nil {
-			t.Fatal(err)
-		}
-		defer s.Close()
-		_, port, _ := net.SplitHostPort(s.Addr().String())
-		inner.Ports[ch], _ = strconv.Atoi(port)
-		kernel[ch] = s
-	}
+	kernel, inner := kernelSockets(t, ctx, "attach-key")
 	go func() { // the kernel answers kernel_info on shell
 		for {
 			m, err := kernel[jmsg.Shell].Recv()

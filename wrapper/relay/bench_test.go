@@ -37,22 +37,8 @@ func newBenchRelay(b *testing.B) *benchRelay {
 		b.Fatal(err)
 	}
 	br := &benchRelay{signer: signer}
-	inner := &jmsg.ConnInfo{Transport: "tcp", IP: "127.0.0.1", Key: "bench-key", SignatureScheme: "hmac-sha256"}
-	for _, ch := range jmsg.Channels {
-		var s zmq4.Socket
-		if ch == jmsg.IOPub {
-			s = zmq4.NewPub(ctx)
-		} else {
-			s = zmq4.NewRouter(ctx)
-		}
-		if err := s.Listen("tcp://127.0.0.1:0"); err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { s.Close() })
-		_, port, _ := net.SplitHostPort(s.Addr().String())
-		inner.Ports[ch], _ = strconv.Atoi(port)
-		br.kernel[ch] = s
-	}
+	var inner *jmsg.ConnInfo
+	br.kernel, inner = kernelSockets(b, ctx, "bench-key")
 	outerInfo := &jmsg.ConnInfo{Transport: "tcp", IP: "127.0.0.1"}
 	lg := slog.New(slog.DiscardHandler)
 	br.outer, err = Bind(ctx, outerInfo, zmtp.NewShared(zmtp.Limits{}, lg), lg)
@@ -179,4 +165,26 @@ func BenchmarkRelayDisplayData(b *testing.B) {
 	case <-time.After(time.Minute):
 		b.Fatal("the subscriber did not get every message")
 	}
+}
+
+// kernelSockets are a kernel's five sockets, listening on loopback ports,
+// and the inner connection file naming them with key.
+func kernelSockets(tb testing.TB, ctx context.Context, key string) ([5]zmq4.Socket, *jmsg.ConnInfo) {
+	tb.Helper()
+	var kernel [5]zmq4.Socket
+	inner := &jmsg.ConnInfo{Transport: "tcp", IP: "127.0.0.1", Key: key, SignatureScheme: "hmac-sha256"}
+	for _, ch := range jmsg.Channels {
+		s := zmq4.NewRouter(ctx)
+		if ch == jmsg.IOPub {
+			s = zmq4.NewPub(ctx)
+		}
+		if err := s.Listen("tcp://127.0.0.1:0"); err != nil {
+			tb.Fatal(err)
+		}
+		tb.Cleanup(func() { s.Close() })
+		_, port, _ := net.SplitHostPort(s.Addr().String())
+		inner.Ports[ch], _ = strconv.Atoi(port)
+		kernel[ch] = s
+	}
+	return kernel, inner
 }
