@@ -56,13 +56,14 @@ type Opened struct {
 // a child cgroup of the supervisor's own in the cgroup2 tree (pure or
 // hybrid hosts); ModeSystemd a delegated scope of the user's systemd
 // manager, for a supervisor whose own cgroup is not writable; ModeV1 a
-// freezer cgroup; None the proc tree (subreaper and /proc), which works
-// everywhere; Auto the first of these that can be set up
-// (docs/design.md#containment).
+// freezer cgroup; ModeProc the proc tree (subreaper and /proc), which
+// works everywhere; Auto the first of these that can be set up
+// (docs/design.md#containment). None is read as ModeProc (Choice).
 func Open(choice, name string, o Options) (Opened, error) {
+	choice, _ = Choice(choice)
 	switch choice {
-	case None:
-		return taken(supervisorProcTree(o.Reaper), "asked for with --cgroup none"), nil
+	case ModeProc:
+		return taken(supervisorProcTree(o.Reaper), "asked for with --cgroup proc"), nil
 	case ModeV2:
 		return openV2(name, o.v2()...)
 	case ModeSystemd:
@@ -71,7 +72,7 @@ func Open(choice, name string, o Options) (Opened, error) {
 		return openV1(name, o.Reaper)
 	case Auto:
 	default:
-		return Opened{}, fmt.Errorf("--cgroup %q: want auto, v2, systemd, v1 or none", choice)
+		return Opened{}, fmt.Errorf("--cgroup %q: want auto, v2, systemd, v1 or proc", choice)
 	}
 	opened, err2 := openV2(name, o.v2()...)
 	if err2 == nil {

@@ -41,14 +41,31 @@ const (
 )
 
 // What --cgroup accepts besides the modes: Auto takes the first of v2,
-// systemd, v1 and proc that can be set up; None asks for the proc mode.
+// systemd, v1 and proc that can be set up. None is the name the proc mode
+// had before #24 ("none" in the flag, "proc" in the log and in doctor):
+// still taken, so that kernelspecs installed with it keep working, and
+// read as ModeProc (Choice); the mode has one name, proc, everywhere else.
 const (
 	Auto = "auto"
 	None = "none"
 )
 
 // Choices are the values Open accepts, in the order Auto tries them.
-var Choices = []string{Auto, ModeV2, ModeSystemd, ModeV1, None}
+var Choices = []string{Auto, ModeV2, ModeSystemd, ModeV1, ModeProc}
+
+// Choice is c with the old spelling None read as ModeProc; ok is false
+// for a value Open does not take.
+func Choice(c string) (string, bool) {
+	if c == None {
+		c = ModeProc
+	}
+	for _, k := range Choices {
+		if c == k {
+			return c, true
+		}
+	}
+	return c, false
+}
 
 // Launcher is a Tree that starts the leader through another program: the
 // systemd scope, made by systemd-run around the command. The caller runs

@@ -76,14 +76,14 @@ func TestShutdownKillsEscapedTreeAndReplies(t *testing.T) {
 		{name: "v2 moved after fork", mode: cgroup.ModeV2, wantMode: "mode=v2",
 			opts: []cgroup.V2Option{cgroup.WithoutCloneInto()}},
 		{name: "v1", mode: cgroup.ModeV1, wantMode: "mode=v1"},
-		{name: "none", mode: cgroup.None, wantMode: "mode=proc"},
+		{name: "proc", mode: cgroup.ModeProc, wantMode: "mode=proc"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			parent := ""
 			switch tc.mode {
 			case cgroup.ModeV1:
 				parent = requireFreezer(t)
-			case cgroup.None:
+			case cgroup.ModeProc:
 			default:
 				parent = requireCgroupV2(t)
 			}
@@ -459,7 +459,7 @@ func watcherOf(t *testing.T, sup int) int {
 // waiting for another start: the escaped process is dead, the cgroup and
 // the state file gone, in every containment mode.
 func TestWatcherFinishesWhenTheSupervisorIsKilled(t *testing.T) {
-	for _, mode := range []string{cgroup.ModeV2, cgroup.ModeV1, cgroup.None} {
+	for _, mode := range []string{cgroup.ModeV2, cgroup.ModeV1, cgroup.ModeProc} {
 		t.Run(mode, func(t *testing.T) {
 			h, cmd, pid, st := startExternalIn(t, mode)
 			took := h.killSupervisor(cmd, pid)

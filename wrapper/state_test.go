@@ -22,10 +22,10 @@ import (
 // `tfgpu-kernel stop` on a kernel whose supervisor is SIGSTOPped: its state
 // file leads to its cgroup, which is killed empty and removed.
 func TestFinishAKernelWhoseSupervisorIsStopped(t *testing.T) {
-	for _, mode := range []string{cgroup.ModeV2, cgroup.ModeV1, cgroup.None} {
+	for _, mode := range []string{cgroup.ModeV2, cgroup.ModeV1, cgroup.ModeProc} {
 		t.Run(mode, func(t *testing.T) {
 			_, cmd, pid, st := startExternalIn(t, mode)
-			if want := map[string]string{cgroup.ModeV2: "v2", cgroup.ModeV1: "v1", cgroup.None: "proc"}[mode]; st.Containment != want {
+			if want := map[string]string{cgroup.ModeV2: "v2", cgroup.ModeV1: "v1", cgroup.ModeProc: "proc"}[mode]; st.Containment != want {
 				t.Fatalf("containment %q, want %q", st.Containment, want)
 			}
 			if st.SupervisorPID != cmd.Process.Pid || !st.SupervisorAlive() || st.KernelPID <= 1 || st.Containment == "" {
@@ -52,7 +52,7 @@ func TestFinishAKernelWhoseSupervisorIsStopped(t *testing.T) {
 			if pidAlive(st.KernelPID) {
 				t.Fatalf("kernel %d alive after Finish", st.KernelPID)
 			}
-			if mode != cgroup.None {
+			if mode != cgroup.ModeProc {
 				if pidAlive(pid) {
 					t.Fatalf("escapee %d alive after Finish", pid)
 				}

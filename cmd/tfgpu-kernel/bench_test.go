@@ -247,7 +247,7 @@ func BenchmarkKernelFloor(b *testing.B) {
 }
 
 // restartModes are the containment modes BenchmarkRestartModes compares.
-var restartModes = []string{"v2", "v1", "none"}
+var restartModes = []string{"v2", "v1", "proc"}
 
 // BenchmarkRestartModes prints restart_kernel + wait_for_ready per
 // containment mode against the direct kernel, median of 20 each:

@@ -176,14 +176,14 @@ func TestE2ESIGKILL(t *testing.T) {
 			t.Skip("the watcher is the supervisor's")
 		}
 		for _, who := range []string{"root", "user"} {
-			modes := []string{CgroupModeV2, CgroupModeV1, CgroupModeNone}
+			modes := []string{CgroupModeV2, CgroupModeV1, CgroupModeProc}
 			switch {
 			case stack != stackDebian && who == "user":
 				continue
 			case stack != stackDebian:
 				modes = []string{CgroupModeV2}
 			case who == "user":
-				modes = []string{CgroupModeNone, CgroupModeV2}
+				modes = []string{CgroupModeProc, CgroupModeV2}
 			}
 			for _, mode := range modes {
 				for _, how := range []string{"shutdown", "restart"} {
@@ -200,7 +200,7 @@ func TestE2ESIGKILL(t *testing.T) {
 const (
 	CgroupModeV2   = "v2"
 	CgroupModeV1   = "v1"
-	CgroupModeNone = "none"
+	CgroupModeProc = "proc"
 )
 
 func e2eSIGKILL(t *testing.T, s *e2eSuite, asUser bool, mode, how string) {

@@ -23,7 +23,7 @@ func TestE2ETorture(t *testing.T) {
 		t.Skip("containment modes are the supervisor's")
 	}
 	var summary []string
-	for _, mode := range []string{"auto", "v2", "v1", "none"} {
+	for _, mode := range []string{"auto", "v2", "v1", "proc"} {
 		for _, how := range []string{"restart", "shutdown"} {
 			t.Run(mode+"/"+how, func(t *testing.T) {
 				start := time.Now()

@@ -4,7 +4,6 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
-	"slices"
 	"time"
 
 	"github.com/tfgpu/tfgpu-kernel/cgroup"
@@ -44,7 +43,7 @@ func (r *runFlags) define(fs *flag.FlagSet) {
 	fs.StringVar(&r.inner, "inner-transport", "auto", "`TRANSPORT` to the kernel: auto (ipc, else tcp), ipc, tcp")
 	fs.StringVar(&r.memLimit, "memory-limit", "", "`SIZE` of memory the kernel's whole tree may use, e.g. 8G (powers of 1024; at least 128M); empty: no limit")
 	fs.StringVar(&r.gpuLimit, "gpu-memory-limit", "", "`SIZE` of GPU memory the kernel's whole tree may hold, summed over the watched GPUs, e.g. 8G (at least 128M); over it the tree is killed and Jupyter restarts the kernel; empty: no limit")
-	fs.StringVar(&r.cg, "cgroup", cgroup.Auto, "`MODE` of containment: auto (first of v2, systemd, v1 that works, else none), v2, systemd (user scope via systemd-run), v1 (freezer), none (process group and /proc)")
+	fs.StringVar(&r.cg, "cgroup", cgroup.Auto, "`MODE` of containment: auto (first of v2, systemd, v1 that works, else proc), v2, systemd (user scope via systemd-run), v1 (freezer), proc (process group and /proc; its old name none is taken too); inside a Slurm job always proc")
 	fs.StringVar(&r.nvmlLib, "nvml-library", "", "NVML library `FILE` to load; empty: "+gpuSoname+" through the dynamic loader (LD_LIBRARY_PATH)")
 	durationVar(fs, &r.confirm, "confirm-timeout", wrapper.DefaultConfirmTimeout, "how long to wait for NVML to list none of a killed tree's GPU contexts")
 	fs.StringVar(&r.maxMsg, "max-message-size", "1G", "the largest message (`SIZE`) a client may send the kernel (all its frames, e.g. a comm's buffers); a client that sends a larger one is disconnected")
@@ -64,8 +63,8 @@ const MinMemoryLimit = 128 << 20
 func (r *runFlags) check(src flagSource) (v runValues, err error) {
 	n := src.name
 	switch {
-	case !slices.Contains(cgroup.Choices, r.cg):
-		return v, fmt.Errorf("%s %q: want auto, v2, systemd, v1 or none", n("cgroup"), r.cg)
+	case !validChoice(r.cg):
+		return v, fmt.Errorf("%s %q: want auto, v2, systemd, v1 or proc", n("cgroup"), r.cg)
 	case r.confirm <= 0:
 		return v, fmt.Errorf("%s %v: want a positive duration such as 10s", n("confirm-timeout"), r.confirm)
 	case r.killTimeout <= 0:
@@ -93,6 +92,12 @@ func (r *runFlags) check(src flagSource) (v runValues, err error) {
 		return v, fmt.Errorf("%s %q: want debug, info, warn or error", n("log-level"), r.level)
 	}
 	return v, nil
+}
+
+// validChoice reports whether --cgroup takes c (cgroup.Choice).
+func validChoice(c string) bool {
+	_, ok := cgroup.Choice(c)
+	return ok
 }
 
 // checkLimit parses a memory limit given as name ("" is none): a size of

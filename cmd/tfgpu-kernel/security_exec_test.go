@@ -282,7 +282,7 @@ func TestSecurityRootFindsKernelsFromProcesses(t *testing.T) {
 	bin := sharedBinary(t)
 	bob := newLocalUser(t, "bob")
 	hidden := bob.mkdir(t, filepath.Join(bob.home, "hidden"), 0o700)
-	cmd := startUserSupervisor(t, bin, bob, hidden, -1, "none", "exec sleep 600").cmd
+	cmd := startUserSupervisor(t, bin, bob, hidden, -1, "proc", "exec sleep 600").cmd
 	id := "5b2c1e7a-aaaa-4bbb-8ccc-000000000001"
 	env := append(os.Environ(), "TFGPU_STATE_DIR=")
 	ps := func() ([]record.KernelStatus, string, time.Duration) {
@@ -414,8 +414,8 @@ func TestSecurityPsAttributesOnlyTheOwnersProcesses(t *testing.T) {
 func TestUserFindsOwnKernelsInEveryStateDir(t *testing.T) {
 	bin := sharedBinary(t)
 	bob, alice := newLocalUser(t, "bob"), newLocalUser(t, "alice")
-	bobs := startUserSupervisor(t, bin, bob, bob.mkdir(t, filepath.Join(bob.home, "elsewhere"), 0o700), -1, "none", "exec sleep 600").cmd
-	alices := startUserSupervisor(t, bin, alice, "", -1, "none", "exec sleep 600").cmd
+	bobs := startUserSupervisor(t, bin, bob, bob.mkdir(t, filepath.Join(bob.home, "elsewhere"), 0o700), -1, "proc", "exec sleep 600").cmd
+	alices := startUserSupervisor(t, bin, alice, "", -1, "proc", "exec sleep 600").cmd
 
 	// bob's ps and stop with his default state directory (none of his
 	// kernels recorded there).

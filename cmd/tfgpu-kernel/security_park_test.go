@@ -33,7 +33,7 @@ import (
 func TestSecurityStopOrders(t *testing.T) {
 	bin := sharedBinary(t)
 	alice, bob := newLocalUser(t, "alice"), newLocalUser(t, "bob")
-	bobs := startUserSupervisor(t, bin, bob, "", -1, "none", "exec sleep 600")
+	bobs := startUserSupervisor(t, bin, bob, "", -1, "proc", "exec sleep 600")
 	bobState := filepath.Join(bob.home, "state")
 	const bobID = "5b2c1e7a-aaaa-4bbb-8ccc-000000000001" // connFileFor's
 	bobRecord := func() record.State {

@@ -345,7 +345,7 @@ func runSupervisorAs(t *testing.T, bin string, u localUser, state string) (strin
 	conn := connFileFor(t, u)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "run", "--cgroup", "none", "-f", conn, "--", "/bin/sleep", "600")
+	cmd := exec.CommandContext(ctx, bin, "run", "--cgroup", "proc", "-f", conn, "--", "/bin/sleep", "600")
 	cmd.Env = userEnv(u, "TFGPU_STATE_DIR="+state)
 	cmd.Dir = "/"
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: u.credential, Setpgid: true}
@@ -535,7 +535,7 @@ func TestSecurityHandoffLink(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "run", "--cgroup", "none", "-f", conn, "--", "/bin/sleep", "600")
+	cmd := exec.CommandContext(ctx, bin, "run", "--cgroup", "proc", "-f", conn, "--", "/bin/sleep", "600")
 	cmd.Env = append(userEnv(alice, "TFGPU_STATE_DIR="+state), f.Env()...)
 	cmd.Dir = "/"
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: alice.credential, Setpgid: true}

@@ -179,7 +179,7 @@ time.sleep(600)
 `
 	script := bob.own(t, filepath.Join(shared, "worker.py"), []byte(worker), 0o644)
 	kernel := `/usr/bin/python3 ` + script + ` ` + pidFile + ` & exec sleep 600`
-	sup := startUserSupervisor(t, bin, bob, "", -1, "none", kernel)
+	sup := startUserSupervisor(t, bin, bob, "", -1, "proc", kernel)
 	w := waitPidFile(t, pidFile)
 	killLater(t, w)
 	if code, out := runAs(t, bob.credential, nil, 10*time.Second, "/bin/cat", "/proc/"+strconv.Itoa(w)+"/environ"); code == 0 {

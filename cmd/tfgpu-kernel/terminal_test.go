@@ -57,7 +57,7 @@ func TestRunIsQuietInATerminal(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			master, tty := openPty(t)
 			conn := writeTCPConn(t, t.TempDir(), "5b2c1e7a-tty", "tty-key")
-			cmd := exec.Command(bin, "run", "--cgroup", "none", "-f", conn, "--", "/bin/sleep", "600")
+			cmd := exec.Command(bin, "run", "--cgroup", "proc", "-f", conn, "--", "/bin/sleep", "600")
 			cmd.Env = append(os.Environ(), append([]string{"TFGPU_STATE_DIR=" + testutil.PrivateDir(t)}, c.env...)...)
 			cmd.Stdout, cmd.Stderr = tty, tty
 			cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

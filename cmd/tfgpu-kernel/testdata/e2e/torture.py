@@ -35,8 +35,8 @@ import harness as h
 
 HOW = sys.argv[1] if len(sys.argv) > 1 else "restart"
 MODE = sys.argv[2] if len(sys.argv) > 2 else "auto"
-# What the supervisor logs for each --cgroup value ("none" is the proc tree).
-WANT_MODE = {"auto": os.environ.get("E2E_TORTURE_AUTO_MODE", "v2"), "v2": "v2", "v1": "v1", "none": "proc"}[MODE]
+# What the supervisor logs for each --cgroup value ("none", the old name of proc, too).
+WANT_MODE = {"auto": os.environ.get("E2E_TORTURE_AUTO_MODE", "v2"), "v2": "v2", "v1": "v1", "proc": "proc", "none": "proc"}[MODE]
 CG_ROOTS = ["/sys/fs/cgroup/unified", "/sys/fs/cgroup/freezer", "/sys/fs/cgroup/pids", "/sys/fs/cgroup/memory"]
 if os.path.exists("/sys/fs/cgroup/cgroup.controllers"):  # a pure cgroup2 host
     CG_ROOTS.insert(0, "/sys/fs/cgroup")
