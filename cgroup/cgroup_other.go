@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"syscall"
+	"time"
 )
 
 // The supervisor runs on Linux only. This stub lets the module build and
@@ -60,9 +61,10 @@ func StartReaper() *Reaper { return &Reaper{} }
 func (r *Reaper) StartProcess(argv0 string, argv []string, attr *syscall.ProcAttr) (int, <-chan ExitStatus, error) {
 	return 0, nil, fmt.Errorf("start %s: %w", argv0, ErrUnsupported)
 }
-func (r *Reaper) Owns(pid int) bool { return false }
-func (r *Reaper) Orphans() uint64   { return 0 }
-func (r *Reaper) Stop()             {}
+func (r *Reaper) Owns(pid int) bool        { return false }
+func (r *Reaper) Orphans() uint64          { return 0 }
+func (r *Reaper) Stop()                    {}
+func (r *Reaper) Drain(time.Duration) bool { return true }
 
 // StartTime fails with ErrUnsupported.
 func StartTime(pid int) (uint64, error) {
@@ -76,3 +78,13 @@ func ProcCmdline(pid int) ([]string, error) {
 
 // HasChildren reports false: there is no /proc to read.
 func HasChildren(pid int) bool { return false }
+
+// OuterMemory is Linux-only; NewOuterMemory finds none elsewhere.
+type OuterMemory struct {
+	Limit int64
+	Dir   string
+}
+
+func NewOuterMemory(Layout) *OuterMemory { return nil }
+func (o *OuterMemory) Baseline()         {}
+func (o *OuterMemory) Hit() bool         { return false }

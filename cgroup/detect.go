@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
+	"maps"
 	"os"
 	"path"
 	"slices"
@@ -39,6 +40,9 @@ type Layout struct {
 	V2Self string
 	// V1 maps each mounted v1 controller to its mount point.
 	V1 map[string]string
+	// ReadOnly are the mount points of V2Mount and V1 that are mounted
+	// read-only (a container's default): no cgroup can be made there.
+	ReadOnly []string
 }
 
 // DetectLayout reads /proc/self/mountinfo and /proc/self/cgroup.
@@ -59,6 +63,7 @@ func DetectLayout() (Layout, error) {
 func ParseLayout(mountinfo, selfCgroup []byte) (Layout, error) {
 	l := Layout{V1: map[string]string{}}
 	var v2Root string
+	ro := map[string]bool{}
 	sc := bufio.NewScanner(bytes.NewReader(mountinfo))
 	sc.Buffer(make([]byte, 64*1024), 1024*1024)
 	for sc.Scan() {
@@ -68,6 +73,9 @@ func ParseLayout(mountinfo, selfCgroup []byte) (Layout, error) {
 		}
 		if !ok {
 			continue
+		}
+		if m.fstype == "cgroup2" || m.fstype == "cgroup" {
+			ro[m.point] = slices.Contains(strings.Split(m.opts, ","), "ro") // a later mount on the same point hides the first
 		}
 		switch m.fstype {
 		case "cgroup2":
@@ -86,6 +94,11 @@ func ParseLayout(mountinfo, selfCgroup []byte) (Layout, error) {
 	}
 	if err := sc.Err(); err != nil {
 		return Layout{}, fmt.Errorf("parse mountinfo: %w", err)
+	}
+	for _, p := range append([]string{l.V2Mount}, slices.Sorted(maps.Values(l.V1))...) {
+		if p != "" && ro[p] && !slices.Contains(l.ReadOnly, p) {
+			l.ReadOnly = append(l.ReadOnly, p)
+		}
 	}
 	switch {
 	case l.V2Mount != "" && len(l.V1) > 0:
@@ -123,7 +136,7 @@ func v2Rank(point string) int {
 	return 2
 }
 
-type mount struct{ root, point, fstype, superOpts string }
+type mount struct{ root, point, opts, fstype, superOpts string }
 
 // parseMountLine parses one mountinfo line:
 //
@@ -140,7 +153,7 @@ func parseMountLine(line string) (m mount, ok bool, err error) {
 	if sep < 6 || len(f) < sep+4 {
 		return m, false, fmt.Errorf("parse mountinfo line %q: malformed", line)
 	}
-	m.root, m.point = unescapeMount(f[3]), unescapeMount(f[4])
+	m.root, m.point, m.opts = unescapeMount(f[3]), unescapeMount(f[4]), f[5]
 	m.fstype, m.superOpts = f[sep+1], f[sep+3]
 	return m, true, nil
 }

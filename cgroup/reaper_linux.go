@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -175,6 +176,29 @@ func (r *Reaper) Owns(pid int) bool {
 
 // Orphans is the number of children reaped that StartProcess did not start.
 func (r *Reaper) Orphans() uint64 { return r.orphans.Load() }
+
+// Drain reaps until this process has no child left, or for at most
+// timeout; it returns whether none is left. A supervisor calls it last,
+// once its tree is killed: Kill returns when the cgroup is empty, a moment
+// before the last processes become zombies, and a zombie left when the
+// supervisor exits is re-parented to PID 1, which in many containers (no
+// --init, the Jupyter server as PID 1) never waits for it (#24).
+func (r *Reaper) Drain(timeout time.Duration) bool {
+	deadline := time.Now().Add(timeout)
+	for {
+		r.reap()
+		var info unix.Siginfo
+		// WNOWAIT: look, leave the reaping to reap (and its channels).
+		err := unix.Waitid(unix.P_ALL, 0, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT|unix.WALL, nil)
+		if errors.Is(err, unix.ECHILD) {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
 
 // Stop stops reaping and returns when the reaping goroutine has ended.
 // Children still running are no longer reaped, and their channels never

@@ -106,3 +106,33 @@ func TestReaperReapsOrphans(t *testing.T) {
 	}
 	waitNoZombies(t)
 }
+
+// TestReaperDrainLeavesNoZombie: orphans of a tree (a double fork) that
+// exit just before the supervisor does are reaped by Drain, not left to
+// PID 1 as zombies (#24: PID 1 of a container without --init never waits).
+func TestReaperDrainLeavesNoZombie(t *testing.T) {
+	// sh forks a grandchild that outlives it by 50 ms: the grandchild is
+	// re-parented to this (subreaper) process and exits while nobody waits.
+	pid, ch, err := testReaper.StartProcess("/bin/sh", []string{"sh", "-c", "(sleep 0.05 &) ; exit 0"},
+		&syscall.ProcAttr{Files: []uintptr{0, 1, 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-ch
+	if !testReaper.Drain(5 * time.Second) {
+		t.Fatalf("Drain: children still there 5 s after sh %d's grandchild (sleep 0.05) was started", pid)
+	}
+	var info unix.Siginfo
+	if err := unix.Waitid(unix.P_ALL, 0, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil); !errors.Is(err, unix.ECHILD) {
+		t.Fatalf("after Drain a child is left (waitid: %v)", err)
+	}
+	// A child that runs on keeps Drain waiting no longer than it was told.
+	pid, ch, err = testReaper.StartProcess("/bin/sleep", []string{"sleep", "60"}, &syscall.ProcAttr{Files: []uintptr{0, 1, 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { unix.Kill(pid, unix.SIGKILL); <-ch }()
+	if testReaper.Drain(20 * time.Millisecond) {
+		t.Fatal("Drain said no child is left while sleep 60 runs")
+	}
+}

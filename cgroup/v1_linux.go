@@ -492,3 +492,13 @@ func DestroyV1(ctx context.Context, dir string) (int, error) {
 	}
 	return len(pids), t.Close()
 }
+
+// FreezerState reads freezer.state of the v1 freezer cgroup dir: THAWED,
+// FREEZING or FROZEN.
+func FreezerState(dir string) (string, error) {
+	b, err := os.ReadFile(filepath.Join(dir, "freezer.state"))
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimSpace(string(b)), nil
+}

@@ -33,3 +33,8 @@ func (t *V1Tree) Mode() string    { return ModeV1 }
 func (t *V1Tree) TaskCount() (int, error) {
 	return 0, fmt.Errorf("count tasks: %w", ErrUnsupported)
 }
+
+// FreezerState fails with ErrUnsupported.
+func FreezerState(dir string) (string, error) {
+	return "", fmt.Errorf("read %s/freezer.state: %w", dir, ErrUnsupported)
+}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tfgpu/tfgpu-kernel/cgroup"
+	"github.com/tfgpu/tfgpu-kernel/internal/engine"
 	"github.com/tfgpu/tfgpu-kernel/internal/record"
 	"github.com/tfgpu/tfgpu-kernel/internal/zmtp"
 )
@@ -53,6 +54,7 @@ type Config struct {
 
 	v2opts []cgroup.V2Option // tests force the cgroup.procs fallback with these
 	shared *zmtp.Shared      // tests read the relay's counters through it
+	engine *engine.Engine    // tests say what the supervisor runs inside; nil: engine.Detect
 }
 
 // withDefaults is c with every zero field set to its default: the one

@@ -35,8 +35,11 @@ type harness struct {
 	ci     *jmsg.ConnInfo
 	signer *jmsg.Signer
 	stderr *testutil.Buffer
-	done   chan int
-	cancel context.CancelFunc
+	// firstStderr are the stderr streams the first cell (connect's sync)
+	// got: what the supervisor tells the first cell.
+	firstStderr []string
+	done        chan int
+	cancel      context.CancelFunc
 
 	shell, control, stdin, hb, iopub zmq4.Socket
 	iopubMsgs                        chan zmq4.Msg
@@ -184,6 +187,9 @@ func (h *harness) connect() {
 		select {
 		case m := <-h.iopubMsgs:
 			if !bytes.Contains(lastContent(m), []byte(`"sync"`)) {
+				if bytes.Contains(lastContent(m), []byte(`"name":"stderr"`)) {
+					h.firstStderr = append(h.firstStderr, string(lastContent(m)))
+				}
 				continue
 			}
 			h.discardReplies(h.shell, syncs)

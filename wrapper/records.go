@@ -4,10 +4,14 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/tfgpu/tfgpu-kernel/cgroup"
+	"github.com/tfgpu/tfgpu-kernel/internal/engine"
 	"github.com/tfgpu/tfgpu-kernel/internal/record"
 )
 
@@ -76,12 +80,41 @@ func (s *supervisor) describe() (record.State, error) {
 		Containment: s.tree.Mode(), Cgroup: s.tree.Dir(), ConnectionFile: s.cfg.ConnFile, InnerDir: s.innerDir,
 		Session: os.Getenv("JPY_SESSION_NAME"), Started: time.Now().UTC(), Phase: s.phase.String(),
 		BootID: record.BootID, Owner: os.Geteuid(), Marker: s.marker, MemoryCgroup: s.memoryCgroup(), Parks: true}
+	if s.engine.Kind == engine.Slurm {
+		st.Slurm = &record.SlurmJob{Job: s.engine.SlurmJob, Step: s.engine.SlurmStep, Cgroups: jobCgroupDirs(s.engine)}
+	}
 	if s.kpid > 0 {
 		if kstart, err := startTime(s.kpid); err == nil { // else dead already: nothing to name
 			st.KernelPID, st.KernelStart = s.kpid, kstart
 		}
 	}
 	return st, nil
+}
+
+// jobCgroupDirs are the directories of the Slurm job's cgroups e names,
+// where their hierarchies are mounted here.
+func jobCgroupDirs(e engine.Engine) []string {
+	l, err := cgroup.DetectLayout()
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, jc := range e.JobCgroups {
+		mnt := ""
+		if jc.Controllers == "" {
+			mnt = l.V2Mount
+		}
+		for _, c := range strings.Split(jc.Controllers, ",") {
+			if m := l.V1[c]; m != "" {
+				mnt = m
+				break
+			}
+		}
+		if mnt != "" && !slices.Contains(out, filepath.Join(mnt, jc.Path)) {
+			out = append(out, filepath.Join(mnt, jc.Path))
+		}
+	}
+	return out
 }
 
 // memoryCgroup is the memory limit's cgroup when it is one of its own (v1),

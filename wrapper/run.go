@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tfgpu/tfgpu-kernel/cgroup"
+	"github.com/tfgpu/tfgpu-kernel/internal/engine"
 	"github.com/tfgpu/tfgpu-kernel/internal/jmsg"
 	"github.com/tfgpu/tfgpu-kernel/internal/record"
 	"github.com/tfgpu/tfgpu-kernel/internal/zmtp"
@@ -40,6 +41,8 @@ type supervisor struct {
 	reaper    *cgroup.Reaper
 	tree      cgroup.Tree
 	mem       cgroup.Memory          // the memory limit, if one could be applied
+	outerMem  *cgroup.OuterMemory    // the limit of the cgroups the supervisor started in (a container's, a job's)
+	engine    engine.Engine          // what the supervisor runs inside (internal/engine)
 	gpu       *gpuCheck              // the GPU policy (gpu.go)
 	limit     *gpuLimit              // the GPU memory limit (gpulimit.go); nil without one
 	usagec    chan chan usageFigures // the relay's usage_reply asks the loop (usage.go)
@@ -174,14 +177,28 @@ func (s *supervisor) start(ctx context.Context) (<-chan cgroup.ExitStatus, int) 
 		s.log.Warn("cannot become child subreaper; escaped daemons may survive", "err", err)
 	}
 	s.reaper = cgroup.StartReaper()
-	s.onExit(s.reaper.Stop)
+	s.onExit(func() {
+		// Last: the zombies of the killed tree and the watcher are ours
+		// to reap; PID 1 of a container may never (reaper.Drain).
+		if !s.reaper.Drain(time.Second) {
+			s.log.Debug("children still running as the supervisor exits")
+		}
+		s.reaper.Stop()
+	})
 	// NVML before anything is killed or spawned, so that the release of
 	// what dead supervisors left can be confirmed too.
 	s.gpu = openGPUCheck(s.cfg.NVMLLibrary, s.cfg.ConfirmTimeout, s.log)
 	s.onExit(s.gpu.close)
 	warning := s.sweep()
 
-	opened, err := cgroup.Open(s.cfg.Cgroup, cgroupName(s.id),
+	s.engine = engine.Detect()
+	if s.cfg.engine != nil {
+		s.engine = *s.cfg.engine
+	}
+	if s.engine.Kind != engine.Host {
+		s.log.Info("running inside "+s.engine.String(), "evidence", s.engine.Why)
+	}
+	opened, err := cgroup.Open(s.containment(), cgroupName(s.id),
 		cgroup.Options{Reaper: s.reaper, MemoryLimit: s.cfg.MemoryLimit, V2: s.cfg.v2opts})
 	if err != nil {
 		fmt.Fprintf(s.cfg.Stderr, "tfgpu-kernel: containment: %v\n", err)
@@ -189,6 +206,10 @@ func (s *supervisor) start(ctx context.Context) (<-chan cgroup.ExitStatus, int) 
 	}
 	s.tree = opened.Tree
 	s.onExit(func() { s.tree.Close() }) // spawn may replace the tree
+	if s.engine.Kind == engine.Slurm {
+		opened.Why = "inside " + s.engine.String() + ": the kernel stays in the job's cgroups, where Slurm's proctrack, kill and memory limit reach it"
+		opened.Detail = opened.Why
+	}
 	s.log.Info("containment", "mode", s.tree.Mode(), "why", opened.Why)
 	if opened.Detail != opened.Why {
 		s.log.Debug("containment in detail", "detail", opened.Detail) // tfgpu-kernel doctor says it too
@@ -204,7 +225,10 @@ func (s *supervisor) start(ctx context.Context) (<-chan cgroup.ExitStatus, int) 
 		}
 	})
 	if _, ok := s.tree.(cgroup.Launcher); !ok && s.cfg.MemoryLimit > 0 {
-		s.limitMemory(s.cfg.MemoryLimit) // a launcher applies it itself
+		warning += s.limitMemory(s.cfg.MemoryLimit) // a launcher applies it itself
+	}
+	if lim := s.outerMemLimit(); lim > 0 {
+		s.log.Info("the kernel runs under "+s.engine.LimitOwner()+" memory limit", "limit", cgroup.FormatSize(lim), "cgroup", s.outerMem.Dir)
 	}
 
 	// The watcher, from here on: should this supervisor be SIGKILLed, it
@@ -246,18 +270,67 @@ func (s *supervisor) start(ctx context.Context) (<-chan cgroup.ExitStatus, int) 
 	return exited, 0
 }
 
-// limitMemory applies the memory limit to the kernel's tree-to-be, or says
-// once why it cannot (the kernel then runs without one).
-func (s *supervisor) limitMemory(limit int64) {
+// containment is the --cgroup choice to open. Inside a Slurm job it is
+// always proc: a cgroup of the kernel's own under the job's hides its
+// processes from proctrack/cgroup on v1 nodes (Slurm reads the step's
+// cgroup.procs, not its children's), is left behind when slurmstepd
+// SIGKILLs the step milliseconds after its SIGTERM, and then stops Slurm
+// from removing the job's cgroups (docs/design.md#engines).
+func (s *supervisor) containment() string {
+	choice, _ := cgroup.Choice(s.cfg.Cgroup)
+	if s.engine.Kind != engine.Slurm || choice == cgroup.ModeProc {
+		return choice
+	}
+	if choice != cgroup.Auto && choice != "" {
+		s.log.Warn("--cgroup "+choice+" is not used inside a Slurm job: the kernel stays in the job's cgroups, where Slurm's kill and limits reach it",
+			"job", s.engine.SlurmJob)
+	}
+	return cgroup.ModeProc
+}
+
+// limitMemory applies the memory limit to the kernel's tree-to-be, or
+// logs why it cannot (the kernel then runs without one) and returns what
+// the first cell is told about it.
+func (s *supervisor) limitMemory(limit int64) (tell string) {
+	if s.engine.Kind == engine.Slurm {
+		// A memory cgroup of ours under the job's would outlive a scancel
+		// and keep Slurm from removing the job's cgroups.
+		why := fmt.Sprintf("inside %s the job's own memory limit applies to the kernel", s.engine)
+		if s.outerMemLimit() > 0 {
+			why = fmt.Sprintf("inside %s the job's own memory limit (%s) applies to the kernel", s.engine, cgroup.FormatSize(s.outerMemLimit()))
+		}
+		s.log.Warn("memory limit not applied", "limit", cgroup.FormatSize(limit), "why", why)
+		return fmt.Sprintf("tfgpu-kernel: the memory limit of %s is not applied inside Slurm job %s: %s (sbatch --mem sets it).\n",
+			cgroup.FormatSize(limit), s.engine.SlurmJob, strings.TrimPrefix(why, "inside "+s.engine.String()+" "))
+	}
 	l, err := cgroup.DetectLayout()
 	if err == nil {
 		var how string
 		if s.mem, how, err = cgroup.NewMemoryLimit(l, cgroupName(s.id), limit); err == nil {
 			s.log.Info("memory limit", "limit", cgroup.FormatSize(s.mem.Limit()), "how", how)
-			return
+			return ""
 		}
 	}
 	s.log.Warn("memory limit not applied; the kernel runs without one", "limit", cgroup.FormatSize(limit), "why", err)
+	text := fmt.Sprintf("tfgpu-kernel: the memory limit of %s is not applied: %v. The kernel runs without one", cgroup.FormatSize(limit), err)
+	if s.engine.Kind == engine.Container {
+		text += fmt.Sprintf("; inside %s, its engine's memory limit is the one that holds (podman/docker --memory, a pod's resources.limits.memory)", s.engine)
+	}
+	return text + ".\n"
+}
+
+// outerMemLimit is the limit of the cgroups the supervisor started in, 0
+// when there is none or it is not known.
+func (s *supervisor) outerMemLimit() int64 {
+	if s.outerMem == nil {
+		if l, err := cgroup.DetectLayout(); err == nil {
+			s.outerMem = cgroup.NewOuterMemory(l)
+		}
+	}
+	if s.outerMem == nil {
+		return 0
+	}
+	return s.outerMem.Limit
 }
 
 // curveKeys reads the CurveZMQ key pair jupyter_client (>= 8.9, with

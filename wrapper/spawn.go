@@ -52,6 +52,7 @@ func (s *supervisor) spawn(argv []string) (<-chan cgroup.ExitStatus, int) {
 			return nil, ExitFailed
 		}
 	}
+	s.outerMem.Baseline() // the OOM kills of the engine's limit from here on are this kernel's
 	pid, exited, err := s.reaper.StartProcess(runPath, runArgv, attr)
 	if err != nil && sys.UseCgroupFD && cloneRefused(err) {
 		// clone3 with CLONE_INTO_CGROUP refused (old kernel, seccomp):

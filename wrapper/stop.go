@@ -234,12 +234,23 @@ func (s *supervisor) deathText(c cause, killed int, stillHeld bool) (what, evalu
 			c.gpuOver.text(), gpu.FormatBytes(c.gpuOver.limit), killed, released), "over its GPU memory limit"
 	}
 	what = fmt.Sprintf("the kernel died (%s).", c.exit)
+	ownHit := false
 	if s.mem != nil {
-		if n, err := s.mem.OOMKills(); err == nil && n > 0 {
-			what = fmt.Sprintf("the kernel was killed by the out-of-memory killer at its memory limit of %s (%s).",
-				cgroup.FormatSize(s.mem.Limit()), c.exit)
-			s.log.Warn("kernel killed at its memory limit", "limit", cgroup.FormatSize(s.mem.Limit()), "oom_kills", n)
-		}
+		n, err := s.mem.OOMKills()
+		ownHit = err == nil && n > 0
+	}
+	outer := s.outerMem
+	switch {
+	case outer.Hit() && (!ownHit || outer.Limit < s.mem.Limit()):
+		// The engine's limit (a container's, a Slurm job's) killed it: the
+		// user is told whose, not only "SIGKILL" (#24).
+		what = fmt.Sprintf("the kernel was killed by the out-of-memory killer at %s memory limit of %s (%s).",
+			s.engine.LimitOwner(), cgroup.FormatSize(outer.Limit), c.exit)
+		s.log.Warn("kernel killed at "+s.engine.LimitOwner()+" memory limit", "limit", cgroup.FormatSize(outer.Limit), "cgroup", outer.Dir)
+	case ownHit:
+		what = fmt.Sprintf("the kernel was killed by the out-of-memory killer at its memory limit of %s (%s).",
+			cgroup.FormatSize(s.mem.Limit()), c.exit)
+		s.log.Warn("kernel killed at its memory limit", "limit", cgroup.FormatSize(s.mem.Limit()))
 	}
 	if killed > 0 {
 		what += fmt.Sprintf(" %d leftover process(es) of its tree were killed.", killed)

@@ -73,6 +73,9 @@ type watcher struct {
 	w   *os.File
 	enc *json.Encoder
 	pid int
+	// exited receives the watcher's exit status: done waits for it, so
+	// that the watcher is reaped by its parent, not left to PID 1.
+	exited <-chan cgroup.ExitStatus
 }
 
 // startWatcher starts the watcher (see above) through the reaper, which
@@ -99,13 +102,13 @@ func (s *supervisor) startWatcher() {
 	env := append(withoutEnv(os.Environ(), watcherEnv), watcherEnv+"=1", "GOMAXPROCS=1")
 	attr := &syscall.ProcAttr{Env: env, Files: []uintptr{pr.Fd(), devnull.Fd(), os.Stderr.Fd()},
 		Sys: &syscall.SysProcAttr{Setsid: true}}
-	pid, _, err := s.reaper.StartProcess(exe, []string{exe}, attr)
+	pid, exited, err := s.reaper.StartProcess(exe, []string{exe}, attr)
 	if err != nil {
 		pw.Close()
 		s.log.Warn("cannot start the watcher; a SIGKILLed supervisor's tree waits for the next start", "err", err)
 		return
 	}
-	s.watch = &watcher{w: pw, enc: json.NewEncoder(pw), pid: pid}
+	s.watch = &watcher{w: pw, enc: json.NewEncoder(pw), pid: pid, exited: exited}
 	visible, _ := visibleDevices()
 	level := slog.LevelInfo
 	for _, l := range []slog.Level{slog.LevelDebug, slog.LevelInfo, slog.LevelWarn, slog.LevelError} {
@@ -127,13 +130,20 @@ func (w *watcher) send(m watchMsg) {
 	}
 }
 
-// done tells the watcher the supervisor stopped the kernel itself.
+// done tells the watcher the supervisor stopped the kernel itself, and
+// waits (a second at most) until it has left and been reaped: a watcher
+// that outlived its supervisor would be re-parented to PID 1, which in a
+// container without --init never reaps it (#24).
 func (w *watcher) done() {
 	if w != nil {
 		w.send(watchMsg{Done: true})
 		w.mu.Lock()
 		w.w.Close()
 		w.mu.Unlock()
+		select {
+		case <-w.exited:
+		case <-time.After(time.Second):
+		}
 	}
 }
 

@@ -110,6 +110,11 @@ func printPs(out io.Writer, rows []record.KernelStatus, note string, now time.Ti
 				r.KernelPID, len(r.PIDs), gpu.FormatBytes(r.RSSBytes), state, activity(r, now), uptime, strings.Join(mem, ", "))
 		}
 		w.Flush()
+		for _, r := range rows { // what happened to a dirty or frozen kernel, where known
+			if r.Why != "" {
+				fmt.Fprintf(out, "%s %s: %s\n", record.ShortID(r.KernelID), r.State, r.Why)
+			}
+		}
 	}
 	if note != "" {
 		fmt.Fprintf(out, "GPU memory not shown: %s\n", note)

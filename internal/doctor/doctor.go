@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tfgpu/tfgpu-kernel/cgroup"
+	"github.com/tfgpu/tfgpu-kernel/internal/engine"
 	"github.com/tfgpu/tfgpu-kernel/internal/gpu"
 	"github.com/tfgpu/tfgpu-kernel/internal/record"
 )
@@ -40,13 +41,33 @@ func Host(stateDir string, allUsers bool, kernels func() ([]record.State, []erro
 		add(Finding{Topic: "cgroups", Text: describeLayout(l)})
 	}
 
+	eng := engine.Detect()
+	var outer *cgroup.OuterMemory
+	if err == nil {
+		outer = cgroup.NewOuterMemory(l)
+	}
+	if f, ok := engineFinding(eng, outer); ok {
+		add(f)
+	}
+	if eng.Kind == engine.Slurm {
+		// The supervisor takes proc inside a job and applies no memory
+		// limit of its own (docs/design.md#engines): nothing to probe.
+		add(Finding{Topic: "containment", Text: "proc inside a Slurm job: the kernel stays in the job's cgroups, where Slurm's proctrack, kill and memory limit reach it"})
+		add(Finding{Topic: "memory limit", Text: "--memory-limit is not applied inside a Slurm job: " + jobLimit(outer)})
+		return append(out, kernelFindings(l, stateDir, allUsers, kernels)...)
+	}
+
 	probe := fmt.Sprintf("doctor-%d", os.Getpid())
 	opened, err := cgroup.Open(cgroup.Auto, probe, cgroup.Options{})
 	switch {
 	case err != nil:
 		add(Finding{Topic: "containment", Text: err.Error(), Problem: true})
+	case opened.Tree.Mode() == cgroup.ModeProc && len(l.ReadOnly) > 0:
+		add(Finding{Topic: "containment", Text: fmt.Sprintf("auto picks proc (process group and /proc): %s is mounted read-only (a container's default); proc kills the whole tree too",
+			strings.Join(l.ReadOnly, ", ")), Problem: true,
+			Fix: "nothing is needed for clean restarts; for cgroup containment run the container with writable cgroups (podman/docker --privileged, or podman --security-opt unmask=/sys/fs/cgroup)"})
 	case opened.Tree.Mode() == cgroup.ModeProc:
-		add(Finding{Topic: "containment", Text: "auto picks none (process group and /proc): " + opened.Detail, Problem: true,
+		add(Finding{Topic: "containment", Text: "auto picks proc (process group and /proc): " + opened.Detail, Problem: true,
 			Fix: "run as root, delegate a cgroup v2 subtree to this user, or log in through systemd-logind so that a user manager (systemd --user) runs"})
 	default:
 		add(Finding{Topic: "containment", Text: "auto picks " + opened.Tree.Mode() + ": " + opened.Detail})
@@ -57,14 +78,25 @@ func Host(stateDir string, allUsers bool, kernels func() ([]record.State, []erro
 
 	if err == nil {
 		if m, how, merr := cgroup.NewMemoryLimit(l, probe, 64<<20); merr != nil {
-			add(Finding{Topic: "memory limit", Text: "cannot be applied: " + merr.Error(), Problem: true,
-				Fix: "kernels run without --memory-limit here; run as root or delegate the memory controller"})
+			fix := "kernels run without --memory-limit here; run as root or delegate the memory controller"
+			if len(l.ReadOnly) > 0 {
+				fix = "the cgroups are read-only here: give the container a memory limit instead (podman/docker run --memory 8g, a pod's resources.limits.memory); the cell is told when it is hit"
+			}
+			add(Finding{Topic: "memory limit", Text: "cannot be applied: " + merr.Error(), Problem: true, Fix: fix})
 		} else {
 			add(Finding{Topic: "memory limit", Text: "can be applied: " + how})
 			m.Close()
 		}
 	}
 
+	return append(out, kernelFindings(l, stateDir, allUsers, kernels)...)
+}
+
+// kernelFindings are the findings about the kernels: records refused,
+// stale ones (with what happened to them where known), stale cgroups.
+func kernelFindings(l cgroup.Layout, stateDir string, allUsers bool, kernels func() ([]record.State, []error, error)) []Finding {
+	var out []Finding
+	add := func(f Finding) { out = append(out, f) }
 	states, refusals, err := kernels()
 	for _, r := range refusals {
 		add(Finding{Topic: "kernel record", Text: r.Error(), Problem: true,
@@ -81,8 +113,14 @@ func Host(stateDir string, allUsers bool, kernels func() ([]record.State, []erro
 			live++
 			continue
 		}
-		add(Finding{Topic: "stale kernel", Problem: true, Fix: "tfgpu-kernel stop " + st.KernelID,
-			Text: fmt.Sprintf("%s (supervisor %d is gone; %s)", st.KernelID, st.SupervisorPID, orDash(record.Printable(st.Cgroup)))})
+		text := fmt.Sprintf("%s (supervisor %d is gone; %s)", st.KernelID, st.SupervisorPID, orDash(record.Printable(st.Cgroup)))
+		if why := st.DeadWhy(); why != "" {
+			text = fmt.Sprintf("%s (%s; supervisor %d; %s)", st.KernelID, why, st.SupervisorPID, orDash(record.Printable(st.Cgroup)))
+		}
+		if frozen := st.Frozen(); frozen != "" {
+			text += "; " + frozen
+		}
+		add(Finding{Topic: "stale kernel", Problem: true, Fix: "tfgpu-kernel stop " + st.KernelID, Text: text})
 	}
 	where := "state in " + stateDir
 	if allUsers {
@@ -255,4 +293,28 @@ func orDash(s string) string {
 		return "no cgroup"
 	}
 	return s
+}
+
+// engineFinding says what the supervisor runs inside and the memory limit
+// that holds the kernel there; ok is false on a plain host.
+func engineFinding(e engine.Engine, outer *cgroup.OuterMemory) (Finding, bool) {
+	switch e.Kind {
+	case engine.Slurm:
+		return Finding{Topic: "engine", Text: fmt.Sprintf("inside %s (%s); %s", e, e.Why, jobLimit(outer))}, true
+	case engine.Container:
+		limit := "the container has no memory limit: a kernel can take all the host's memory"
+		if outer != nil && outer.Limit > 0 {
+			limit = fmt.Sprintf("the container's memory limit of %s (%s) holds every kernel; a cell killed at it is told so", cgroup.FormatSize(outer.Limit), outer.Dir)
+		}
+		return Finding{Topic: "engine", Text: fmt.Sprintf("inside %s (%s); %s", e, e.Why, limit)}, true
+	}
+	return Finding{}, false
+}
+
+// jobLimit says how a Slurm job's memory limit and the kernel relate.
+func jobLimit(outer *cgroup.OuterMemory) string {
+	if outer == nil || outer.Limit == 0 {
+		return "the job has no memory limit (sbatch --mem and ConstrainRAMSpace=yes in cgroup.conf set one)"
+	}
+	return fmt.Sprintf("the job's memory limit of %s (%s) holds the kernel and everything else in the job; a cell killed at it is told so", cgroup.FormatSize(outer.Limit), outer.Dir)
 }

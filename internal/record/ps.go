@@ -1,6 +1,7 @@
 package record
 
 import (
+	"fmt"
 	"os"
 	"os/user"
 	"slices"
@@ -15,8 +16,9 @@ import (
 // Kernel states, as `tfgpu-kernel ps` shows them, besides the phases the
 // supervisor records (PhaseStarting, PhaseRunning, PhaseStopping).
 const (
-	StateHung  = "hung"  // the supervisor is stopped (SIGSTOP, a debugger)
-	StateDirty = "dirty" // the supervisor is gone; its tree may not be
+	StateHung   = "hung"   // the supervisor is stopped (SIGSTOP, a debugger)
+	StateDirty  = "dirty"  // the supervisor is gone; its tree may not be
+	StateFrozen = "frozen" // its v1 freezer cgroup is left FROZEN: its processes cannot run or die
 )
 
 // KernelStatus is one row of `tfgpu-kernel ps`.
@@ -46,6 +48,10 @@ type KernelStatus struct {
 	// Parked is what its supervisor recorded of a parked kernel (State
 	// PhaseParked): when, by whom, why, and a hold.
 	Parked *Parked `json:"parked,omitempty"`
+	// Why says what happened to a dirty or frozen kernel, as far as the
+	// running system tells: "ended with its Slurm job 12", "its processes
+	// are frozen (…)".
+	Why string `json:"why,omitempty"`
 }
 
 // GPUUse is a kernel's memory on one device: the sum of the NVML entries
@@ -112,6 +118,12 @@ func (st State) status(holders []gpu.Holder, user string, sn *cgroup.Snapshot) K
 		row.Parked = st.Parked
 	}
 	row.PIDs, row.Escaped = st.treeIn(sn)
+	if row.State == StateDirty {
+		row.Why = st.DeadWhy()
+	}
+	if why := st.Frozen(); why != "" {
+		row.State, row.Why = StateFrozen, why
+	}
 	for _, p := range row.PIDs {
 		if sn != nil {
 			row.RSSBytes += sn.RSS(p)
@@ -259,4 +271,43 @@ func uniqueDirs(dir string, candidates []string) []string {
 		dirs = append(dirs, d)
 	}
 	return dirs
+}
+
+// DeadWhy says what is known of why a dead supervisor's kernel ended:
+// "ended with its Slurm job 12" once the job's cgroups are gone (Slurm
+// removes them when the job ends, after SIGKILLing the step, supervisor
+// and watcher included); "" when nothing is known.
+func (st State) DeadWhy() string {
+	switch {
+	case st.Slurm.Ended():
+		return "ended with its Slurm job " + Printable(st.Slurm.Job)
+	case st.Slurm != nil:
+		return "its supervisor is gone; it ran in Slurm job " + Printable(st.Slurm.Job)
+	}
+	return ""
+}
+
+// Frozen says why st's tree is frozen, "" when it is not: its v1 freezer
+// cgroup reads FROZEN (or FREEZING) with processes in it, as a supervisor
+// SIGKILLed between its freeze and its thaw leaves it, watcher and all
+// (an engine's kill of the whole job). Frozen processes neither run nor
+// die, not even of SIGKILL, until thawed: `stop` thaws and kills them.
+func (st State) Frozen() string {
+	if st.Containment != cgroup.ModeV1 || st.Cgroup == "" {
+		return ""
+	}
+	dir, err := st.checkedCgroup()
+	if err != nil || dir == "" {
+		return ""
+	}
+	state, err := cgroup.FreezerState(dir)
+	if err != nil || (state != "FROZEN" && state != "FREEZING") {
+		return ""
+	}
+	pids, _ := cgroup.Procs(dir)
+	if len(pids) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("its %d process(es) are frozen (%s/freezer.state reads %s): tfgpu-kernel stop %s thaws and kills them",
+		len(pids), Printable(st.Cgroup), state, st.KernelID)
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -46,6 +47,9 @@ type State struct {
 	// Parked is set while the supervisor keeps a stopped kernel's place
 	// (Phase is PhaseParked).
 	Parked *Parked `json:"parked,omitempty"`
+	// Slurm names the Slurm job the supervisor ran in: once the job's
+	// cgroups are gone, ps says the kernel ended with its job.
+	Slurm *SlurmJob `json:"slurm,omitempty"`
 
 	// Owner is the uid that owns the record (its state directory's owner):
 	// what the record names is acted on only when that uid owns it too.
@@ -225,4 +229,33 @@ func (d *Dir) Remove(id string) {
 	if json.Unmarshal(b, &st) == nil && st.SupervisorPID == os.Getpid() {
 		_ = d.remove(stateName(id))
 	}
+}
+
+// SlurmJob is the Slurm job a supervisor ran in (internal/engine).
+type SlurmJob struct {
+	Job  string `json:"job"`
+	Step string `json:"step,omitempty"`
+	// Cgroups are the job's cgroup directories (one per hierarchy), where
+	// Slurm made them (proctrack/cgroup, task/cgroup); none for
+	// proctrack/linuxproc without task/cgroup.
+	Cgroups []string `json:"cgroups,omitempty"`
+}
+
+// Ended reports whether the job is verifiably over: it had cgroups, and
+// none of them exists any more (Slurm removes them when the job ends). A
+// record is the user's word: only clean paths under /sys/fs/cgroup named
+// job_<the job> are looked at (no path a user chose is walked by root).
+func (j *SlurmJob) Ended() bool {
+	if j == nil || len(j.Cgroups) == 0 {
+		return false
+	}
+	for _, d := range j.Cgroups {
+		if filepath.Clean(d) != d || !strings.HasPrefix(d, "/sys/fs/cgroup/") || filepath.Base(d) != "job_"+j.Job {
+			return false
+		}
+		if _, err := os.Lstat(d); err == nil {
+			return false
+		}
+	}
+	return true
 }
