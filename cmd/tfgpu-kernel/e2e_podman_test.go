@@ -1,0 +1,695 @@
+//go:build linux && e2e
+
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
+)
+
+// TestE2EPodman (issue 24, deliverable 4: a real container engine) runs the
+// kernel in real podman containers, under both OCI runtimes Debian ships
+// (crun, runc), one subtest per runtime and variant:
+//
+//   - default: `podman run --init` (catatonit is PID 1 and reaps);
+//   - memory: --init --memory 1g: a cell touching 1.5 GB is killed, and its
+//     stderr names the container's memory limit of 1 GiB;
+//   - readonly-cgroups: podman's default cgroup mounts, which for an
+//     unprivileged container on a cgroup v1 (hybrid) host with cgroupfs are:
+//     /sys/fs/cgroup a tmpfs, each v1 hierarchy bind-mounted read-only at
+//     the container's own cgroup (cgroupns=host: /proc/self/cgroup still
+//     shows /libpod_parent/libpod-<id>), no cgroup2 at all; the driver
+//     checks they are all "ro". With TFGPU_MEMORY_LIMIT=300M the supervisor
+//     cannot apply its own limit, and the first cell must say so;
+//   - privileged: --privileged, the same mounts read-write: the
+//     supervisor's own cgroups are made inside the container's;
+//   - no-init: no --init: the driver itself is PID 1 and never reaps an
+//     orphan; after a start, a restart and a shutdown no zombie may be left.
+//
+// The image is Debian 12 built with debootstrap from Debian's packages
+// (testdata/engines/image.sh; no registry), cached in podman's store under
+// a tag that is a hash of the script. The binary the suite built is
+// bind-mounted read-only; the driver, testdata/engines/podman_driver.py,
+// installs the kernelspec inside with `install --prefix` and drives the
+// kernel with jupyter_client (restart with a setsid'd, SIGTERM-ignoring
+// daemon; the variant's check), then starts the children again and says
+// it is ready. The test then stops the container from the host, with
+// `podman stop -t 2` or `podman kill` (alternating, so that each variant
+// has both across the runtimes: podmanKills), and asserts within 2 s of
+// its return: no process the container had alive (host pids, from its
+// cgroups and its init's descendants), the container's cgroups removed in
+// every hierarchy, and no tfgpu-* cgroup of its kernels anywhere.
+//
+// Host quirks handled here (docs/operating.md):
+//   - crun refuses a hybrid host whose cgroup2 mount has a controller
+//     ("cgroups in hybrid mode not supported, drop all controllers from
+//     cgroupv2"): every podman command runs in one private mount namespace
+//     where /sys/fs/cgroup/unified/cgroup.controllers is an empty file
+//     (runc does not need it; it is harmless there);
+//   - without CAP_SYS_RESOURCE (a sandbox's bounding set) podman cannot
+//     raise RLIMIT_NOFILE/NPROC to its defaults for root ("error setting
+//     rlimit type 7: operation not permitted"): --ulimit at most the
+//     current hard limits (podmanUlimits);
+//   - no systemd: --cgroup-manager cgroupfs --events-backend file.
+func TestE2EPodman(t *testing.T) {
+	s := e2eSetup(t)
+	if !s.wrapped {
+		t.Skip("containment in a container is the supervisor's")
+	}
+	e := podmanSetup(t)
+	for ri, rt := range []string{"crun", "runc"} {
+		t.Run(rt, func(t *testing.T) {
+			e.probe(t, rt)
+			for vi, v := range podmanVariants {
+				t.Run(v.name, func(t *testing.T) {
+					e.variant(t, s, rt, v, podmanKills(ri, vi))
+				})
+			}
+		})
+	}
+}
+
+// podmanKills: podman kill instead of podman stop -t 2 for half the runs:
+// crun kills memory and privileged, runc default, readonly-cgroups and
+// no-init.
+func podmanKills(runtimeIndex, variantIndex int) bool { return (runtimeIndex+variantIndex)%2 == 1 }
+
+var podmanVariants = []podmanVariant{
+	{name: "default", args: []string{"--init"}},
+	{name: "memory", args: []string{"--init", "--memory", "1g"}},
+	{name: "readonly-cgroups", args: []string{"--init"}},
+	{name: "privileged", args: []string{"--init", "--privileged"}},
+	{name: "no-init"},
+}
+
+type podmanVariant struct {
+	name string
+	args []string // podman run's
+}
+
+const (
+	podmanImageRepo = "localhost/tfgpu-engine"
+	podmanHybridCtl = "/sys/fs/cgroup/unified/cgroup.controllers"
+	podmanReadyWait = 180 * time.Second
+	podmanLabel     = "tfgpu-e2e-podman" // on every container of the test: the test binary's pid
+)
+
+// podmanEnv is the engine as the test uses it: the mount namespace every
+// podman command runs in and the image.
+type podmanEnv struct {
+	ns      int    // pid of the process holding the mount namespace
+	masked  bool   // podmanHybridCtl reads as empty there
+	image   string // localhost/tfgpu-engine:<key>
+	ulimits []string
+}
+
+// podmanSetup checks for (or, as root, installs) podman, both runtimes and
+// debootstrap, makes the mount namespace and builds or reuses the image.
+func podmanSetup(t *testing.T) *podmanEnv {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		testutil.RequireOrSkip(t, "needs root: rootful podman, --privileged containers, and the host's view of the container's pids and cgroups")
+	}
+	for _, tool := range []string{"unshare", "nsenter", "mount"} {
+		e2eRequireTool(t, tool)
+	}
+	if missing := podmanMissing(); len(missing) > 0 {
+		t.Logf("missing %v: apt-get install -y podman crun runc debootstrap", missing)
+		install := func() ([]byte, error) {
+			c := exec.Command("apt-get", "install", "-y", "podman", "crun", "runc", "debootstrap")
+			c.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
+			return c.CombinedOutput()
+		}
+		out, err := install()
+		if err != nil { // stale package lists
+			exec.Command("apt-get", "update").Run()
+			out, err = install()
+		}
+		if missing = podmanMissing(); err != nil || len(missing) > 0 {
+			testutil.RequireOrSkip(t, "need podman, crun, runc and debootstrap (apt-get install -y podman crun runc debootstrap); missing %v: %v\n%s",
+				missing, err, e2eTail(string(out), 2000))
+		}
+	}
+	e := &podmanEnv{ulimits: podmanUlimits()}
+	e.startNamespace(t)
+	e.removeStale(t)
+	e.image = e.buildImage(t)
+	return e
+}
+
+// removeStale removes the containers of earlier test binaries that are
+// gone (killed by -timeout, say, before their cleanups ran).
+func (e *podmanEnv) removeStale(t *testing.T) {
+	out, err := e.run(time.Minute, "ps", "-a", "--filter", "label="+podmanLabel,
+		"--format", `{{.Names}} {{index .Labels "`+podmanLabel+`"}}`)
+	if err != nil {
+		t.Logf("podman ps: %v %s", err, out)
+		return
+	}
+	for _, l := range strings.Split(out, "\n") {
+		f := strings.Fields(l)
+		if len(f) != 2 {
+			continue
+		}
+		if pid, err := strconv.Atoi(f[1]); err == nil && pid != os.Getpid() && syscall.Kill(pid, 0) == syscall.ESRCH {
+			o, err := e.run(time.Minute, "rm", "-f", "-t", "0", f[0])
+			t.Logf("removed the container %s of an earlier test run (pid %d, gone): %v %s", f[0], pid, err, o)
+		}
+	}
+}
+
+// podmanMissing are the programs the test needs that are not installed
+// (conmon and catatonit, podman's --init, come with Debian's podman).
+func podmanMissing() []string {
+	var missing []string
+	for _, tool := range []string{"podman", "crun", "runc", "debootstrap", "conmon", "catatonit"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			if _, err := os.Stat("/usr/libexec/podman/" + tool); err != nil {
+				missing = append(missing, tool)
+			}
+		}
+	}
+	return missing
+}
+
+// podmanUlimits: nofile and nproc 4096, or the current hard limit when lower.
+func podmanUlimits() []string {
+	var out []string
+	for _, l := range []struct {
+		name string
+		res  int
+	}{{"nofile", syscall.RLIMIT_NOFILE}, {"nproc", 6 /* RLIMIT_NPROC */}} {
+		n := uint64(4096)
+		var r syscall.Rlimit
+		if syscall.Getrlimit(l.res, &r) == nil && r.Max < n {
+			n = r.Max
+		}
+		out = append(out, "--ulimit", fmt.Sprintf("%s=%d:%d", l.name, n, n))
+	}
+	return out
+}
+
+// startNamespace starts the process whose private mount namespace every
+// podman command of the test joins (nsenter), with the hybrid host's
+// cgroup2 controllers masked for crun. It lives while its stdin is open.
+func (e *podmanEnv) startNamespace(t *testing.T) {
+	t.Helper()
+	ctl, err := os.ReadFile(podmanHybridCtl)
+	e.masked = err == nil && len(bytes.TrimSpace(ctl)) > 0
+	empty := filepath.Join(t.TempDir(), "cgroup.controllers")
+	if err := os.WriteFile(empty, nil, 0o444); err != nil {
+		t.Fatal(err)
+	}
+	script := `set -e
+if [ "$2" = 1 ]; then mount --bind "$1" ` + podmanHybridCtl + `; fi
+echo ready
+exec cat >/dev/null`
+	masked := map[bool]string{true: "1", false: "0"}[e.masked]
+	c := exec.Command("unshare", "--mount", "--propagation", "private", "/bin/sh", "-c", script, "sh", empty, masked)
+	stdin, err := c.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr testutil.Buffer
+	c.Stderr = &stderr
+	stdout, err := c.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(); err != nil {
+		t.Fatalf("unshare --mount: %v", err)
+	}
+	t.Cleanup(func() {
+		stdin.Close()
+		done := make(chan struct{})
+		go func() { c.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			c.Process.Kill()
+			<-done
+		}
+	})
+	line, _ := bufio.NewReader(stdout).ReadString('\n')
+	if strings.TrimSpace(line) != "ready" {
+		t.Fatalf("the mount namespace for podman (masking %s): %q %s", podmanHybridCtl, line, stderr.String())
+	}
+	e.ns = c.Process.Pid
+	if e.masked {
+		t.Logf("hybrid host: %s (%q) reads as empty in podman's mount namespace, for crun", podmanHybridCtl, strings.TrimSpace(string(ctl)))
+	}
+}
+
+// podman is a podman command in the test's mount namespace.
+func (e *podmanEnv) podman(ctx context.Context, args ...string) *exec.Cmd {
+	argv := append([]string{"--mount=/proc/" + strconv.Itoa(e.ns) + "/ns/mnt", "--", "podman",
+		"--cgroup-manager", "cgroupfs", "--events-backend", "file"}, args...)
+	return exec.CommandContext(ctx, "nsenter", argv...)
+}
+
+// run runs a podman command and returns its combined output.
+func (e *podmanEnv) run(timeout time.Duration, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	out, err := e.podman(ctx, args...).CombinedOutput()
+	return strings.TrimSpace(string(out)), err
+}
+
+// buildImage returns the image's tag, building it with image.sh unless
+// podman's store has it; other tags of the repository are removed.
+func (e *podmanEnv) buildImage(t *testing.T) string {
+	t.Helper()
+	script, err := filepath.Abs(filepath.Join("testdata", "engines", "image.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(script)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(data)
+	tag := podmanImageRepo + ":" + hex.EncodeToString(sum[:])[:12]
+	lock, err := os.OpenFile(filepath.Join(os.TempDir(), "tfgpu-engine-image.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.run(time.Minute, "image", "exists", tag); err == nil {
+		t.Logf("image %s: in podman's store", tag)
+		return tag
+	}
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	c := exec.CommandContext(ctx, "nsenter", "--mount=/proc/"+strconv.Itoa(e.ns)+"/ns/mnt", "--", "/bin/sh", script, tag)
+	if out, err := c.CombinedOutput(); err != nil {
+		t.Fatalf("building the image (%s %s): %v\n%s", script, tag, err, e2eTail(string(out), 6000))
+	}
+	t.Logf("image %s: built with debootstrap in %v", tag, time.Since(start).Round(time.Second))
+	if out, err := e.run(time.Minute, "images", "--format", "{{.Repository}}:{{.Tag}}", "--filter", "reference="+podmanImageRepo); err == nil {
+		for _, old := range strings.Fields(out) {
+			if old != tag && strings.HasPrefix(old, podmanImageRepo+":") {
+				if o, err := e.run(time.Minute, "rmi", old); err != nil {
+					t.Logf("podman rmi %s (an older image of this test): %v %s", old, err, o)
+				}
+			}
+		}
+	}
+	return tag
+}
+
+// probe runs `true` in a container of the image with runtime rt: a host
+// where the engine itself cannot run a container skips, saying why.
+func (e *podmanEnv) probe(t *testing.T, rt string) {
+	t.Helper()
+	args := append(append([]string{"--runtime", rt, "run", "--rm", "--network", "none", "--pull", "never"}, e.ulimits...), e.image, "true")
+	if out, err := e.run(2*time.Minute, args...); err != nil {
+		testutil.RequireOrSkip(t, "podman cannot run a container with %s on this host (podman %s): %v: %s", rt, strings.Join(args, " "), err, out)
+	}
+}
+
+// podmanReady is the driver's E2E-READY line.
+type podmanReady struct {
+	KernelIDs  []string       `json:"kernel_ids"`
+	Children   map[string]int `json:"children"`
+	Supervisor int            `json:"supervisor"`
+	Error      string         `json:"error"`
+}
+
+// variant runs one container of variant v with runtime rt to its end.
+func (e *podmanEnv) variant(t *testing.T, s *e2eSuite, rt string, v podmanVariant, kill bool) {
+	began := time.Now()
+	name := fmt.Sprintf("tfgpu-e2e-%s-%s-%d-%06x", rt, v.name, os.Getpid(), time.Now().UnixNano()&0xffffff)
+	testdata, err := filepath.Abs("testdata")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := t.TempDir()
+	tag := e2eTag(t)
+	args := []string{"--runtime", rt, "run", "--name", name, "--label", podmanLabel + "=" + strconv.Itoa(os.Getpid()),
+		"--network", "none", "--pull", "never"}
+	args = append(append(append(args, e.ulimits...), v.args...),
+		"-v", s.bin+":/opt/tfgpu/tfgpu-kernel:ro",
+		"-v", testdata+":/opt/tfgpu/testdata:ro",
+		"-v", out+":/e2e",
+		"-e", "E2E_TMP=/e2e", "-e", "E2E_TAG="+tag, "-e", "E2E_KERNEL=tfgpu", "-e", "E2E_WRAPPED=1",
+		"-e", "E2E_TFGPU_BIN=/opt/tfgpu/tfgpu-kernel",
+		"-e", "PYTHONDONTWRITEBYTECODE=1", "-e", "PYTHONUNBUFFERED=1", "-e", "PYDEVD_DISABLE_FILE_VALIDATION=1",
+		e.image, "python3", "/opt/tfgpu/testdata/engines/podman_driver.py", v.name)
+	ctx, cancel := context.WithTimeout(context.Background(), podmanReadyWait+60*time.Second)
+	defer cancel()
+	run := e.podman(ctx, args...)
+	var stderr testutil.Buffer
+	run.Stderr = &stderr
+	stdout, err := run.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	run.WaitDelay = 5 * time.Second
+	if err := run.Start(); err != nil {
+		t.Fatalf("podman run: %v", err)
+	}
+	runDone := make(chan error, 1)
+	lines := make(chan string, 16) // the driver's E2E- lines: two
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			if strings.HasPrefix(sc.Text(), "E2E-") {
+				select {
+				case lines <- sc.Text():
+				default:
+				}
+			}
+		}
+		io.Copy(io.Discard, stdout)
+		close(lines)
+		runDone <- run.Wait()
+	}()
+	// Cleanups run last-in first-out: the container is removed, then the
+	// podman run process reaped (killed first if it is still there), then
+	// what the runtime left of the container's cgroups removed.
+	var hostCgroups []string
+	t.Cleanup(func() { podmanRemoveCgroups(t, hostCgroups) })
+	t.Cleanup(func() {
+		select {
+		case <-runDone:
+		case <-time.After(10 * time.Second):
+			run.Process.Kill()
+			<-runDone
+		}
+	})
+	t.Cleanup(func() {
+		if o, err := e.run(time.Minute, "rm", "-f", "-t", "0", name); err != nil {
+			t.Errorf("podman rm -f -t 0 %s: %v %s", name, err, o)
+		}
+	})
+
+	// The driver's verdict, then its kernel and children running.
+	var res e2eResult
+	var ready podmanReady
+	var haveRes, haveReady bool
+	timeout := time.After(podmanReadyWait)
+	for !haveReady {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatalf("the container ended before the driver was ready (result %v)\nstderr:\n%s", haveRes, e2eTail(stderr.String(), 8000))
+			}
+			if rest, ok := strings.CutPrefix(l, "E2E-RESULT "); ok {
+				if err := json.Unmarshal([]byte(rest), &res); err != nil {
+					t.Fatalf("bad E2E-RESULT line %q: %v", l, err)
+				}
+				haveRes = true
+			} else if rest, ok := strings.CutPrefix(l, "E2E-READY "); ok {
+				if err := json.Unmarshal([]byte(rest), &ready); err != nil {
+					t.Fatalf("bad E2E-READY line %q: %v", l, err)
+				}
+				haveReady = true
+			}
+		case <-timeout:
+			t.Fatalf("the driver was not ready within %v (result %v)\nstderr:\n%s", podmanReadyWait, haveRes, e2eTail(stderr.String(), 8000))
+		}
+	}
+	facts, _ := json.MarshalIndent(res.Facts, "", "  ")
+	t.Logf("%s in a %s container, ready after %v; facts: %s", v.name, rt, time.Since(began).Round(time.Millisecond), facts)
+	if !haveRes || !res.OK {
+		t.Errorf("%s (%s): %s\nstderr:\n%s", v.name, rt, res.Error, e2eTail(stderr.String(), 6000))
+	}
+	if ready.Error != "" {
+		t.Errorf("no kernel with its children to stop: %s", ready.Error)
+	}
+
+	// The host's view of the container just before it is stopped.
+	ipid, err := e.run(time.Minute, "inspect", "--format", "{{.State.Pid}} {{.OCIRuntime}}", name)
+	if err != nil {
+		t.Fatalf("podman inspect %s: %v %s", name, err, ipid)
+	}
+	f := strings.Fields(ipid)
+	initPid, _ := strconv.Atoi(f[0])
+	if initPid <= 0 || len(f) < 2 || f[1] != rt {
+		t.Fatalf("podman inspect %s: pid and runtime %q, want a pid and %s", name, ipid, rt)
+	}
+	hostCgroups, err = podmanCgroupDirs(initPid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pids := podmanProcesses(initPid, hostCgroups, tag)
+	ours := podmanOurCgroups(hostCgroups, ready.KernelIDs)
+	t.Logf("before the stop: container cgroups %v\n  tfgpu cgroups %v\n  processes (host pids):\n  %s",
+		hostCgroups, ours, strings.Join(e2eDescribe(pids), "\n  "))
+	if v.name == "privileged" && len(ours) == 0 {
+		t.Errorf("privileged: no tfgpu-* cgroup under the container's %v: the supervisor made none of its own", hostCgroups)
+	}
+	if ready.Error == "" && len(pids) < 5 {
+		t.Errorf("only %d processes in the container before the stop; want its init, the driver, the supervisor, the kernel and its children", len(pids))
+	}
+
+	how := []string{"stop", "-t", "2", name}
+	if kill {
+		how = []string{"kill", name}
+	}
+	t0 := time.Now()
+	if o, err := e.run(time.Minute, how...); err != nil {
+		t.Errorf("podman %s: %v %s", strings.Join(how, " "), err, o)
+	}
+	returned := time.Now()
+	var alive, cgLeft, oursLeft []string
+	for {
+		alive = e2eDescribe(e2eAlive(tag, pids))
+		cgLeft = cgLeft[:0]
+		for _, d := range hostCgroups {
+			if _, err := os.Stat(d); err == nil {
+				cgLeft = append(cgLeft, d)
+			}
+		}
+		oursLeft = podmanOurCgroups(hostCgroups, ready.KernelIDs)
+		if len(alive)+len(cgLeft)+len(oursLeft) == 0 || time.Since(returned) > e2eSurviveWait {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("podman %s took %v; %d processes, %d container cgroups, %d tfgpu cgroups; all gone %v after it returned",
+		strings.Join(how, " "), returned.Sub(t0).Round(time.Millisecond), len(pids), len(hostCgroups), len(ours),
+		time.Since(returned).Round(time.Millisecond))
+	if len(alive) > 0 {
+		t.Errorf("podman %s: processes of the container alive %v after it returned:\n  %s", how[0], e2eSurviveWait, strings.Join(alive, "\n  "))
+		var p []int
+		for _, pid := range pids {
+			if e2eLive(pid) {
+				p = append(p, pid)
+			}
+		}
+		e2eKill(p)
+	}
+	if len(cgLeft) > 0 {
+		t.Errorf("podman %s: the container's cgroups still there %v after it returned: %v", how[0], e2eSurviveWait, podmanDescribeCgroups(cgLeft))
+	}
+	if len(oursLeft) > 0 {
+		t.Errorf("podman %s: tfgpu cgroups of the container's kernels still there %v after it returned: %v", how[0], e2eSurviveWait, podmanDescribeCgroups(oursLeft))
+	}
+	select {
+	case err := <-runDone:
+		runDone <- err
+		t.Logf("podman run ended: %v; the variant took %v", err, time.Since(began).Round(time.Millisecond))
+	case <-time.After(10 * time.Second):
+		t.Errorf("podman run still running 10 s after podman %s", how[0])
+	}
+}
+
+// podmanCgroupMount is a cgroup file system mounted here.
+type podmanCgroupMount struct {
+	dir, root string
+	v2        bool
+	opts      map[string]bool // super options: rw, the controllers, name=...
+}
+
+func podmanCgroupMounts() ([]podmanCgroupMount, error) {
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	var out []podmanCgroupMount
+	for _, l := range strings.Split(string(data), "\n") {
+		f := strings.Fields(l)
+		i := 0
+		for i < len(f) && f[i] != "-" {
+			i++
+		}
+		if len(f) < 5 || i+3 >= len(f) || (f[i+1] != "cgroup" && f[i+1] != "cgroup2") {
+			continue
+		}
+		m := podmanCgroupMount{dir: f[4], root: f[3], v2: f[i+1] == "cgroup2", opts: map[string]bool{}}
+		for _, o := range strings.Split(f[i+3], ",") {
+			m.opts[o] = true
+		}
+		out = append(out, m)
+	}
+	return out, nil
+}
+
+// podmanCgroupDirs are pid's cgroup directories in every hierarchy
+// mounted here, as /proc/PID/cgroup names them.
+func podmanCgroupDirs(pid int) ([]string, error) {
+	mounts, err := podmanCgroupMounts()
+	if err != nil {
+		return nil, err
+	}
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	if err != nil {
+		return nil, err
+	}
+	var dirs []string
+	for _, l := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		f := strings.SplitN(l, ":", 3)
+		if len(f) != 3 || f[2] == "/" {
+			continue
+		}
+		for _, m := range mounts {
+			match := m.v2 == (f[1] == "")
+			for _, c := range strings.Split(f[1], ",") {
+				match = match && (c == "" || m.opts[c])
+			}
+			if match && (m.root == "/" || strings.HasPrefix(f[2], m.root+"/")) {
+				dirs = append(dirs, filepath.Join(m.dir, strings.TrimPrefix(f[2], strings.TrimSuffix(m.root, "/"))))
+				break
+			}
+		}
+	}
+	if len(dirs) == 0 {
+		return nil, fmt.Errorf("no cgroup of pid %d found in the mounted hierarchies:\n%s", pid, data)
+	}
+	return dirs, nil
+}
+
+// podmanProcesses are the container's processes by host pid: init and its
+// descendants, every process in its cgroups (and their subgroups), and
+// every process carrying its E2E_TAG.
+func podmanProcesses(initPid int, cgroups []string, tag string) []int {
+	set := map[int]bool{initPid: true}
+	for _, d := range cgroups {
+		filepath.WalkDir(d, func(p string, de os.DirEntry, err error) error {
+			if err == nil && de.IsDir() {
+				b, _ := os.ReadFile(filepath.Join(p, "cgroup.procs"))
+				for _, s := range strings.Fields(string(b)) {
+					if n, err := strconv.Atoi(s); err == nil {
+						set[n] = true
+					}
+				}
+			}
+			return nil
+		})
+	}
+	kids := map[int][]int{}
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		if p, err := strconv.Atoi(e.Name()); err == nil {
+			if _, ppid, ok := e2eStat(p); ok {
+				kids[ppid] = append(kids[ppid], p)
+			}
+		}
+	}
+	for todo := []int{initPid}; len(todo) > 0; {
+		p := todo[len(todo)-1]
+		todo = todo[:len(todo)-1]
+		for _, c := range kids[p] {
+			set[c] = true
+			todo = append(todo, c)
+		}
+	}
+	for _, p := range e2eAlive(tag, nil) {
+		set[p] = true
+	}
+	out := make([]int, 0, len(set))
+	for p := range set {
+		out = append(out, p)
+	}
+	sort.Ints(out)
+	return out
+}
+
+// podmanOurCgroups are the cgroup directories named tfgpu-* anywhere under
+// /sys/fs/cgroup that belong to the container: inside its cgroups, or
+// named after one of its kernels (tfgpu-<kernel id>-<pid>).
+func podmanOurCgroups(container []string, kernelIDs []string) []string {
+	var out []string
+	mounts, _ := podmanCgroupMounts()
+	seen := map[string]bool{}
+	for _, m := range mounts {
+		if seen[m.dir] {
+			continue
+		}
+		seen[m.dir] = true
+		filepath.WalkDir(m.dir, func(p string, de os.DirEntry, err error) error {
+			if err != nil || !de.IsDir() || !strings.HasPrefix(de.Name(), "tfgpu-") {
+				return nil
+			}
+			mine := false
+			for _, c := range container {
+				mine = mine || strings.HasPrefix(p, c+"/")
+			}
+			for _, id := range kernelIDs {
+				mine = mine || (id != "" && strings.HasPrefix(de.Name(), "tfgpu-"+id+"-"))
+			}
+			if mine {
+				out = append(out, p)
+			}
+			return nil
+		})
+	}
+	sort.Strings(out)
+	return out
+}
+
+// podmanDescribeCgroups: each directory with the processes it holds.
+func podmanDescribeCgroups(dirs []string) []string {
+	var out []string
+	for _, d := range dirs {
+		b, _ := os.ReadFile(filepath.Join(d, "cgroup.procs"))
+		out = append(out, fmt.Sprintf("%s (processes %v)", d, strings.Fields(string(b))))
+	}
+	return out
+}
+
+// podmanRemoveCgroups removes what is left of the container's cgroups
+// (after a failure), the deepest first; a cgroup still holding a process
+// stays and is reported.
+func podmanRemoveCgroups(t *testing.T, dirs []string) {
+	var all []string
+	for _, d := range dirs {
+		filepath.WalkDir(d, func(p string, de os.DirEntry, err error) error {
+			if err == nil && de.IsDir() {
+				all = append(all, p)
+			}
+			return nil
+		})
+	}
+	sort.Slice(all, func(i, j int) bool { return strings.Count(all[i], "/") > strings.Count(all[j], "/") })
+	for _, d := range all {
+		if err := syscall.Rmdir(d); err != nil && err != syscall.ENOENT {
+			t.Logf("cleanup: the container's cgroup %s stays: %v", d, err)
+		} else if err == nil {
+			t.Logf("cleanup: removed the container's cgroup %s, left by the runtime", d)
+		}
+	}
+}
