@@ -19,6 +19,7 @@ func TestParseLayout(t *testing.T) {
 		v2Self   string
 		v1Memory string // mount point of the v1 memory controller
 		v1Count  int
+		readOnly []string // mount points mounted read-only
 	}{
 		{name: "v2", kind: LayoutV2, v2Mount: "/sys/fs/cgroup",
 			v2Self: "/sys/fs/cgroup/user.slice/user-1000.slice/session-3.scope"},
@@ -29,9 +30,13 @@ func TestParseLayout(t *testing.T) {
 			v1Memory: "/sys/fs/cgroup/memory", v1Count: 1},
 		{name: "v1", kind: LayoutV1, v1Memory: "/sys/fs/cgroup/memory", v1Count: 5},
 		{name: "v2-container", kind: LayoutV2, v2Mount: "/sys/fs/cgroup",
-			v2Self: "/sys/fs/cgroup/kernel"},
-		{name: "v2-outside", kind: LayoutV2, v2Mount: "/sys/fs/cgroup"}, // own cgroup not under the mount
+			v2Self: "/sys/fs/cgroup/kernel", readOnly: []string{"/sys/fs/cgroup"}}, // docker's default
+		{name: "v2-outside", kind: LayoutV2, v2Mount: "/sys/fs/cgroup", readOnly: []string{"/sys/fs/cgroup"}}, // own cgroup not under the mount
 		{name: "none", kind: LayoutNone},
+		// podman on a hybrid host (#24): each v1 hierarchy bound read-only
+		// at the container's cgroup, no cgroup2 mount.
+		{name: "v1-container-ro", kind: LayoutV1, v1Memory: "/sys/fs/cgroup/memory", v1Count: 5,
+			readOnly: []string{"/sys/fs/cgroup/cpu,cpuacct", "/sys/fs/cgroup/freezer", "/sys/fs/cgroup/memory", "/sys/fs/cgroup/pids"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -48,6 +53,9 @@ func TestParseLayout(t *testing.T) {
 			if l.V1["memory"] != tc.v1Memory || len(l.V1) != tc.v1Count {
 				t.Errorf("V1 = %v (%d controllers); want memory at %q, %d controllers",
 					l.V1, len(l.V1), tc.v1Memory, tc.v1Count)
+			}
+			if !slices.Equal(l.ReadOnly, tc.readOnly) {
+				t.Errorf("ReadOnly = %q; want %q", l.ReadOnly, tc.readOnly)
 			}
 			if slices.Contains(slices.Collect(maps.Keys(l.V1)), "name=systemd") {
 				t.Errorf("V1 counts name=systemd as a controller: %v", l.V1)
