@@ -56,6 +56,22 @@ def install():
     assert argv[0] == BIN, "the kernelspec runs %s, not %s" % (argv[0], BIN)
 
 
+def doctor_check():
+    """tfgpu-kernel doctor inside the container names the engine, how its
+    memory limit and the kernel relate, and the read-only mount as the
+    cause of proc (#24), never advice for another cause."""
+    out = subprocess.run([BIN, "doctor"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True).stdout
+    h.note(doctor=out.splitlines())
+    assert "inside a podman container" in out, "doctor does not name the container: %s" % out
+    want = {"memory": "the container's memory limit of 1 GiB",
+            "readonly-cgroups": "is mounted read-only (a container's default)",
+            "default": "the container has no memory limit"}.get(VARIANT)
+    if want:
+        assert want in out, "doctor in variant %s does not say %r:\n%s" % (VARIANT, want, out)
+    if VARIANT == "readonly-cgroups":
+        assert "delegate a cgroup v2 subtree" not in out, "doctor advises delegation where the cause is the read-only mount:\n%s" % out
+
+
 def cgroup_mounts():
     """{mount point: "ro" | "rw"} of the cgroup file systems the container sees."""
     out = {}
@@ -130,6 +146,7 @@ def checks():
         assert mounts and all(m == want for m in mounts.values()), \
             "variant %s wants every cgroup file system mounted %s; the container has %s" % (VARIANT, want, mounts)
     install()
+    doctor_check()
     if VARIANT == "readonly-cgroups":
         os.environ["TFGPU_MEMORY_LIMIT"] = "300M"
     km, kc = start()

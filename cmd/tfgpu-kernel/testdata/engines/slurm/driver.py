@@ -196,6 +196,18 @@ def memory():
         h.log(traceback.format_exc())
         h._log_tails()
 
+    # doctor inside the job says how the job's limit and the kernel relate.
+    try:
+        from jupyter_client.kernelspec import KernelSpecManager
+        binp = KernelSpecManager().get_kernel_spec(os.environ.get("E2E_KERNEL", "tfgpu")).argv[0]
+        out = subprocess.run([binp, "doctor"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60).stdout
+        h.note(doctor=out.splitlines())
+        for w in ("inside Slurm job " + os.environ.get("SLURM_JOB_ID", "?"), "the job's memory limit of 400 MiB",
+                  "--memory-limit is not applied inside a Slurm job", "proc inside a Slurm job"):
+            expect(w in out, "doctor inside the job does not say %r:\n%s" % (w, out))
+    except Exception as e:
+        expect(False, "doctor inside the job: %s: %s" % (type(e).__name__, e))
+
     want2 = os.environ.get("E2E_SLURM_LIMIT_TEXT", "is not applied inside Slurm job")
     try:
         os.environ["TFGPU_MEMORY_LIMIT"] = "300M"
