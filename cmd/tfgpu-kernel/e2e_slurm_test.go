@@ -1435,16 +1435,9 @@ func slurmDescribeAll(ws []*slurmWatched) []string {
 // slurmTagged lists the live processes whose environment holds kv, but
 // for the pids in except.
 func slurmTagged(kv string, except map[int]bool) []int {
-	want := []byte(kv + "\x00")
 	var out []int
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		p, err := strconv.Atoi(e.Name())
-		if err != nil || except[p] {
-			continue
-		}
-		env, err := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
-		if err == nil && (bytes.HasPrefix(env, want) || bytes.Contains(env, append([]byte{0}, want...))) && e2eLive(p) {
+	for _, p := range e2eWithEnv(kv) {
+		if !except[p] {
 			out = append(out, p)
 		}
 	}

@@ -402,23 +402,33 @@ func e2eAlive(tag string, pids []int) []int {
 			set[p] = true
 		}
 	}
-	want := []byte("E2E_TAG=" + tag + "\x00")
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		p, err := strconv.Atoi(e.Name())
-		if err != nil || set[p] {
-			continue
-		}
-		env, err := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
-		if err == nil && (bytes.HasPrefix(env, want) || bytes.Contains(env, append([]byte{0}, want...))) && e2eLive(p) {
-			set[p] = true
-		}
+	for _, p := range e2eWithEnv("E2E_TAG=" + tag) {
+		set[p] = true
 	}
 	out := make([]int, 0, len(set))
 	for p := range set {
 		out = append(out, p)
 	}
 	sort.Ints(out)
+	return out
+}
+
+// e2eWithEnv lists the live processes whose environment holds kv
+// ("NAME=value"), in /proc's order.
+func e2eWithEnv(kv string) []int {
+	want := []byte(kv + "\x00")
+	var out []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		env, err := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
+		if err == nil && (bytes.HasPrefix(env, want) || bytes.Contains(env, append([]byte{0}, want...))) && e2eLive(p) {
+			out = append(out, p)
+		}
+	}
 	return out
 }
 

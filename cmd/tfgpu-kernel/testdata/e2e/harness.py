@@ -381,6 +381,23 @@ def tree_of(km, kc=None):
     return pids
 
 
+def oom_cell(km, kc, mib=1500, within=30):
+    """Runs a cell that touches mib MiB (bytes * n writes every page, unlike
+    bytearray(n), which calloc may map lazily) and waits until the kernel
+    (the supervisor) has died of a memory limit; returns the cell's
+    collect() result, the supervisor's exit code, and the old tree's
+    processes still alive 2 s later."""
+    old = tree_of(km)
+    msg_id = kc.execute("import time\ntime.sleep(0.2)\nb = b'x' * (%d << 20)\nprint('survived', len(b))" % mib)
+    t0 = time.monotonic()
+    while km.is_alive() and time.monotonic() - t0 < within:
+        time.sleep(0.05)
+    assert not km.is_alive(), "the kernel is still alive %d s after touching %d MiB under a memory limit" % (within, mib)
+    rc = km.provisioner.process.returncode
+    r = collect(kc, msg_id, timeout=2, need_idle=True)
+    return r, rc, wait_dead(old, 2.0)
+
+
 def shutdown_status(km):
     s = km._shutdown_status
     return getattr(s, "value", None) or str(s)

@@ -6,7 +6,6 @@ exits non-zero, nothing survives, and jupyter_client's KernelRestarter (the
 server's autorestart) brings up a fresh kernel that answers."""
 
 import os
-import time
 
 import harness as h
 
@@ -14,16 +13,7 @@ import harness as h
 def main():
     os.environ["TFGPU_MEMORY_LIMIT"] = "300M"
     km, kc = h.start_kernel()
-    old = h.tree_of(km)
-    # bytes * n writes every page, unlike bytearray(n), which calloc may map lazily.
-    msg_id = kc.execute("import time\ntime.sleep(0.2)\nb = b'x' * (1500 << 20)\nprint('survived', len(b))")
-    t0 = time.monotonic()
-    while km.is_alive() and time.monotonic() - t0 < 30:
-        time.sleep(0.05)
-    assert not km.is_alive(), "the kernel is still alive 30 s after touching 1.5 GB under a 300 MiB limit"
-    rc = km.provisioner.process.returncode
-    r = h.collect(kc, msg_id, timeout=1.5, need_idle=True)
-    left = h.wait_dead(old, 2.0)
+    r, rc, left = h.oom_cell(km, kc)
     h.note(returncode=rc, cell_stderr=r["stderr"][-500:], cell_stdout=r["stdout"][-200:])
     h.check(rc != 0, "the supervisor exited %s after the OOM kill; want non-zero" % rc)
     h.check("out-of-memory" in r["stderr"] and "300 MiB" in r["stderr"],

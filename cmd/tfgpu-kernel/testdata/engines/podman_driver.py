@@ -112,15 +112,7 @@ def restart_check(km, kc):
 
 
 def memory_check(km, kc):
-    old = h.tree_of(km)
-    msg_id = kc.execute("import time\ntime.sleep(0.2)\nb = b'x' * (1500 << 20)\nprint('survived', len(b))")
-    t0 = time.monotonic()
-    while km.is_alive() and time.monotonic() - t0 < 30:
-        time.sleep(0.05)
-    assert not km.is_alive(), "the kernel is alive 30 s after touching 1.5 GB in a container limited to 1 GiB"
-    rc = km.provisioner.process.returncode
-    r = h.collect(kc, msg_id, timeout=2, need_idle=True)
-    left = h.wait_dead(old, 2.0)
+    r, rc, left = h.oom_cell(km, kc)
     h.note(oom_returncode=rc, oom_cell_stderr=r["stderr"][-800:], oom_cell_stdout=r["stdout"][-200:])
     assert "survived" not in r["stdout"], "the cell ran to the end: the container's limit did not hold"
     assert not left, "survivors of the OOM-killed kernel: %s" % h.describe(left)
