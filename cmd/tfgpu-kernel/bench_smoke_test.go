@@ -9,7 +9,8 @@ import (
 )
 
 // TestBenchSmoke runs the benchmark harness with tiny sizes: every workload
-// runs on both kernels, every figure is printed and every process reaped.
+// runs on the three kernels (wrapped, direct, the byte proxy's floor),
+// every figure is printed with both ratios and every process reaped.
 // The figures themselves are not asserted (noise, tiny sizes).
 func TestBenchSmoke(t *testing.T) {
 	benchJupyterPython(t)
@@ -34,8 +35,8 @@ func TestBenchSmoke(t *testing.T) {
 			t.Errorf("figure %q missing from the results\n%s", k, out)
 			continue
 		}
-		// the table line: figure | wrapped | direct | ratio | budget | ok?
-		if !benchHasLine(out, f.Figure, 6) {
+		// the table line: figure | wrapped | direct | floor | ÷direct | ÷floor | budget | ok?
+		if !benchHasLine(out, f.Figure, 8) {
 			t.Errorf("no table line for %q in\n%s", f.Figure, out)
 		}
 		if strings.HasPrefix(k, "rss_") || strings.HasPrefix(k, "cpu_") || k == "wakeups_idle" {
@@ -44,8 +45,14 @@ func TestBenchSmoke(t *testing.T) {
 		if f.Direct == nil || f.Ratio == nil || *f.Wrapped <= 0 || *f.Direct <= 0 {
 			t.Errorf("figure %q: want wrapped, direct and ratio, got %+v", k, f)
 		}
+		if f.Floor == nil || f.FloorRatio == nil || *f.Floor <= 0 {
+			t.Errorf("figure %q: want the floor and the ratio to it, side by side, got %+v", k, f)
+		}
+		if want := map[bool]string{true: "÷floor", false: "÷direct"}[k != "restart"]; !strings.HasSuffix(f.Budget, want) {
+			t.Errorf("figure %q: budget %q; want it read against %s", k, f.Budget, want)
+		}
 	}
-	if !benchHasLine(out, "figure ", 6) {
+	if !benchHasLine(out, "figure ", 8) {
 		t.Errorf("no table header in\n%s", out)
 	}
 	t.Logf("\n%s", out)

@@ -1,12 +1,15 @@
 package main
 
 // The benchmark of docs/benchmarks.md: the same workloads against the wrapped kernel
-// (tfgpu-kernel run -- ipykernel) and the same ipykernel run directly, side
-// by side in one run, interleaved so that noise hits both alike.
+// (tfgpu-kernel run -- ipykernel), the same ipykernel run directly, and a
+// plain byte proxy in front of it (testdata/benchproxy: the floor of any
+// relay process here), side by side in one run, interleaved so that noise
+// hits all alike.
 //
 //	go test ./cmd/tfgpu-kernel -run '^$' -bench Kernel -benchtime 1x -timeout 20m
 //
-// prints one line per figure (figure | wrapped | direct | ratio | budget | ok?)
+// prints one line per figure (figure | wrapped | direct | floor | ÷direct |
+// ÷floor | budget | ok?; the relay's budgets are against the floor, #25)
 // with the medians and the per-kernel samples; TFGPU_BENCH_JSON=path also
 // writes them as JSON. The workloads are in testdata/bench/bench.py, run with
 // Debian's /usr/bin/python3 (jupyter_client 7.4.9, ipykernel 6.17).
@@ -129,10 +132,13 @@ type benchFigure struct {
 	Figure  string   `json:"figure"`
 	Wrapped *float64 `json:"wrapped"`
 	Direct  *float64 `json:"direct"`
-	Ratio   *float64 `json:"ratio"`
-	Budget  string   `json:"budget"`
-	OK      bool     `json:"ok"`
-	Unit    string   `json:"unit"`
+	Ratio   *float64 `json:"ratio"` // wrapped ÷ direct
+	// Floor is the byte proxy's figure, FloorRatio wrapped ÷ floor.
+	Floor      *float64 `json:"floor"`
+	FloorRatio *float64 `json:"floor_ratio"`
+	Budget     string   `json:"budget"`
+	OK         bool     `json:"ok"`
+	Unit       string   `json:"unit"`
 }
 
 type benchResults struct {
@@ -213,6 +219,9 @@ func BenchmarkKernel(b *testing.B) {
 		} else if ok && f.Wrapped != nil {
 			b.ReportMetric(*f.Wrapped, u)
 		}
+		if u, ok := units[f.Key]; ok && f.FloorRatio != nil {
+			b.ReportMetric(*f.FloorRatio, strings.TrimSuffix(u, "-ratio")+"-vs-floor")
+		}
 	}
 }
 
@@ -225,22 +234,6 @@ func BenchmarkKernelCurve(b *testing.B) {
 	py := stackPython(b, stackCurrent)
 	dir := b.TempDir()
 	env := benchSetupWith(b, dir, py, "required")
-	for i := 0; i < b.N; i++ {
-		benchRun(b, env, dir, false, 15*time.Minute)
-	}
-}
-
-// BenchmarkKernelFloor is BenchmarkKernel with a plain byte proxy
-// (testdata/benchproxy: five TCP ports copied to the kernel's, nothing
-// else) in the supervisor's place: the least any relay process costs on
-// this machine, to read the relay's budgets against. The supervisor-only
-// figures (RSS, CPU) are the proxy's.
-//
-//	go test ./cmd/tfgpu-kernel -run '^$' -bench KernelFloor -benchtime 1x -timeout 20m
-func BenchmarkKernelFloor(b *testing.B) {
-	benchJupyterPython(b)
-	dir := b.TempDir()
-	env := append(benchSetup(b, dir), "BENCH_WRAPPED_KERNEL=floor")
 	for i := 0; i < b.N; i++ {
 		benchRun(b, env, dir, false, 15*time.Minute)
 	}

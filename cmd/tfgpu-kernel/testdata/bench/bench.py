@@ -1,16 +1,21 @@
 """Side-by-side benchmark: the tfgpu-kernel supervisor against the same
-ipykernel run directly (docs/benchmarks.md).
+ipykernel run directly, and against a plain byte proxy in front of it (the
+floor of any relay process on this machine) (docs/benchmarks.md).
 
 Run by cmd/tfgpu-kernel/bench_test.go (BenchmarkKernel, TestBenchSmoke) with
 /usr/bin/python3, Debian's jupyter_client 7.4.9 and ipykernel 6.17. The Go
-side builds the binary and writes two kernelspecs into a JUPYTER_PATH
-directory; this script starts one kernel of each, keeps both up, and runs
-every workload on both, interleaved (wrapped, direct, direct, wrapped, ...)
-so that noise on a shared machine hits both sides alike.
+side builds the binary and the proxy and writes their kernelspecs into a
+JUPYTER_PATH directory; this script starts one kernel of each, keeps them
+up, and runs every workload on each, interleaved (wrapped, direct, floor,
+floor, direct, wrapped, ...) so that noise on a shared machine hits all
+alike. The relay's budgets are against the floor, in the same run (#25):
+the supervisor cannot be faster than copying bytes.
 
 Environment in:
   BENCH_WRAPPED_KERNEL  kernelspec of the supervisor (default "tfgpu")
   BENCH_DIRECT_KERNEL   kernelspec of the plain ipykernel (default "direct")
+  BENCH_FLOOR_KERNEL    kernelspec of the byte proxy in front of it (default
+                        "floor"; empty: no floor column)
   BENCH_LOG_DIR         where the kernels' stdout/stderr go (default: a temp dir)
   BENCH_ENCRYPTION      "required": both kernels with jupyter_client's
                         transport_encryption (CurveZMQ; the current stack)
@@ -21,7 +26,7 @@ Environment in:
   TFGPU_BENCH_JSON      also write the results as JSON to this path
 
 Output: progress on stderr; on stdout the table, one line per figure,
-  figure | wrapped | direct | ratio | budget | ok?
+  figure | wrapped | direct | floor | ÷direct | ÷floor | budget | ok?
 then the per-kernel sample summaries. Exit status 0 when every workload ran
 and every process was reaped (a figure over its budget is reported, not an
 error: these are benchmarks, not timed tests), 1 otherwise.
@@ -42,6 +47,7 @@ from jupyter_client import KernelManager
 QUICK = os.environ.get("TFGPU_BENCH_QUICK", "") not in ("", "0", "false")
 WRAPPED_SPEC = os.environ.get("BENCH_WRAPPED_KERNEL", "tfgpu")
 DIRECT_SPEC = os.environ.get("BENCH_DIRECT_KERNEL", "direct")
+FLOOR_SPEC = os.environ.get("BENCH_FLOOR_KERNEL", "floor")
 LOG_DIR = os.environ.get("BENCH_LOG_DIR") or tempfile.mkdtemp(prefix="tfgpu-bench-")
 JSON_OUT = os.environ.get("TFGPU_BENCH_JSON", "")
 ENCRYPTION = os.environ.get("BENCH_ENCRYPTION", "")  # jupyter_client >= 8.9's transport_encryption
@@ -472,9 +478,9 @@ def main():
         results["errors"].append(msg)
         log("ERROR:", msg)
 
-    def emit_figure(key, name, w, d, ratio, budget, ok, unit, **extra):
-        fig = dict(key=key, figure=name, wrapped=w, direct=d, ratio=ratio, budget=budget,
-                   ok=ok, unit=unit, **extra)
+    def emit_figure(key, name, w, d, ratio, budget, ok, unit, floor=None, floor_ratio=None, **extra):
+        fig = dict(key=key, figure=name, wrapped=w, direct=d, ratio=ratio, floor=floor, floor_ratio=floor_ratio,
+                   budget=budget, ok=ok, unit=unit, **extra)
         results["figures"].append(fig)
 
     def on_term(signum, frame):
@@ -484,7 +490,7 @@ def main():
     log("logs of the kernels in", LOG_DIR, "quick" if QUICK else "full", CFG)
     try:
         W, D = Kernel("wrapped", WRAPPED_SPEC), Kernel("direct", DIRECT_SPEC)
-        kernels = [W, D]
+        kernels = [W, D] + ([Kernel("floor", FLOOR_SPEC)] if FLOOR_SPEC else [])
         for k in kernels:
             k.start()
             log("%s (%s) up: pid %d tree %s" % (k.label, k.spec, k.pid, k.track()))
@@ -578,16 +584,24 @@ def main():
             "pass_ms": lat, "stream_s": tp, "stream_MBps": tp_mbs, "display_s": disp, "restart_ms": rst,
         }
 
-        def ratio_fig(key, name, samples, unit, budget, le):
+        def ratio_fig(key, name, samples, unit, budget, le, against):
+            """The medians and both ratios; the budget is on the ratio
+            to `against` ("floor" for the relay's figures, "direct" for
+            the restart, which is not the relay's)."""
             w, d = med(samples["wrapped"]), med(samples["direct"])
-            r = w / d
-            ok = r <= budget if le else r >= budget
-            emit_figure(key, name, w, d, r, ("<= %.2f" if le else ">= %.2f") % budget, ok, unit)
+            f = med(samples["floor"]) if "floor" in samples else None
+            r, fr = w / d, (w / f if f else None)
+            if against == "floor" and fr is None:
+                against = "direct"  # no floor in this run (BENCH_FLOOR_KERNEL empty)
+            judged = fr if against == "floor" else r
+            ok = judged <= budget if le else judged >= budget
+            emit_figure(key, name, w, d, r, ("<= %.2f" if le else ">= %.2f") % budget + " ÷" + against, ok, unit,
+                        floor=f, floor_ratio=fr)
 
-        ratio_fig("pass", "execute_request('pass') round trip, median", lat, "ms", 1.03, True)
-        ratio_fig("stream", "iopub throughput, %d MB stream, median" % n_mb, tp_mbs, "MB/s", 0.95, False)
-        ratio_fig("display", "%d display_data until idle, median" % n_disp, disp, "s", 1.05, True)
-        ratio_fig("restart", "restart_kernel + wait_for_ready, median", rst, "ms", 1.10, True)
+        ratio_fig("pass", "execute_request('pass') round trip, median", lat, "ms", 1.03, True, "floor")
+        ratio_fig("stream", "iopub throughput, %d MB stream, median" % n_mb, tp_mbs, "MB/s", 0.97, False, "floor")
+        ratio_fig("display", "%d display_data until idle, median" % n_disp, disp, "s", 1.03, True, "floor")
+        ratio_fig("restart", "restart_kernel + wait_for_ready, median", rst, "ms", 1.10, True, "direct")
         emit_figure("rss_idle", "supervisor VmRSS idle after start", rss_idle / 1024, None, None,
                     "<= 20 MB", rss_idle <= 20 * 1024, "MB")
         emit_figure("rss_after", "supervisor VmRSS after %.0f MB iopub relayed" % relayed_mb,
@@ -637,14 +651,16 @@ def fmt(v, unit):
 
 
 def print_table(results):
-    rows = [("figure", "wrapped", "direct", "ratio", "budget", "ok?")]
+    rows = [("figure", "wrapped", "direct", "floor", "÷direct", "÷floor", "budget", "ok?")]
     for f in results["figures"]:
-        rows.append((f["figure"], fmt(f["wrapped"], f["unit"]), fmt(f["direct"], f["unit"]),
-                     "-" if f["ratio"] is None else "%.3f" % f["ratio"], f["budget"],
+        rows.append((f["figure"], fmt(f["wrapped"], f["unit"]), fmt(f["direct"], f["unit"]), fmt(f.get("floor"), f["unit"]),
+                     "-" if f["ratio"] is None else "%.3f" % f["ratio"],
+                     "-" if f.get("floor_ratio") is None else "%.3f" % f["floor_ratio"], f["budget"],
                      "yes" if f["ok"] else "NO"))
-    widths = [max(len(r[i]) for r in rows) for i in range(6)]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     mode = "QUICK smoke run (tiny sizes, not a measurement)" if results["quick"] else "full run"
-    print("\ntfgpu-kernel benchmark, wrapped vs direct ipykernel, %s, %d CPUs" % (mode, os.cpu_count()))
+    print("\ntfgpu-kernel benchmark, wrapped vs direct ipykernel and vs a plain byte proxy (floor), "
+          "interleaved in one run, %s, %d CPUs" % (mode, os.cpu_count()))
     for i, r in enumerate(rows):
         print(" | ".join(c.ljust(widths[j]) if j == 0 else c.rjust(widths[j]) for j, c in enumerate(r)).rstrip())
         if i == 0:
@@ -653,7 +669,9 @@ def print_table(results):
     if s:
         print("\nsamples (n, min / median / max):")
         for key, unit in (("pass_ms", "ms"), ("stream_MBps", "MB/s"), ("display_s", "s"), ("restart_ms", "ms")):
-            for label in ("wrapped", "direct"):
+            for label in ("wrapped", "direct", "floor"):
+                if label not in s[key]:
+                    continue
                 xs = s[key][label]
                 print("  %-12s %-8s n=%-4d %s / %s / %s" % (key, label, len(xs), fmt(min(xs), unit),
                                                             fmt(med(xs), unit), fmt(max(xs), unit)))

@@ -1,5 +1,5 @@
-// Command benchproxy is the floor under the relay's cost, for
-// BenchmarkKernelFloor: it starts the kernel on free ports of its own and
+// Command benchproxy is the floor under the relay's cost, the third
+// kernel of BenchmarkKernel (bench.py's "floor"): it starts the kernel on free ports of its own and
 // copies bytes between each of the five ports Jupyter asked for and the
 // kernel's, with nothing else (no ZMTP, no checks, splice(2) where Go uses
 // it). Whatever it costs against the direct kernel, any relay process
