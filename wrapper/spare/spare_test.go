@@ -1,0 +1,265 @@
+package spare
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/go-zeromq/zmq4"
+	"golang.org/x/sys/unix"
+
+	"github.com/tfgpu/tfgpu-kernel/internal/jmsg"
+	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
+)
+
+const python = "/usr/bin/python3"
+
+func requirePython(t *testing.T) {
+	t.Helper()
+	if out, err := exec.Command(python, "-c", "import ipykernel").CombinedOutput(); err != nil {
+		testutil.RequireOrSkip(t, "need %s with ipykernel (apt-get install python3-ipykernel): %s", python, out)
+	}
+}
+
+// start is a StartFunc of the test's own: ForkExec, and a wait4 for that
+// pid alone. Every spare the test starts is killed and reaped at its end.
+func start(t *testing.T) StartFunc {
+	return func(argv0 string, argv []string, attr *syscall.ProcAttr) (int, <-chan struct{}, error) {
+		pid, err := syscall.ForkExec(argv0, argv, attr)
+		if err != nil {
+			return 0, nil, err
+		}
+		done := make(chan struct{})
+		go func() {
+			var ws unix.WaitStatus
+			for {
+				if _, err := unix.Wait4(pid, &ws, 0, nil); !errors.Is(err, unix.EINTR) {
+					break
+				}
+			}
+			close(done)
+		}()
+		t.Cleanup(func() {
+			unix.Kill(pid, unix.SIGKILL)
+			<-done
+		})
+		return pid, done, nil
+	}
+}
+
+func attr(t *testing.T) syscall.ProcAttr {
+	null, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { null.Close() })
+	return syscall.ProcAttr{Files: []uintptr{null.Fd(), null.Fd(), os.Stderr.Fd()}}
+}
+
+func env() []string {
+	return append(os.Environ(), "PYDEVD_DISABLE_FILE_VALIDATION=1", "PYTHONDONTWRITEBYTECODE=1")
+}
+
+func TestParse(t *testing.T) {
+	for _, tc := range []struct {
+		argv []string
+		ok   bool
+		want Launch
+	}{
+		{[]string{"/usr/bin/python3", "-m", "ipykernel_launcher", "-f", "{connection_file}"}, true,
+			Launch{Python: "/usr/bin/python3", Args: []string{"-f", "{connection_file}"}}},
+		{[]string{"/opt/venv/bin/python", "-Xfrozen_modules=off", "-s", "-m", "ipykernel_launcher", "-f", "{connection_file}"}, true,
+			Launch{Python: "/opt/venv/bin/python", Flags: []string{"-Xfrozen_modules=off", "-s"}, Args: []string{"-f", "{connection_file}"}}},
+		{[]string{"python3", "-X", "frozen_modules=off", "-m", "ipykernel_launcher", "-f", "c"}, true,
+			Launch{Python: "python3", Flags: []string{"-X", "frozen_modules=off"}, Args: []string{"-f", "c"}}},
+		{[]string{"/usr/bin/python3", "-m", "ipykernel", "-f", "c"}, false, Launch{}},                 // another module
+		{[]string{"/usr/bin/python3", "-c", "import x", "-f", "c"}, false, Launch{}},                  // code
+		{[]string{"/usr/bin/python3", "/opt/kernel.py", "-f", "c"}, false, Launch{}},                  // a script
+		{[]string{"R", "--slave", "-e", "IRkernel::main()", "--args", "c"}, false, Launch{}},          // not Python
+		{[]string{"/usr/bin/python3", "-m"}, false, Launch{}},                                         // cut short
+		{[]string{"conda", "run", "-n", "tf", "python", "-m", "ipykernel_launcher"}, false, Launch{}}, // a wrapper
+	} {
+		got, ok := Parse(tc.argv)
+		if ok != tc.ok || strings.Join(got.Flags, " ") != strings.Join(tc.want.Flags, " ") ||
+			strings.Join(got.Args, " ") != strings.Join(tc.want.Args, " ") || got.Python != tc.want.Python {
+			t.Errorf("Parse(%q) = %+v, %v; want %+v, %v", tc.argv, got, ok, tc.want, tc.ok)
+		}
+	}
+}
+
+// A spare imports ipykernel and waits; handed the kernel's argv it is the
+// kernel, and answers kernel_info on the connection file's ports.
+func TestSpareBecomesTheKernel(t *testing.T) {
+	requirePython(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	s, err := Start(ctx, Launch{Python: python}, env(), nil, attr(t), start(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Modules < 200 || len(s.Path) == 0 {
+		t.Fatalf("the spare says it imported %d modules, with sys.path %v: not ipykernel", s.Modules, s.Path)
+	}
+	if !imported(t, s.Pid(), "zmq") {
+		t.Error("the spare has not loaded pyzmq's extension: ipykernel was not imported")
+	}
+	conn, ci := writeConn(t)
+	t0 := time.Now()
+	if err := s.Go(ctx, []string{"ipykernel_launcher", "-f", conn}, t.TempDir()); err != nil {
+		t.Fatal(err)
+	}
+	answered := kernelInfo(ctx, t, ci)
+	t.Logf("go to kernel_info_reply: %v (the imports were done before)", answered.Sub(t0).Round(time.Millisecond))
+}
+
+// A preload list is imported before the spare says it is ready.
+func TestSparePreloads(t *testing.T) {
+	requirePython(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	s, err := Start(ctx, Launch{Python: python}, env(), []string{"json", "sqlite3"}, attr(t), start(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !imported(t, s.Pid(), "_sqlite3") {
+		t.Fatal("the preloaded sqlite3 is not loaded in the spare")
+	}
+	s.Discard()
+}
+
+// A package installed after the spare imported (a directory on its
+// sys.path changed) makes it refuse to go: the kernel starts cold with
+// the new package.
+func TestStaleSpareRefuses(t *testing.T) {
+	requirePython(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	site := t.TempDir()
+	s, err := Start(ctx, Launch{Python: python}, append(env(), "PYTHONPATH="+site), nil, attr(t), start(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond) // a new mtime, whatever the file system's granularity
+	if err := os.Mkdir(filepath.Join(site, "newpkg"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	conn, _ := writeConn(t)
+	err = s.Go(ctx, []string{"ipykernel_launcher", "-f", conn}, t.TempDir())
+	if !errors.Is(err, ErrStale) || !strings.Contains(err.Error(), site) {
+		t.Fatalf("Go after a pip install into %s: %v; want ErrStale naming it", site, err)
+	}
+	select {
+	case <-s.exited:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the stale spare did not exit")
+	}
+}
+
+// A discarded spare exits by itself (its input closed), at once.
+func TestDiscardedSpareExits(t *testing.T) {
+	requirePython(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	s, err := Start(ctx, Launch{Python: python}, env(), nil, attr(t), start(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Discard()
+	select {
+	case <-s.exited:
+	default:
+		t.Fatal("Discard returned with the spare alive")
+	}
+}
+
+// imported reports whether pid has a shared object whose path holds
+// name mapped: the C extension of a module it imported (pyzmq's for
+// ipykernel, _sqlite3 for sqlite3).
+func imported(t *testing.T, pid int, name string) bool {
+	t.Helper()
+	maps, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/maps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Contains(string(maps), name)
+}
+
+func writeConn(t *testing.T) (string, *jmsg.ConnInfo) {
+	t.Helper()
+	var ports [5]int
+	for i := range ports {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ports[i] = l.Addr().(*net.TCPAddr).Port
+		defer l.Close()
+	}
+	ci := &jmsg.ConnInfo{Transport: "tcp", IP: "127.0.0.1", Ports: ports, Key: "5f0b3a3c-spare-test", SignatureScheme: "hmac-sha256"}
+	path := filepath.Join(t.TempDir(), "kernel-spare.json")
+	if err := jmsg.WriteFile(path, ci); err != nil {
+		t.Fatal(err)
+	}
+	return path, ci
+}
+
+// kernelInfo asks the kernel on ci's shell port until it answers, and
+// returns when it did.
+func kernelInfo(ctx context.Context, t *testing.T, ci *jmsg.ConnInfo) time.Time {
+	t.Helper()
+	signer, err := jmsg.NewSigner(ci.SignatureScheme, ci.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shell := zmq4.NewDealer(ctx, zmq4.WithID(zmq4.SocketIdentity("spare-test")))
+	defer shell.Close()
+	if err := shell.Dial(ci.Endpoint(jmsg.Shell)); err != nil {
+		t.Fatal(err)
+	}
+	replies := make(chan zmq4.Msg, 16)
+	go func() {
+		for {
+			m, err := shell.Recv()
+			if err != nil {
+				return
+			}
+			replies <- m
+		}
+	}()
+	for {
+		frames, err := jmsg.NewMessage(signer, nil, "kernel_info_request", nil, "spare-test", map[string]any{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := shell.Send(zmq4.NewMsgFrom(frames...)); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case m := <-replies:
+			p, err := jmsg.Split(m.Frames)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var h struct {
+				MsgType string `json:"msg_type"`
+			}
+			json.Unmarshal(p.Header, &h)
+			if h.MsgType != "kernel_info_reply" {
+				t.Fatalf("the kernel answered %s", h.MsgType)
+			}
+			return time.Now()
+		case <-time.After(50 * time.Millisecond):
+		case <-ctx.Done():
+			t.Fatal("the kernel never answered kernel_info")
+		}
+	}
+}
