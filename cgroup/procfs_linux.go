@@ -23,6 +23,10 @@ type procStat struct {
 	comm  [16]byte // the command name (at most 15 bytes, TASK_COMM_LEN), NUL-padded
 }
 
+func (s procStat) proc() Proc {
+	return Proc{PID: s.pid, State: s.state, Start: s.start, PPid: s.ppid, Comm: string(bytes.TrimRight(s.comm[:], "\x00"))}
+}
+
 // alive reports whether the process can still run: a zombie (Z) or a dead
 // task (X, x) has released everything but its pid and exit status.
 func (s procStat) alive() bool {
@@ -158,6 +162,8 @@ type Proc struct {
 	PID   int
 	State byte   // R S D T t Z X ...
 	Start uint64 // starttime, clock ticks after boot: tells a process from a later one with the same pid
+	PPid  int    // the parent's pid
+	Comm  string // the command name (at most 15 bytes)
 }
 
 // Alive reports whether the process can still run (not a zombie or dead).
@@ -180,7 +186,7 @@ func ReadProc(pid int) (Proc, error) {
 	case !ok:
 		return Proc{}, fmt.Errorf("pid %d: %w", pid, os.ErrNotExist)
 	}
-	return Proc{PID: s.pid, State: s.state, Start: s.start}, nil
+	return s.proc(), nil
 }
 
 // StartTime returns the start time of pid (clock ticks after boot, proc(5)

@@ -54,7 +54,7 @@ func (s *Snapshot) Pids() []int {
 // Proc is pid's stat as of the scan.
 func (s *Snapshot) Proc(pid int) (Proc, bool) {
 	p, ok := s.procs[pid]
-	return Proc{PID: p.pid, State: p.state, Start: p.start}, ok
+	return p.proc(), ok
 }
 
 // Comm is pid's command name as of the scan ("" when it was not there).

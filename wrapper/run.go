@@ -198,6 +198,9 @@ func (s *supervisor) start(ctx context.Context) (<-chan cgroup.ExitStatus, int) 
 	if s.engine.Kind != engine.Host {
 		s.log.Info("running inside "+s.engine.String(), "evidence", s.engine.Why)
 	}
+	if l, err := cgroup.DetectLayout(); err == nil {
+		s.outerMem = cgroup.NewOuterMemory(l)
+	}
 	opened, err := cgroup.Open(s.containment(), cgroupName(s.id),
 		cgroup.Options{Reaper: s.reaper, MemoryLimit: s.cfg.MemoryLimit, V2: s.cfg.v2opts})
 	if err != nil {
@@ -322,11 +325,6 @@ func (s *supervisor) limitMemory(limit int64) (tell string) {
 // outerMemLimit is the limit of the cgroups the supervisor started in, 0
 // when there is none or it is not known.
 func (s *supervisor) outerMemLimit() int64 {
-	if s.outerMem == nil {
-		if l, err := cgroup.DetectLayout(); err == nil {
-			s.outerMem = cgroup.NewOuterMemory(l)
-		}
-	}
 	if s.outerMem == nil {
 		return 0
 	}

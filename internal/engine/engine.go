@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package engine tells what the supervisor runs inside: a Slurm job, a
 // container, or a plain host, from facts of the running system, so that
 // the kernel never fights the engine's own accounting and kill, and the
@@ -11,6 +13,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
+
+	"github.com/tfgpu/tfgpu-kernel/cgroup"
 )
 
 // Kinds of engine.
@@ -121,29 +125,16 @@ func jobCgroups(selfCgroup []byte, job string) []JobCgroup {
 func ancestorComms(pid int) []string {
 	var out []string
 	for range 64 {
-		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		p, err := cgroup.ReadProc(pid)
+		if err != nil || p.PPid <= 1 {
+			return out
+		}
+		parent, err := cgroup.ReadProc(p.PPid)
 		if err != nil {
 			return out
 		}
-		// pid (comm) state ppid ...: comm may hold ')' and spaces.
-		i := bytes.LastIndexByte(b, ')')
-		if i < 0 {
-			return out
-		}
-		f := strings.Fields(string(b[i+1:]))
-		if len(f) < 2 {
-			return out
-		}
-		ppid, err := strconv.Atoi(f[1])
-		if err != nil || ppid <= 1 {
-			return out
-		}
-		pb, err := os.ReadFile("/proc/" + strconv.Itoa(ppid) + "/comm")
-		if err != nil {
-			return out
-		}
-		out = append(out, strings.TrimSpace(string(pb)))
-		pid = ppid
+		out = append(out, parent.Comm)
+		pid = p.PPid
 	}
 	return out
 }
