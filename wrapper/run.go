@@ -298,13 +298,13 @@ func (s *supervisor) limitMemory(limit int64) (tell string) {
 	if s.engine.Kind == engine.Slurm {
 		// A memory cgroup of ours under the job's would outlive a scancel
 		// and keep Slurm from removing the job's cgroups.
-		why := fmt.Sprintf("inside %s the job's own memory limit applies to the kernel", s.engine)
-		if s.outerMemLimit() > 0 {
-			why = fmt.Sprintf("inside %s the job's own memory limit (%s) applies to the kernel", s.engine, cgroup.FormatSize(s.outerMemLimit()))
+		applies := "the job's own memory limit applies to the kernel"
+		if lim := s.outerMemLimit(); lim > 0 {
+			applies = fmt.Sprintf("the job's own memory limit (%s) applies to the kernel", cgroup.FormatSize(lim))
 		}
-		s.log.Warn("memory limit not applied", "limit", cgroup.FormatSize(limit), "why", why)
+		s.log.Warn("memory limit not applied", "limit", cgroup.FormatSize(limit), "why", "inside "+s.engine.String()+" "+applies)
 		return fmt.Sprintf("tfgpu-kernel: the memory limit of %s is not applied inside Slurm job %s: %s (sbatch --mem sets it).\n",
-			cgroup.FormatSize(limit), s.engine.SlurmJob, strings.TrimPrefix(why, "inside "+s.engine.String()+" "))
+			cgroup.FormatSize(limit), s.engine.SlurmJob, applies)
 	}
 	l, err := cgroup.DetectLayout()
 	if err == nil {
