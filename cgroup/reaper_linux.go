@@ -5,6 +5,10 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -177,20 +181,18 @@ func (r *Reaper) Owns(pid int) bool {
 // Orphans is the number of children reaped that StartProcess did not start.
 func (r *Reaper) Orphans() uint64 { return r.orphans.Load() }
 
-// Drain reaps until this process has no child left, or for at most
-// timeout; it returns whether none is left. A supervisor calls it last,
-// once its tree is killed: Kill returns when the cgroup is empty, a moment
-// before the last processes become zombies, and a zombie left when the
-// supervisor exits is re-parented to PID 1, which in many containers (no
-// --init, the Jupyter server as PID 1) never waits for it (#24).
-func (r *Reaper) Drain(timeout time.Duration) bool {
+// Drain reaps until this process has no child left but those keep names,
+// or for at most timeout; it returns whether none is left. A supervisor
+// calls it last, once its tree is killed: Kill returns when the cgroup is
+// empty, a moment before the last processes become zombies, and a zombie
+// left when the supervisor exits is re-parented to PID 1, which in many
+// containers (no --init, the Jupyter server as PID 1) never waits for it
+// (#24). A kept child (the standby of a restart) lives on.
+func (r *Reaper) Drain(timeout time.Duration, keep ...int) bool {
 	deadline := time.Now().Add(timeout)
 	for {
 		r.reap()
-		var info unix.Siginfo
-		// WNOWAIT: look, leave the reaping to reap (and its channels).
-		err := unix.Waitid(unix.P_ALL, 0, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT|unix.WALL, nil)
-		if errors.Is(err, unix.ECHILD) {
+		if !r.othersLeft(keep) {
 			return true
 		}
 		if time.Now().After(deadline) {
@@ -198,6 +200,32 @@ func (r *Reaper) Drain(timeout time.Duration) bool {
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
+}
+
+// othersLeft reports whether this process has a child not in keep: from
+// /proc/self/task/*/children (each thread's children), else, without that
+// file, whether it has any child at all.
+func (r *Reaper) othersLeft(keep []int) bool {
+	tasks, _ := filepath.Glob("/proc/self/task/*/children")
+	for _, t := range tasks {
+		b, err := os.ReadFile(t)
+		if err != nil {
+			tasks = nil
+			break
+		}
+		for _, f := range strings.Fields(string(b)) {
+			if pid, err := strconv.Atoi(f); err == nil && !slices.Contains(keep, pid) {
+				return true
+			}
+		}
+	}
+	if len(tasks) > 0 {
+		return false
+	}
+	var info unix.Siginfo
+	// WNOWAIT: look, leave the reaping to reap (and its channels).
+	err := unix.Waitid(unix.P_ALL, 0, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT|unix.WALL, nil)
+	return !errors.Is(err, unix.ECHILD)
 }
 
 // Stop stops reaping and returns when the reaping goroutine has ended.

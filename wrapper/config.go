@@ -52,6 +52,18 @@ type Config struct {
 	Log            *slog.Logger
 	Stderr         io.Writer // where one-line usage errors go
 
+	// The spare kernel (docs/design.md#spare-kernel): with Spare, a
+	// supervisor whose kernel is ready starts a standby supervisor
+	// (StandbyArgv: this program's `run --standby` with the same flags),
+	// which keeps a spare kernel for the next restart; and a supervisor
+	// that starts looks for such a standby of its kernel first.
+	Spare       bool
+	Preload     []string      // modules the spare imports besides ipykernel
+	SpareMaxAge time.Duration // a spare older than this is replaced; 0: DefaultSpareMaxAge
+	StandbyArgv []string      // how to start a standby; nil: no spare
+	Standby     bool          // this process is a standby (run --standby)
+	Leash       *os.File      // a standby's: the pipe from the supervisor it stands by for
+
 	v2opts []cgroup.V2Option // tests force the cgroup.procs fallback with these
 	shared *zmtp.Shared      // tests read the relay's counters through it
 	engine *engine.Engine    // tests say what the supervisor runs inside; nil: engine.Detect
@@ -68,6 +80,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ConfirmTimeout <= 0 {
 		c.ConfirmTimeout = DefaultConfirmTimeout
+	}
+	if c.SpareMaxAge <= 0 {
+		c.SpareMaxAge = DefaultSpareMaxAge
 	}
 	if c.Cgroup == "" {
 		c.Cgroup = cgroup.Auto

@@ -82,6 +82,15 @@ func (s *supervisor) loop(ctx context.Context, exited <-chan cgroup.ExitStatus) 
 			if s.phase == starting {
 				s.enter(running)
 			}
+			s.startStandby() // the spare for the next restart (standby.go)
+
+		case st := <-s.standbyExited():
+			s.standbyEnded(st)
+
+		case <-s.stubGone:
+			// A standby that took over: the process Jupyter launched is
+			// its parent, as far as Jupyter knows (standby.go).
+			return s.stop(cause{reason: "the process Jupyter started is gone", request: req})
 
 		case ev := <-s.events:
 			switch {

@@ -152,6 +152,8 @@ func (s *supervisor) waitParked(ctx context.Context) (<-chan cgroup.ExitStatus, 
 			}
 		case ask := <-s.usagec:
 			ask <- s.usageParked()
+		case <-s.stubGone:
+			return nil, ExitOK
 		case sig := <-s.sigc:
 			switch sig {
 			case unix.SIGTERM, unix.SIGHUP:

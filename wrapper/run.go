@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -59,6 +60,14 @@ type supervisor struct {
 	st       record.State // as recorded in the state file
 
 	cleanups []func() // run in reverse when Run returns
+	code     int      // what Run returns, for the cleanups
+
+	// The spare kernel (standby.go, docs/design.md#spare-kernel).
+	spareOff  string        // why this kernel has no spare ("": it has one)
+	standby   *standbyProc  // the standby supervisor this one started, while it runs
+	keepChild int           // a standby that outlives this supervisor (a restart's)
+	stub      *net.UnixConn // a standby's: the process Jupyter started, once adopted
+	stubGone  chan struct{} // closed when the stub's connection ends
 }
 
 // Run supervises one kernel until it is shut down or dies, and returns the
@@ -71,10 +80,29 @@ func Run(ctx context.Context, cfg Config) int {
 	debug.SetMemoryLimit(64 << 20)
 	s := &supervisor{cfg: cfg.withDefaults(), events: make(chan relay.Event, 16)}
 	defer s.cleanup()
+	s.code = s.run(ctx)
+	return s.code
+}
+
+func (s *supervisor) run(ctx context.Context) int {
+	if s.cfg.Standby {
+		return s.runStandby(ctx) // standby.go
+	}
+	if s.cfg.Spare {
+		if code, ok := s.adopt(); ok {
+			return code // the standby supervised this start (standby.go)
+		}
+	}
 	if code, ok := s.prepare(ctx); !ok {
 		return code
 	}
 	exited, code := s.start(ctx)
+	return s.serve(ctx, exited, code)
+}
+
+// serve runs the loop until the supervisor is to end: a parked kernel's
+// place is served until a fresh kernel starts (park.go).
+func (s *supervisor) serve(ctx context.Context, exited <-chan cgroup.ExitStatus, code int) int {
 	for exited != nil {
 		if code = s.loop(ctx, exited); code != exitParked {
 			return code
@@ -103,20 +131,51 @@ func (s *supervisor) usage(format string, args ...any) (int, bool) {
 // the connection file, the state directory, the signals and the five
 // sockets Jupyter asked for.
 func (s *supervisor) prepare(ctx context.Context) (int, bool) {
+	ci, curve, code, ok := s.loadConn()
+	if !ok {
+		return code, false
+	}
+	if code, ok := s.identify(); !ok {
+		return code, false
+	}
+	s.catchSignals(true)
+	if parentGone() {
+		s.log.Warn("the process that started the kernel is already gone; not starting")
+		return ExitFailed, false
+	}
+	return s.bind(ctx, ci, curve)
+}
+
+// loadConn reads Jupyter's connection file: its key (s.signer) and its
+// CurveZMQ keys, if any.
+func (s *supervisor) loadConn() (*jmsg.ConnInfo, *zmtp.CurveKeys, int, bool) {
 	cfg := s.cfg
 	ci, err := jmsg.Load(cfg.ConnFile)
 	if err != nil {
-		return s.usage("%v", err)
+		code, _ := s.usage("%v", err)
+		return nil, nil, code, false
 	}
 	if s.signer, err = jmsg.NewSigner(ci.SignatureScheme, ci.Key); err != nil {
-		return s.usage("connection file %s: %v", cfg.ConnFile, err)
+		code, _ := s.usage("connection file %s: %v", cfg.ConnFile, err)
+		return nil, nil, code, false
 	}
 	curve, err := curveKeys(ci)
 	if err != nil {
-		return s.usage("connection file %s: %v", cfg.ConnFile, err)
+		code, _ := s.usage("connection file %s: %v", cfg.ConnFile, err)
+		return nil, nil, code, false
 	}
+	return ci, curve, 0, true
+}
+
+// identify names the kernel (from the connection file's name) and opens
+// the state directory.
+func (s *supervisor) identify() (int, bool) {
+	cfg := s.cfg
 	s.id = jmsg.KernelID(cfg.ConnFile)
 	s.log = cfg.Log.With("kernel", record.ShortID(s.id))
+	if cfg.Standby {
+		s.log = s.log.With("standby", os.Getpid())
+	}
 	if !record.ValidKernelID(s.id) {
 		// jupyter_server names files kernel-<uuid>.json; any other name is
 		// hashed, so only a hand-made kernel-<odd>.json gets here.
@@ -128,23 +187,34 @@ func (s *supervisor) prepare(ctx context.Context) (int, bool) {
 	if cfg.StateDir == "" {
 		return s.usage("no state directory: no XDG_RUNTIME_DIR and no home directory; set --state-dir (TFGPU_STATE_DIR)")
 	}
+	var err error
 	if s.dir, err = record.OpenDir(cfg.StateDir, true, false); err != nil {
 		return s.usage("%v", err)
 	}
 	s.onExit(func() { s.dir.Close() })
+	return 0, true
+}
 
-	// Signals next, so a SIGINT that arrives while starting is forwarded,
-	// not fatal (Go's default for SIGINT is to exit).
+// catchSignals is done before anything is started, so that a SIGINT that
+// arrives while starting is forwarded, not fatal (Go's default for SIGINT
+// is to exit). A supervisor Jupyter started (parent) also asks for a
+// signal when its parent dies; a standby's parent is the supervisor it
+// stands by for, whose end it learns from the leash (standby.go).
+func (s *supervisor) catchSignals(parent bool) {
 	sigc := make(chan os.Signal, 8)
 	signal.Notify(sigc, unix.SIGINT, unix.SIGTERM, unix.SIGHUP, parentDeathSignal, parkSignal)
 	s.onExit(func() { signal.Stop(sigc) })
 	s.sigc = sigc
-	s.onExit(watchParent())
-	if parentGone() {
-		s.log.Warn("the process that started the kernel is already gone; not starting")
-		return ExitFailed, false
+	if parent {
+		s.onExit(watchParent())
 	}
+}
 
+// bind binds the five sockets Jupyter asked for and writes the kernel's
+// own connection file.
+func (s *supervisor) bind(ctx context.Context, ci *jmsg.ConnInfo, curve *zmtp.CurveKeys) (int, bool) {
+	cfg := s.cfg
+	var err error
 	s.reserve = reserveFDs(16)
 	s.onExit(s.reserve.release)
 	if s.cfg.shared == nil {
@@ -173,14 +243,32 @@ func (s *supervisor) prepare(ctx context.Context) (int, bool) {
 // what dead supervisors left, and spawns the kernel. On failure it returns
 // a nil channel and the exit code.
 func (s *supervisor) start(ctx context.Context) (<-chan cgroup.ExitStatus, int) {
+	warning, code, ok := s.contain(true)
+	if !ok {
+		return nil, code
+	}
+	warning = s.beforeKernel(warning)
+	exited, code := s.spawn(substituteConn(s.cfg.Argv, s.cfg.ConnFile, s.innerDir+"/"+innerConnName))
+	if exited == nil {
+		return nil, code
+	}
+	s.started(ctx, warning)
+	return exited, 0
+}
+
+// contain makes the kernel's containment, NVML session and watcher ready,
+// and (sweep) finishes what dead supervisors left. It returns what the
+// first cell is to be told.
+func (s *supervisor) contain(sweep bool) (warning string, code int, ok bool) {
 	if err := cgroup.SetChildSubreaper(); err != nil {
 		s.log.Warn("cannot become child subreaper; escaped daemons may survive", "err", err)
 	}
 	s.reaper = cgroup.StartReaper()
 	s.onExit(func() {
 		// Last: the zombies of the killed tree and the watcher are ours
-		// to reap; PID 1 of a container may never (reaper.Drain).
-		if !s.reaper.Drain(time.Second) {
+		// to reap; PID 1 of a container may never (reaper.Drain). The
+		// standby of a restart lives on (standby.go).
+		if !s.reaper.Drain(time.Second, s.keepChild) {
 			s.log.Debug("children still running as the supervisor exits")
 		}
 		s.reaper.Stop()
@@ -189,7 +277,9 @@ func (s *supervisor) start(ctx context.Context) (<-chan cgroup.ExitStatus, int) 
 	// what dead supervisors left can be confirmed too.
 	s.gpu = openGPUCheck(s.cfg.NVMLLibrary, s.cfg.ConfirmTimeout, s.log)
 	s.onExit(s.gpu.close)
-	warning := s.sweep()
+	if sweep {
+		warning = s.sweep()
+	}
 
 	s.engine = engine.Detect()
 	if s.cfg.engine != nil {
@@ -205,7 +295,7 @@ func (s *supervisor) start(ctx context.Context) (<-chan cgroup.ExitStatus, int) 
 		cgroup.Options{Reaper: s.reaper, MemoryLimit: s.cfg.MemoryLimit, V2: s.cfg.v2opts})
 	if err != nil {
 		fmt.Fprintf(s.cfg.Stderr, "tfgpu-kernel: containment: %v\n", err)
-		return nil, ExitUsage
+		return "", ExitUsage, false
 	}
 	s.tree = opened.Tree
 	s.onExit(func() { s.tree.Close() }) // spawn may replace the tree
@@ -243,19 +333,25 @@ func (s *supervisor) start(ctx context.Context) (<-chan cgroup.ExitStatus, int) 
 	if st, err := s.describe(); err == nil {
 		s.watch.send(watchMsg{Record: &st})
 	}
+	s.checkSpare()
+	return warning, 0, true
+}
 
-	// The previous tree's GPU memory is back (or the user will be told)
-	// before the new kernel starts.
+// beforeKernel waits for the previous tree's GPU memory to be back (or
+// the user will be told) and takes NVML's baseline, just before the
+// kernel starts; it returns warning with what the previous supervisor
+// left for the first cell.
+func (s *supervisor) beforeKernel(warning string) string {
 	warning += s.takeHandoff()
 	// Why the previous kernel stopped, when no cell was running to hear it.
 	warning = s.takeNotice() + warning
 	s.gpu.takeBaseline()
 	s.watch.send(watchMsg{Baseline: s.gpu.baseline})
+	return warning
+}
 
-	exited, code := s.spawn(substituteConn(s.cfg.Argv, s.cfg.ConnFile, s.innerDir+"/"+innerConnName))
-	if exited == nil {
-		return nil, code
-	}
+// started records the kernel that runs now and attaches the relay to it.
+func (s *supervisor) started(ctx context.Context, warning string) {
 	s.startGPULimit()
 	s.publishActivity()
 	s.record()
@@ -270,7 +366,6 @@ func (s *supervisor) start(ctx context.Context) (<-chan cgroup.ExitStatus, int) 
 		s.relay.WarnNextCell(s.id, warning)
 	}
 	s.log.Info("kernel started", "pid", s.kpid, "containment", s.tree.Mode(), "inner", s.inner.Transport)
-	return exited, 0
 }
 
 // containment is the --cgroup choice to open. Inside a Slurm job it is

@@ -36,8 +36,7 @@ func (s *supervisor) spawn(argv []string) (<-chan cgroup.ExitStatus, int) {
 		s.log.Error("cannot prepare the kernel's containment", "err", err)
 		return nil, ExitFailed
 	}
-	env := append(withoutEnv(withoutEnv(os.Environ(), "JPY_PARENT_PID"), cgroup.MarkerEnv),
-		"JPY_PARENT_PID="+strconv.Itoa(os.Getpid()), cgroup.MarkerEnv+"="+s.marker)
+	env := s.kernelEnv()
 	devnull, err := os.Open(os.DevNull)
 	if err != nil {
 		return nil, ExitFailed
@@ -87,6 +86,13 @@ func (s *supervisor) spawn(argv []string) (<-chan cgroup.ExitStatus, int) {
 		s.launcherMemory(launcher)
 	}
 	return exited, 0
+}
+
+// kernelEnv is the kernel's environment: the supervisor's, with
+// JPY_PARENT_PID naming the supervisor and the tree's marker.
+func (s *supervisor) kernelEnv() []string {
+	return append(withoutEnv(withoutEnv(os.Environ(), "JPY_PARENT_PID"), cgroup.MarkerEnv),
+		"JPY_PARENT_PID="+strconv.Itoa(os.Getpid()), cgroup.MarkerEnv+"="+s.marker)
 }
 
 // relaunch undoes a kernel start whose launcher (the systemd scope) did

@@ -64,6 +64,9 @@ const (
 func (s *supervisor) stop(c cause) int {
 	s.reserve.release() // the descriptors the kill and the GPU check need
 	s.enter(stopping)
+	// The standby waits for the next supervisor when Jupyter will start
+	// one (a restart, or its restarter after a death); else it goes.
+	s.endStandby(c.park == nil && (c.restart() || c.died))
 	var cell relay.Cell
 	if c.park != nil {
 		// From here on the clients' requests wait for the next kernel

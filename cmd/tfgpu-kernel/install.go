@@ -252,6 +252,10 @@ func installRunArgv(fs *flag.FlagSet, set map[string]bool) ([]string, error) {
 			}
 			v = abs
 		}
+		if b, ok := fs.Lookup(name).Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
+			argv = append(argv, "--"+name+"="+v) // "--spare false" would end the flags
+			continue
+		}
 		argv = append(argv, "--"+name, v)
 	}
 	return argv, nil

@@ -24,6 +24,7 @@ func cmdRun(args []string) int {
 	conn := fs.String("f", "", "the connection `FILE` Jupyter wrote (required)")
 	var rf runFlags
 	rf.define(fs) // shared with install, which writes them into kernelspecs
+	standby := fs.Bool("standby", false, "internal: be the standby supervisor that a running one starts for its kernel's next restart (reads its leash on fd 3)")
 	stateDir := fs.String("state-dir", record.DefaultDir(), "`DIR` where the kernel's state file goes (read by 'tfgpu-kernel ps' and 'stop')")
 	example := "tfgpu-kernel run -f kernel-1.json -- /usr/bin/python3 -m ipykernel_launcher -f kernel-1.json"
 	src, code, done := parseFlags(fs, args, example)
@@ -70,7 +71,16 @@ func cmdRun(args []string) int {
 		v.level = slog.LevelWarn
 	}
 	lg := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: v.level})).With("prog", "tfgpu-kernel")
+	var leash *os.File
+	if *standby {
+		leash = os.NewFile(3, "leash")
+	}
 	return wrapper.Run(context.Background(), wrapper.Config{
+		Spare:          v.spare,
+		Preload:        v.preload,
+		StandbyArgv:    standbyArgv(args),
+		Standby:        *standby,
+		Leash:          leash,
 		ConnFile:       *conn,
 		Argv:           argv,
 		ShutdownGrace:  rf.grace,
@@ -85,6 +95,22 @@ func cmdRun(args []string) int {
 		Limits:         zmtp.Limits{MaxMessage: v.maxMessage},
 		Log:            lg,
 	})
+}
+
+// standbyArgv is how a supervisor starts its standby: this very binary
+// (/proc/self/exe, even should the file have been replaced since), with
+// the same arguments; the environment is passed on as it is.
+func standbyArgv(args []string) []string {
+	argv := []string{"/proc/self/exe", "run", "--standby"}
+	for i, a := range args {
+		if a == "--" {
+			return append(argv, args[i:]...)
+		}
+		if a != "--standby" && a != "-standby" {
+			argv = append(argv, a)
+		}
+	}
+	return argv
 }
 
 // gpuSoname is NVML's soname, for the help text.

@@ -4,6 +4,8 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"regexp"
+	"strings"
 	"time"
 
 	"github.com/tfgpu/tfgpu-kernel/cgroup"
@@ -17,6 +19,8 @@ import (
 type runFlags struct {
 	level, inner, memLimit, gpuLimit, cg, nvmlLib, maxMsg string
 	grace, killTimeout, confirm                           time.Duration
+	spare, noSpare                                        bool
+	preload                                               string
 }
 
 // runValues are runFlags checked and parsed.
@@ -24,7 +28,9 @@ type runValues struct {
 	memLimit   int64 // bytes; 0: no limit
 	gpuLimit   int64 // bytes of GPU memory; 0: no limit
 	level      slog.Level
-	maxMessage int64 // bytes
+	maxMessage int64    // bytes
+	spare      bool     // keep a spare kernel for restarts
+	preload    []string // modules the spare imports
 }
 
 // kernelspecRunFlags are the names of runFlags, in the order `install`
@@ -33,6 +39,7 @@ type runValues struct {
 var kernelspecRunFlags = []string{
 	"cgroup", "memory-limit", "gpu-memory-limit", "confirm-timeout", "shutdown-grace",
 	"kill-timeout", "inner-transport", "nvml-library", "max-message-size", "log-level",
+	"spare", "no-spare", "preload",
 }
 
 // define adds the flags to fs with run's defaults and help.
@@ -46,6 +53,9 @@ func (r *runFlags) define(fs *flag.FlagSet) {
 	fs.StringVar(&r.cg, "cgroup", cgroup.Auto, "`MODE` of containment: auto (first of v2, systemd, v1 that works, else proc), v2, systemd (user scope via systemd-run), v1 (freezer), proc (process group and /proc; its old name none is taken too); inside a Slurm job always proc")
 	fs.StringVar(&r.nvmlLib, "nvml-library", "", "NVML library `FILE` to load; empty: "+gpuSoname+" through the dynamic loader (LD_LIBRARY_PATH)")
 	durationVar(fs, &r.confirm, "confirm-timeout", wrapper.DefaultConfirmTimeout, "how long to wait for NVML to list none of a killed tree's GPU contexts")
+	fs.BoolVar(&r.spare, "spare", true, "keep a spare kernel, its imports done, for the next restart (docs/design.md#spare-kernel); TFGPU_SPARE=0 turns it off")
+	fs.BoolVar(&r.noSpare, "no-spare", false, "no spare kernel: every restart starts Python cold (same as --spare=false)")
+	fs.StringVar(&r.preload, "preload", "", "`MODULES` the spare kernel imports before it is needed, comma-separated, e.g. numpy,tensorflow (a module that initialises CUDA on import makes the spare useless)")
 	fs.StringVar(&r.maxMsg, "max-message-size", "1G", "the largest message (`SIZE`) a client may send the kernel (all its frames, e.g. a comm's buffers); a client that sends a larger one is disconnected")
 }
 
@@ -88,11 +98,26 @@ func (r *runFlags) check(src flagSource) (v runValues, err error) {
 			return v, fmt.Errorf("%s %q: want a size of at least 1M, such as 2G", n("max-message-size"), r.maxMsg)
 		}
 	}
+	v.spare = r.spare && !r.noSpare
+	if r.preload != "" {
+		for _, m := range strings.Split(r.preload, ",") {
+			if !moduleName.MatchString(m) {
+				return v, fmt.Errorf("%s %q: %q is not a Python module name; want names such as numpy,tensorflow", n("preload"), r.preload, m)
+			}
+			v.preload = append(v.preload, m)
+		}
+		if len(v.preload) > 64 {
+			return v, fmt.Errorf("%s: %d modules; at most 64", n("preload"), len(v.preload))
+		}
+	}
 	if err := v.level.UnmarshalText([]byte(r.level)); err != nil {
 		return v, fmt.Errorf("%s %q: want debug, info, warn or error", n("log-level"), r.level)
 	}
 	return v, nil
 }
+
+// moduleName is a dotted Python module name.
+var moduleName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$`)
 
 // validChoice reports whether --cgroup takes c (cgroup.Choice).
 func validChoice(c string) bool {
