@@ -40,6 +40,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -59,8 +60,14 @@ const (
 	// the sys.path check at adoption does not see.
 	DefaultSpareMaxAge = 6 * time.Hour
 	// adoptWindow is how long a standby waits for the next supervisor
-	// after its own one ended for a restart.
-	adoptWindow = 30 * time.Second
+	// after its own one ended for a restart: jupyter_client launches it
+	// as soon as it has seen the old process exit, the server's restarter
+	// within its 3 s poll of a dead kernel.
+	adoptWindow = 10 * time.Second
+	// connGoneFor is how long the connection file may be missing in that
+	// window before the standby takes it for a shutdown (jupyter_client
+	// removes it then; on a restart it rewrites it, remove and create).
+	connGoneFor = 500 * time.Millisecond
 	// adoptTimeout bounds the adoption as the launched process sees it:
 	// the standby's checks and its bind take milliseconds.
 	adoptTimeout = 5 * time.Second
@@ -258,13 +265,31 @@ func (s *supervisor) runStandby(ctx context.Context) int {
 		return ExitFailed
 	}
 	s.log.Debug("spare kernel ready", "pid", sp.Pid(), "modules", sp.Modules)
+	s.recordSpare(sp)
 	req, code := s.awaitAdoption(ctx, ln, leash, exited)
 	if req == nil {
 		return code
 	}
+	s.dir.RemoveSpare(s.id, os.Getpid()) // it is the kernel now
 	ln.Close()
 	leash.Close()
 	return s.adopted(ctx, req, sp, exited, warning)
+}
+
+// recordSpare writes the spare's record for ps and doctor, removed as
+// the standby ends or is adopted.
+func (s *supervisor) recordSpare(sp *spare.Spare) {
+	self, err1 := startTime(os.Getpid())
+	start, err2 := startTime(sp.Pid())
+	if err1 != nil || err2 != nil {
+		return
+	}
+	if err := s.dir.WriteSpare(record.Spare{KernelID: s.id, StandbyPID: os.Getpid(), StandbyStart: self,
+		PID: sp.Pid(), Start: start, Ready: time.Now().UTC(), Preload: s.cfg.Preload}); err != nil {
+		s.log.Debug("cannot record the spare kernel", "err", err)
+		return
+	}
+	s.onExit(func() { s.dir.RemoveSpare(s.id, os.Getpid()) })
 }
 
 // startSpare starts the spare kernel as this standby's kernel-to-be: in
@@ -376,6 +401,8 @@ func (s *supervisor) awaitAdoption(ctx context.Context, ln *net.UnixListener, le
 	maxAge := time.NewTimer(s.cfg.SpareMaxAge)
 	defer maxAge.Stop()
 	var window <-chan time.Time
+	var tick <-chan time.Time // in the window: the connection file, the server
+	var missingSince time.Time
 	restart := false
 	for {
 		select {
@@ -399,6 +426,9 @@ func (s *supervisor) awaitAdoption(ctx context.Context, ln *net.UnixListener, le
 				s.log.Debug("the supervisor said something unknown on the leash", "said", w)
 			case restart:
 				window = time.After(adoptWindow)
+				t := time.NewTicker(100 * time.Millisecond)
+				defer t.Stop()
+				tick = t.C
 				said = nil
 			default:
 				return nil, ExitOK // shut down, stopped, or gone: the spare goes too
@@ -406,6 +436,20 @@ func (s *supervisor) awaitAdoption(ctx context.Context, ln *net.UnixListener, le
 		case <-window:
 			s.log.Debug("no supervisor came for the spare kernel after the restart", "waited", adoptWindow)
 			return nil, ExitOK
+		case now := <-tick:
+			// A dead kernel that is shut down, not restarted, or the
+			// server gone: nobody will come.
+			if _, err := os.Stat(s.cfg.ConnFile); err == nil {
+				missingSince = time.Time{}
+			} else if missingSince.IsZero() {
+				missingSince = now
+			} else if now.Sub(missingSince) >= connGoneFor {
+				s.log.Debug("the connection file is gone: the kernel was shut down, not restarted")
+				return nil, ExitOK
+			}
+			if serverGone() {
+				return nil, ExitOK
+			}
 		case st := <-spareExited:
 			s.log.Warn("the spare kernel exited while waiting", "code", st.Code())
 			return nil, ExitFailed
@@ -450,6 +494,14 @@ func (s *supervisor) readAdoption(c *net.UnixConn) (*adoptRequest, error) {
 		return nil, fmt.Errorf("the environment changed: %s", strings.Join(diff, ", "))
 	}
 	return &req, nil
+}
+
+// serverGone reports whether the process jupyter_client named in
+// JPY_PARENT_PID (the server, or the client that launched the kernel)
+// has exited.
+func serverGone() bool {
+	v, err := strconv.Atoi(os.Getenv("JPY_PARENT_PID"))
+	return err == nil && v > 1 && errors.Is(unix.Kill(v, 0), unix.ESRCH)
 }
 
 func filepathIsAbs(p string) bool { return strings.HasPrefix(p, "/") }

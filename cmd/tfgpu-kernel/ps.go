@@ -106,8 +106,12 @@ func printPs(out io.Writer, rows []record.KernelStatus, note string, now time.Ti
 			if user == "" {
 				user = "-"
 			}
+			rss := gpu.FormatBytes(r.RSSBytes)
+			if r.Spare != nil { // kept for the next restart, outside the kernel's tree
+				rss += " +" + gpu.FormatBytes(r.Spare.RSSBytes) + " spare"
+			}
 			fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\n", record.ShortID(r.KernelID), session, user, r.SupervisorPID,
-				r.KernelPID, len(r.PIDs), gpu.FormatBytes(r.RSSBytes), state, activity(r, now), uptime, strings.Join(mem, ", "))
+				r.KernelPID, len(r.PIDs), rss, state, activity(r, now), uptime, strings.Join(mem, ", "))
 		}
 		w.Flush()
 		for _, r := range rows { // what happened to a dirty or frozen kernel, where known

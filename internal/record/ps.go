@@ -52,6 +52,18 @@ type KernelStatus struct {
 	// running system tells: "ended with its Slurm job 12", "its processes
 	// are frozen (…)".
 	Why string `json:"why,omitempty"`
+	// Spare is the spare kernel kept for its next restart, if any
+	// (docs/design.md#spare-kernel).
+	Spare *SpareStatus `json:"spare,omitempty"`
+}
+
+// SpareStatus is a kernel's spare, as ps shows it.
+type SpareStatus struct {
+	PID        int       `json:"pid"`
+	StandbyPID int       `json:"standby_pid"`
+	RSSBytes   int64     `json:"rss_bytes"` // the spare's and its standby's
+	Ready      time.Time `json:"ready"`
+	Preload    []string  `json:"preload,omitempty"`
 }
 
 // GPUUse is a kernel's memory on one device: the sum of the NVML entries
@@ -83,7 +95,9 @@ func PS(states []State, nvmlLibrary string) (rows []KernelStatus, gpuNote string
 		if _, ok := names[st.Owner]; !ok {
 			names[st.Owner] = UserName(st.Owner)
 		}
-		rows = append(rows, st.status(holders, names[st.Owner], sn))
+		row := st.status(holders, names[st.Owner], sn)
+		row.Spare = st.spare(sn)
+		rows = append(rows, row)
 	}
 	slices.SortFunc(rows, func(a, b KernelStatus) int { return a.Started.Compare(b.Started) })
 	return rows, gpuNote
@@ -310,4 +324,30 @@ func (st State) Frozen() string {
 	}
 	return fmt.Sprintf("its %d process(es) are frozen (%s/freezer.state reads %s): tfgpu-kernel stop %s thaws and kills them",
 		len(pids), Printable(st.Cgroup), state, st.KernelID)
+}
+
+// spare is the spare kernel recorded beside st, when its record checks
+// out (Dir.ReadSpare).
+func (st State) spare(sn *cgroup.Snapshot) *SpareStatus {
+	if st.Dir == "" {
+		return nil
+	}
+	d, err := OpenDir(st.Dir, false, true)
+	if err != nil {
+		return nil
+	}
+	defer d.Close()
+	sp := d.ReadSpare(st.KernelID)
+	if sp == nil {
+		return nil
+	}
+	out := &SpareStatus{PID: sp.PID, StandbyPID: sp.StandbyPID, Ready: sp.Ready, Preload: sp.Preload}
+	for _, p := range []int{sp.PID, sp.StandbyPID} {
+		if sn != nil {
+			out.RSSBytes += sn.RSS(p)
+		} else {
+			out.RSSBytes += cgroup.ProcRSS(p)
+		}
+	}
+	return out
 }

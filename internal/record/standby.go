@@ -1,11 +1,13 @@
 package record
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"time"
 
+	"github.com/tfgpu/tfgpu-kernel/cgroup"
 	"golang.org/x/sys/unix"
 )
 
@@ -88,4 +90,75 @@ func PeerCred(c *net.UnixConn) (*unix.Ucred, error) {
 		return nil, err
 	}
 	return cred, cerr
+}
+
+// Spare is what a standby supervisor records about the spare kernel it
+// keeps for kernel KernelID's next restart (file SpareName), for ps and
+// doctor. Read back, it names processes only once both check out
+// (ReadSpare).
+type Spare struct {
+	KernelID     string    `json:"kernel_id"`
+	StandbyPID   int       `json:"standby_pid"`
+	StandbyStart uint64    `json:"standby_start"`
+	PID          int       `json:"pid"` // the spare kernel
+	Start        uint64    `json:"start"`
+	Ready        time.Time `json:"ready"`
+	Preload      []string  `json:"preload,omitempty"`
+}
+
+// SpareName is the file of kernel id's spare.
+func SpareName(id string) string { return id + ".spare" }
+
+// WriteSpare records sp.
+func (d *Dir) WriteSpare(sp Spare) error {
+	b, err := json.Marshal(sp)
+	if err != nil {
+		return err
+	}
+	return d.write(SpareName(sp.KernelID), append(b, '\n'))
+}
+
+// RemoveSpare removes kernel id's spare record if standby wrote it.
+func (d *Dir) RemoveSpare(id string, standby int) {
+	if sp, err := d.readSpare(id); err == nil && sp.StandbyPID == standby {
+		_ = d.remove(SpareName(id))
+	}
+}
+
+func (d *Dir) readSpare(id string) (*Spare, error) {
+	b, err := d.read(SpareName(id))
+	if err != nil {
+		return nil, err
+	}
+	var sp Spare
+	if err := json.Unmarshal(b, &sp); err != nil {
+		return nil, err
+	}
+	if sp.KernelID != id {
+		return nil, fmt.Errorf("%s names kernel %q: %w", SpareName(id), Printable(sp.KernelID), ErrRefused)
+	}
+	return &sp, nil
+}
+
+// ReadSpare returns kernel id's spare when its record checks out: the
+// standby and the spare are alive, with the start times recorded, and are
+// processes of the directory's owner. nil otherwise.
+func (d *Dir) ReadSpare(id string) *Spare {
+	sp, err := d.readSpare(id)
+	if err != nil {
+		return nil
+	}
+	for _, p := range []struct {
+		pid   int
+		start uint64
+	}{{sp.StandbyPID, sp.StandbyStart}, {sp.PID, sp.Start}} {
+		if p.pid <= 1 {
+			return nil
+		}
+		pr, err := cgroup.ReadProc(p.pid)
+		if err != nil || pr.Start != p.start || !pr.Alive() || cgroup.ProcOwner(p.pid) != d.uid {
+			return nil
+		}
+	}
+	return sp
 }

@@ -43,6 +43,14 @@ def _main():
     for name in filter(None, os.environ.pop("TFGPU_SPARE_PRELOAD", "").split(",")):
         importlib.import_module(name)
     paths = list(sys.path)
+    # The user site directory is on sys.path only once it exists: the
+    # first `pip install --user` creates it, and the spare would not see it.
+    import site
+
+    if site.ENABLE_USER_SITE:
+        user = site.getusersitepackages()
+        if user not in paths:
+            paths.append(user)
     before = _mtimes(paths)
     _out("ready " + json.dumps({"modules": len(sys.modules), "path": {d: m for d, m in before.items()}}))
     with os.fdopen(3, "rb", buffering=0) as inp:

@@ -22,6 +22,7 @@ whatever happens every kernel and helper started here is stopped at the end.
 
 import faulthandler
 import hashlib
+import glob
 import json
 import os
 import queue
@@ -373,10 +374,60 @@ def spawn_children(kc):
     return pids
 
 
+def state_dir():
+    """The supervisor's state directory, as tfgpu-kernel chooses it."""
+    if os.environ.get("TFGPU_STATE_DIR"):
+        return os.environ["TFGPU_STATE_DIR"]
+    if os.geteuid() == 0:
+        return "/run/tfgpu-kernel"
+    return os.path.join(os.environ.get("XDG_RUNTIME_DIR", ""), "tfgpu-kernel")
+
+
+def kernel_record(km):
+    """The supervisor's record of km's kernel (None if there is none)."""
+    conn = os.path.abspath(km.connection_file)
+    for name in glob.glob(os.path.join(state_dir(), "*.json")):
+        try:
+            with open(name) as f:
+                st = json.load(f)
+        except (OSError, ValueError):
+            continue
+        if isinstance(st, dict) and st.get("connection_file") in (conn, km.connection_file):
+            return st
+    return None
+
+
+def is_standby(pid):
+    return " run --standby " in " %s " % cmdline(pid)
+
+
+def supervisor_pid(km):
+    """The supervisor of km's kernel: the process Jupyter started, or, once a
+    standby took over the start with its spare kernel, that standby (the
+    process Jupyter started is then a stub that forwards signals to it)."""
+    st = kernel_record(km)
+    if st and st.get("supervisor_pid") and alive(st["supervisor_pid"]):
+        return st["supervisor_pid"]
+    return km.provisioner.pid
+
+
+def standbys_of(pid):
+    """Waiting standby supervisors below pid, with their spare kernels."""
+    out = []
+    for p in descendants(pid):
+        if is_standby(p):
+            out += [p] + descendants(p)
+    return out
+
+
 def tree_of(km, kc=None):
-    """Pids of the supervisor (or stock kernel) and all its live descendants."""
-    root = km.provisioner.pid
-    pids = [root] + descendants(root)
+    """Pids of the process Jupyter started, the supervisor (see supervisor_pid)
+    and all their live descendants but a waiting standby and its spare (which
+    by design outlive a restart: they are the next kernel)."""
+    root, sup = km.provisioner.pid, supervisor_pid(km)
+    pids = {root, sup, *descendants(root), *descendants(sup)}
+    pids -= set(standbys_of(root) + standbys_of(sup)) - {sup}
+    pids = sorted(pids)
     track(*pids)
     return pids
 

@@ -1,0 +1,229 @@
+"""The spare kernel (issue 25, docs/design.md#spare-kernel). argv[1]:
+
+"adopt": while a kernel runs, its supervisor keeps a spare: a standby
+supervisor with a Python that has imported ipykernel, outside the kernel's
+process tree, process group and cgroup, shown by `ps --json`. restart_kernel()
+then makes the spare the kernel (same pid), the old tree is gone as before,
+the process jupyter_client started is a stub that forwards a signal-mode
+interrupt and exits with the supervisor's code; a second restart uses the
+next spare; a kernel death is mirrored in the stub's exit code; shutting the
+dead kernel down ends the waiting standby and its spare.
+
+"stale": a package installed in the notebook (a real `pip install` of a
+local wheel into the venv on today's stack; the user site directory created
+on Debian's, as a first `pip install --user` does) makes the spare stale:
+the restart starts Python cold and the new package imports.
+
+"off": TFGPU_SPARE=0: no standby is started, the restart starts cold."""
+
+import glob
+import json
+import os
+import subprocess
+import sys
+import time
+import zipfile
+
+import harness as h
+
+WHAT = sys.argv[1] if len(sys.argv) > 1 else "adopt"
+
+
+def ppid(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        s = f.read()
+    return int(s[s.rindex(")") + 2 :].split()[1])
+
+
+def pgid(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        s = f.read()
+    return int(s[s.rindex(")") + 2 :].split()[2])
+
+
+def cgroups(pid):
+    try:
+        with open("/proc/%d/cgroup" % pid) as f:
+            return set(l.strip() for l in f if "tfgpu-" in l)
+    except OSError:
+        return set()
+
+
+def kernel_id(km):
+    return os.path.basename(km.connection_file)[len("kernel-") : -len(".json")]
+
+
+def wait_spare(km, timeout=60):
+    """The spare's record, once its standby wrote it (the imports are done)."""
+    path = os.path.join(h.state_dir(), kernel_id(km) + ".spare")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with open(path) as f:
+                sp = json.load(f)
+            if h.alive(sp["pid"]) and h.alive(sp["standby_pid"]):
+                h.track(sp["pid"], sp["standby_pid"])
+                return sp
+        except (OSError, ValueError, KeyError):
+            pass
+        time.sleep(0.1)
+    raise AssertionError("no spare kernel recorded at %s within %ss" % (path, timeout))
+
+
+def ps_row(km):
+    out = subprocess.run([os.environ["E2E_TFGPU_BIN"], "ps", "--json"], capture_output=True, text=True, timeout=30)
+    rows = json.loads(out.stdout or "[]")
+    if isinstance(rows, dict):
+        rows = rows.get("kernels", [])
+    for r in rows:
+        if r.get("kernel_id") == kernel_id(km):
+            return r
+    return None
+
+
+def restart(km, kc):
+    t0 = time.monotonic()
+    km.restart_kernel()
+    kc.stop_channels()
+    kc = h.connect(km)
+    return kc, round(time.monotonic() - t0, 3)
+
+
+def adopt():
+    km, kc = h.start_kernel(interrupt_mode="signal")
+    kpid = h.kernel_pid(kc)
+    sup = h.supervisor_pid(km)
+    sp = wait_spare(km)
+    row = ps_row(km)
+    h.note(kernel=kpid, supervisor=sup, spare=sp, ps_spare=row and row.get("spare"))
+    # Not of the kernel's tree: not below it, not in its process group or
+    # cgroups; its standby is in a session of its own.
+    old = h.tree_of(km)
+    h.check(sp["pid"] not in old and sp["standby_pid"] not in old, "the spare or its standby is counted in the kernel's tree: %s" % h.describe(old))
+    h.check(sp["pid"] not in h.descendants(kpid), "the spare is below the kernel")
+    h.check(pgid(sp["pid"]) != pgid(kpid) and pgid(sp["standby_pid"]) != pgid(sup), "the spare shares a process group with the kernel or its supervisor")
+    h.check(not (cgroups(sp["pid"]) & cgroups(kpid)) or not cgroups(kpid), "the spare shares the kernel's cgroup: %s" % (cgroups(sp["pid"]) & cgroups(kpid)))
+    h.check(ppid(sp["standby_pid"]) == sup, "the standby %d is not the supervisor's child" % sp["standby_pid"])
+    h.check(row is not None and (row.get("spare") or {}).get("pid") == sp["pid"] and (row.get("spare") or {}).get("rss_bytes", 0) > 0,
+            "ps --json does not show the spare on its kernel's row: %s" % (row and row.get("spare")))
+
+    kids = h.spawn_children(kc)
+    old = sorted(set(old + list(kids.values())))
+    kc, took = restart(km, kc)
+    left = h.wait_dead(old, 2.0)
+    new = h.kernel_pid(kc)
+    stub = km.provisioner.pid
+    h.note(restart_s=took, new_kernel=new, stub=stub, stub_cmdline=h.cmdline(stub)[:200])
+    h.check(not left, "processes of the old tree alive after the restart: %s" % h.describe(left))
+    h.check(new == sp["pid"], "the kernel after the restart is pid %d, not the spare %d" % (new, sp["pid"]))
+    h.check(ppid(new) == sp["standby_pid"], "the new kernel's parent is %d, not the standby %d" % (ppid(new), sp["standby_pid"]))
+    h.check(h.supervisor_pid(km) == sp["standby_pid"], "the record does not name the standby as the supervisor")
+    h.check(" run " in h.cmdline(stub) and not h.is_standby(stub), "the process jupyter_client started is not a stub: %s" % h.cmdline(stub))
+    h.assert_answers(kc, "the spare kernel after the restart")
+
+    # Interrupt (interrupt_mode signal: jupyter_client signals the stub).
+    msg = kc.execute("import time\ntime.sleep(30)")
+    time.sleep(1.0)
+    km.interrupt_kernel()
+    r = h.collect(kc, msg, timeout=15)
+    h.note(interrupt_reply=r["reply"] and {k: r["reply"].get(k) for k in ("status", "ename")})
+    h.check(r["reply"] and r["reply"].get("ename") == "KeyboardInterrupt", "the interrupt through the stub did not reach the kernel: %s" % r["reply"])
+
+    # The second restart uses the next spare, kept by the standby that is
+    # the supervisor now.
+    sp2 = wait_spare(km)
+    h.check(sp2["pid"] != sp["pid"] and ppid(sp2["standby_pid"]) == sp["standby_pid"],
+            "the next spare %s is not kept by the supervisor %d" % (sp2, sp["standby_pid"]))
+    kc, took2 = restart(km, kc)
+    new2 = h.kernel_pid(kc)
+    h.note(restart2_s=took2, new_kernel2=new2)
+    h.check(new2 == sp2["pid"], "the kernel after the second restart is pid %d, not the spare %d" % (new2, sp2["pid"]))
+    left = h.wait_dead([sp["standby_pid"], new], 2.0)
+    h.check(not left, "the first standby and its kernel outlived the second restart: %s" % h.describe(left))
+
+    # A death: the stub exits with the kernel's code; shutting the dead
+    # kernel down (no restart) ends the waiting standby and its spare.
+    sp3 = wait_spare(km)
+    stub = km.provisioner.pid
+    kc.execute("import os; os._exit(7)")
+    deadline = time.monotonic() + 20
+    while km.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    rc = km.provisioner.process.returncode if km.provisioner and km.provisioner.process else None
+    h.note(stub_returncode=rc)
+    h.check(rc == 7, "the stub exited %s after the kernel's os._exit(7)" % rc)
+    km.shutdown_kernel(now=True)
+    left = h.wait_dead([sp3["pid"], sp3["standby_pid"]], 3.0)
+    h.check(not left, "the standby and spare outlived the dead kernel's shutdown: %s" % h.describe(left))
+
+
+def install_package(kc, name):
+    """Install a one-module package the way a notebook user would."""
+    if sys.prefix != sys.base_prefix:  # today's stack: a venv, and a real pip
+        code = r'''
+import os, subprocess, sys, tempfile, zipfile
+d = tempfile.mkdtemp()
+whl = os.path.join(d, "%(n)s-1.0-py3-none-any.whl")
+with zipfile.ZipFile(whl, "w") as z:
+    z.writestr("%(n)s.py", "VALUE = 42\n")
+    z.writestr("%(n)s-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: %(n)s\nVersion: 1.0\n")
+    z.writestr("%(n)s-1.0.dist-info/WHEEL", "Wheel-Version: 1.0\nGenerator: e2e\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+    z.writestr("%(n)s-1.0.dist-info/RECORD", "")
+r = subprocess.run([sys.executable, "-m", "pip", "install", "--no-index", "--no-deps", "-q", whl], capture_output=True, text=True)
+print("pip", r.returncode, r.stderr[-300:])
+''' % {"n": name}
+    else:  # Debian's: the user site directory appears, as a first pip install --user makes it
+        code = r'''
+import os, site
+os.makedirs(site.getusersitepackages(), exist_ok=True)
+with open(os.path.join(site.getusersitepackages(), "%(n)s.py"), "w") as f:
+    f.write("VALUE = 42\n")
+print("user site", site.getusersitepackages())
+''' % {"n": name}
+    r = h.execute(kc, code, timeout=120)
+    return r["stdout"] + r["stderr"]
+
+
+def stale():
+    name = "tfgpu_e2e_pkg_%d" % os.getpid()
+    if sys.prefix == sys.base_prefix:
+        # The kernel's own user site, not the host's (the suite turns user
+        # sites off: PYTHONNOUSERSITE).
+        os.environ["PYTHONUSERBASE"] = os.path.join(h.TMP, "userbase")
+        os.environ.pop("PYTHONNOUSERSITE", None)
+    km, kc = h.start_kernel()
+    sp = wait_spare(km)
+    said = install_package(kc, name)
+    h.note(install=said[-300:])
+    h.check("pip 0" in said or "user site" in said, "the install failed: %s" % said)
+    kc, took = restart(km, kc)
+    new = h.kernel_pid(kc)
+    r = h.execute(kc, "import %s; print(%s.VALUE)" % (name, name))
+    h.note(restart_s=took, new_kernel=new, spare=sp["pid"], import_stdout=r["stdout"], import_error=r["reply"] and r["reply"].get("evalue"))
+    h.check(new != sp["pid"], "the stale spare %d became the kernel" % sp["pid"])
+    h.check(r["stdout"].strip() == "42", "the package installed before the restart does not import: %s" % r["reply"])
+    left = h.wait_dead([sp["pid"]], 2.0)
+    h.check(not left, "the stale spare is still alive: %s" % h.describe(left))
+    with open(km.e2e_log, errors="replace") as f:
+        log = f.read()
+    h.check("changed since it imported" in log, "the supervisor's log does not say why the spare was not used")
+    km.shutdown_kernel()
+    if sys.prefix != sys.base_prefix:
+        subprocess.run([sys.executable, "-m", "pip", "uninstall", "-y", "-q", name], capture_output=True)
+
+
+def off():
+    os.environ["TFGPU_SPARE"] = "0"
+    km, kc = h.start_kernel()
+    time.sleep(3)  # a spare would be importing by now
+    sup = h.supervisor_pid(km)
+    standbys = [p for p in h.descendants(sup) if h.is_standby(p)]
+    h.check(not standbys, "TFGPU_SPARE=0, and yet standbys run: %s" % h.describe(standbys))
+    kc, took = restart(km, kc)
+    new = h.kernel_pid(kc)
+    h.note(restart_s=took)
+    h.check(ppid(new) == km.provisioner.pid, "TFGPU_SPARE=0: the kernel's parent is %d, not the process jupyter_client started" % ppid(new))
+    km.shutdown_kernel()
+
+
+h.run({"adopt": adopt, "stale": stale, "off": off}[WHAT])
