@@ -650,7 +650,7 @@ func (s *supervisor) adopt() (int, bool) {
 	defer c.Close()
 	cred, err := record.PeerCred(c)
 	if err != nil || int(cred.Uid) != os.Geteuid() || cred.Pid <= 0 {
-		log.Warn("refused the standby socket: not a process of this user", "socket", d.Path()+"/"+record.StandbyName(id), "cred", cred)
+		log.Warn("refused the standby socket: not a process of this user", "socket", d.Path()+"/"+record.StandbyName(id), "peer", fmt.Sprintf("%+v", cred))
 		return 0, false
 	}
 	// Held by a pidfd from now on: its answer, later, proves the pid was

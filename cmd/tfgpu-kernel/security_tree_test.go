@@ -38,6 +38,12 @@ func (s *userSupervisor) logText() string {
 // that cgroup, until its kernel started.
 func startUserSupervisor(t *testing.T, bin string, u localUser, state string, cgroupFD int, mode, kernel string) *userSupervisor {
 	t.Helper()
+	return startUserRun(t, bin, u, state, cgroupFD, mode, "/bin/sh", "-c", kernel)
+}
+
+// startUserRun is startUserSupervisor with the kernel's argv as given.
+func startUserRun(t *testing.T, bin string, u localUser, state string, cgroupFD int, mode string, kernel ...string) *userSupervisor {
+	t.Helper()
 	conn := connFileFor(t, u)
 	if state == "" {
 		state = u.mkdir(t, filepath.Join(u.home, "state"), 0o700)
@@ -48,7 +54,7 @@ func startUserSupervisor(t *testing.T, bin string, u localUser, state string, cg
 		t.Fatal(err)
 	}
 	defer logf.Close()
-	s.cmd = exec.Command(bin, "run", "--cgroup", mode, "-f", conn, "--", "/bin/sh", "-c", kernel)
+	s.cmd = exec.Command(bin, append([]string{"run", "--cgroup", mode, "-f", conn, "--"}, kernel...)...)
 	s.cmd.Env = userEnv(u, "TFGPU_STATE_DIR="+state)
 	s.cmd.Dir = "/"
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: u.credential, Setpgid: true}
