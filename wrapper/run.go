@@ -63,11 +63,12 @@ type supervisor struct {
 	code     int      // what Run returns, for the cleanups
 
 	// The spare kernel (standby.go, docs/design.md#spare-kernel).
-	spareOff  string        // why this kernel has no spare ("": it has one)
-	standby   *standbyProc  // the standby supervisor this one started, while it runs
-	keepChild int           // a standby that outlives this supervisor (a restart's)
-	stub      *net.UnixConn // a standby's: the process Jupyter started, once adopted
-	stubGone  chan struct{} // closed when the stub's connection ends
+	spareOff   string        // why this kernel has no spare ("": it has one)
+	standby    *standbyProc  // the standby supervisor this one started, while it runs
+	keepChild  int           // a standby that outlives this supervisor (a restart's)
+	restarting bool          // this supervisor ends for a restart: its next one comes
+	stub       *net.UnixConn // a standby's: the process Jupyter started, once adopted
+	stubGone   chan struct{} // closed when the stub's connection ends
 }
 
 // Run supervises one kernel until it is shut down or dies, and returns the
@@ -334,6 +335,7 @@ func (s *supervisor) contain(sweep bool) (warning string, code int, ok bool) {
 		s.watch.send(watchMsg{Record: &st})
 	}
 	s.checkSpare()
+	s.onExit(s.forgetSpareOff)
 	return warning, 0, true
 }
 

@@ -118,6 +118,15 @@ func (s *supervisor) checkSpare() {
 			s.spareOff = "the kernel's command is not PYTHON -m ipykernel_launcher"
 		}
 	}
+	if s.spareOff == "" {
+		// A spare of this kernel held a GPU context: its imports
+		// initialise CUDA, and every spare would.
+		if sp := s.dir.ReadSpare(s.id); sp != nil && sp.GPU {
+			s.spareOff = sp.Off
+			s.log.Debug("no spare kernel", "why", s.spareOff)
+			return
+		}
+	}
 	if s.spareOff == "" && s.engine.Kind == engine.Container {
 		if comm, ok := pid1Reaps(); !ok {
 			s.spareOff = fmt.Sprintf("PID 1 of the container (%s) does not reap orphans: every restart would leave a zombie; run the container with --init", comm)
@@ -204,10 +213,22 @@ func (s *supervisor) standbyEnded(st cgroup.ExitStatus) {
 	s.log.Debug("the standby ended", "code", st.Code())
 }
 
+// forgetSpareOff removes the record that this kernel keeps no spare as
+// the kernel ends for good (not a restart: its next supervisors read it).
+func (s *supervisor) forgetSpareOff() {
+	if s.cfg.Standby && s.stub == nil {
+		return // a standby that was not adopted: not the kernel's end
+	}
+	if s.keepChild == 0 && !s.restarting {
+		s.dir.RemoveSpare(s.id, 0)
+	}
+}
+
 // endStandby tells the standby how this supervisor ends: for a restart
 // it waits for the next supervisor (and this one does not wait for it to
 // exit); otherwise it discards its spare and exits.
 func (s *supervisor) endStandby(restart bool) {
+	s.restarting = restart
 	if s.standby == nil {
 		return
 	}
@@ -260,8 +281,15 @@ func (s *supervisor) runStandby(ctx context.Context) int {
 		}
 	})
 	if held := s.spareHoldsGPU(); held != "" {
-		s.log.Warn("the spare kernel holds a GPU context after its imports: discarded; this kernel restarts cold",
-			"holds", held, "preload", strings.Join(s.cfg.Preload, ","))
+		mods := "ipykernel"
+		if len(s.cfg.Preload) > 0 {
+			mods += "," + strings.Join(s.cfg.Preload, ",")
+		}
+		s.log.Warn("the spare kernel holds a GPU context after its imports: discarded; this kernel restarts cold from now on",
+			"holds", held, "imported", mods)
+		// Its next supervisors keep none either (checkSpare).
+		_ = s.dir.WriteSpare(record.Spare{KernelID: s.id, GPU: true, Preload: s.cfg.Preload,
+			Off: fmt.Sprintf("a spare held a GPU context (%s) after importing %s", held, mods)})
 		return ExitFailed
 	}
 	s.log.Debug("spare kernel ready", "pid", sp.Pid(), "modules", sp.Modules)

@@ -5,6 +5,8 @@ package main
 import (
 	"testing"
 	"time"
+
+	"github.com/tfgpu/tfgpu-kernel/internal/gpu/gputest"
 )
 
 // Issue 25, the spare kernel: testdata/e2e/spare.py on each stack. adopt:
@@ -13,6 +15,8 @@ import (
 // code mirrored), the next restart uses the next spare, a shut-down dead
 // kernel takes its waiting spare along. stale: a package installed in the
 // notebook means a cold start that imports it. off: TFGPU_SPARE=0.
+// preload: the preloaded modules were imported before the restart. gpu
+// (the fake NVML): a spare that holds a GPU context is discarded, once.
 func TestE2ESpare(t *testing.T) {
 	eachStack(t, func(t *testing.T, stack string) {
 		s := e2eSetupStack(t, stack)
@@ -21,9 +25,14 @@ func TestE2ESpare(t *testing.T) {
 		}
 		gs := *s
 		gs.env = append(append([]string{}, s.env...), "E2E_TFGPU_BIN="+s.bin)
-		for _, what := range []string{"adopt", "stale", "off"} {
+		f := gputest.New(t, 2, gputest.Full)
+		for _, what := range []string{"adopt", "stale", "off", "preload", "gpu"} {
 			t.Run(what, func(t *testing.T) {
-				res := gs.scenario(t, 180*time.Second, "spare.py", what)
+				ws := gs
+				if what == "gpu" {
+					ws.env = append(append([]string{}, gs.env...), f.Env()...)
+				}
+				res := ws.scenario(t, 180*time.Second, "spare.py", what)
 				for _, k := range []string{"restart_s", "restart2_s"} {
 					if v, ok := res.Facts[k]; ok {
 						t.Logf("%s %s: %v s", what, k, v)

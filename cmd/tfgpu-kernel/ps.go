@@ -107,7 +107,7 @@ func printPs(out io.Writer, rows []record.KernelStatus, note string, now time.Ti
 				user = "-"
 			}
 			rss := gpu.FormatBytes(r.RSSBytes)
-			if r.Spare != nil { // kept for the next restart, outside the kernel's tree
+			if r.Spare != nil && r.Spare.Off == "" { // kept for the next restart, outside the kernel's tree
 				rss += " +" + gpu.FormatBytes(r.Spare.RSSBytes) + " spare"
 			}
 			fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\n", record.ShortID(r.KernelID), session, user, r.SupervisorPID,

@@ -64,6 +64,7 @@ type SpareStatus struct {
 	RSSBytes   int64     `json:"rss_bytes"` // the spare's and its standby's
 	Ready      time.Time `json:"ready"`
 	Preload    []string  `json:"preload,omitempty"`
+	Off        string    `json:"off,omitempty"` // why the kernel keeps none
 }
 
 // GPUUse is a kernel's memory on one device: the sum of the NVML entries
@@ -341,7 +342,10 @@ func (st State) spare(sn *cgroup.Snapshot) *SpareStatus {
 	if sp == nil {
 		return nil
 	}
-	out := &SpareStatus{PID: sp.PID, StandbyPID: sp.StandbyPID, Ready: sp.Ready, Preload: sp.Preload}
+	out := &SpareStatus{PID: sp.PID, StandbyPID: sp.StandbyPID, Ready: sp.Ready, Preload: sp.Preload, Off: Printable(sp.Off)}
+	if sp.Off != "" {
+		return out
+	}
 	for _, p := range []int{sp.PID, sp.StandbyPID} {
 		if sn != nil {
 			out.RSSBytes += sn.RSS(p)

@@ -104,6 +104,11 @@ type Spare struct {
 	Start        uint64    `json:"start"`
 	Ready        time.Time `json:"ready"`
 	Preload      []string  `json:"preload,omitempty"`
+	// Off says why the kernel keeps no spare (then no process is named);
+	// with GPU, because a spare held a GPU context after its imports,
+	// which holds for the kernel's next supervisors too.
+	Off string `json:"off,omitempty"`
+	GPU bool   `json:"gpu,omitempty"`
 }
 
 // SpareName is the file of kernel id's spare.
@@ -118,9 +123,10 @@ func (d *Dir) WriteSpare(sp Spare) error {
 	return d.write(SpareName(sp.KernelID), append(b, '\n'))
 }
 
-// RemoveSpare removes kernel id's spare record if standby wrote it.
+// RemoveSpare removes kernel id's spare record if standby wrote it (0:
+// if it says why there is none).
 func (d *Dir) RemoveSpare(id string, standby int) {
-	if sp, err := d.readSpare(id); err == nil && sp.StandbyPID == standby {
+	if sp, err := d.readSpare(id); err == nil && sp.StandbyPID == standby && (standby != 0 || sp.Off != "") {
 		_ = d.remove(SpareName(id))
 	}
 }
@@ -147,6 +153,10 @@ func (d *Dir) ReadSpare(id string) *Spare {
 	sp, err := d.readSpare(id)
 	if err != nil {
 		return nil
+	}
+	if sp.Off != "" {
+		sp.StandbyPID, sp.PID = 0, 0
+		return sp
 	}
 	for _, p := range []struct {
 		pid   int

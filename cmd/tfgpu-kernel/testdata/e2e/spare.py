@@ -14,7 +14,15 @@ local wheel into the venv on today's stack; the user site directory created
 on Debian's, as a first `pip install --user` does) makes the spare stale:
 the restart starts Python cold and the new package imports.
 
-"off": TFGPU_SPARE=0: no standby is started, the restart starts cold."""
+"off": TFGPU_SPARE=0: no standby is started, the restart starts cold.
+
+"preload": TFGPU_PRELOAD names a module: the kernel after the restart has it
+imported already, before the restart began.
+
+"gpu" (with the fake NVML): the preloaded module holds a GPU context on
+import, as one that initialises CUDA would: the spare is discarded, logged
+once with what it imported, ps says why there is none, the restart is cold
+and its supervisor keeps no spare either."""
 
 import glob
 import json
@@ -226,4 +234,66 @@ def off():
     km.shutdown_kernel()
 
 
-h.run({"adopt": adopt, "stale": stale, "off": off}[WHAT])
+def preload_dir(body):
+    d = os.path.join(h.TMP, "preload")
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "tfgpu_e2e_preload.py"), "w") as f:
+        f.write("import os, time\nIMPORTED_AT = time.time()\nIMPORTED_BY = os.getpid()\n" + body)
+    os.environ["PYTHONPATH"] = d + (":" + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else "")
+    os.environ["TFGPU_PRELOAD"] = "json.tool,tfgpu_e2e_preload"
+
+
+def preload():
+    preload_dir("")
+    km, kc = h.start_kernel()
+    sp = wait_spare(km)
+    h.check(sp.get("preload") == ["json.tool", "tfgpu_e2e_preload"], "the spare's record says preload %s" % sp.get("preload"))
+    t0 = time.time()
+    kc, took = restart(km, kc)
+    r = h.execute(kc, "import sys\nprint('tfgpu_e2e_preload' in sys.modules, 'json.tool' in sys.modules)\n"
+                      "import tfgpu_e2e_preload as m\nprint(m.IMPORTED_AT, m.IMPORTED_BY, __import__('os').getpid())")
+    lines = r["stdout"].split()
+    h.note(restart_s=took, cell=r["stdout"])
+    h.check(lines[:2] == ["True", "True"], "the preloaded modules are not imported in the kernel: %s" % r["stdout"])
+    h.check(float(lines[2]) < t0 and int(lines[3]) == int(lines[4]) == sp["pid"],
+            "the module was not imported by the spare before the restart: %s (restart at %s, spare %d)" % (r["stdout"], t0, sp["pid"]))
+    km.shutdown_kernel()
+
+
+def gpu():
+    # The preloaded module holds device 0 as a CUDA context would.
+    preload_dir("import holder\nholder.hold(0, 300)\n")
+    km, kc = h.start_kernel()
+    path = os.path.join(h.state_dir(), kernel_id(km) + ".spare")
+    deadline = time.monotonic() + 60
+    rec = None
+    while time.monotonic() < deadline:
+        try:
+            with open(path) as f:
+                rec = json.load(f)
+            if rec.get("off"):
+                break
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.1)
+    h.note(spare_record=rec)
+    h.check(rec and rec.get("gpu") and "GPU" in rec.get("off", ""), "no record of the discarded spare: %s" % rec)
+    row = ps_row(km)
+    h.note(ps_spare=row and row.get("spare"))
+    h.check(row and (row.get("spare") or {}).get("off"), "ps does not say why the kernel keeps no spare: %s" % (row and row.get("spare")))
+    kc, took = restart(km, kc)
+    new = h.kernel_pid(kc)
+    h.check(ppid(new) == km.provisioner.pid, "the restart was not cold: the kernel's parent is %d" % ppid(new))
+    time.sleep(3)  # a standby would have started, and its spare imported
+    standbys = [p for p in h.descendants(km.provisioner.pid) if h.is_standby(p)]
+    h.check(not standbys, "the next supervisor started a standby again: %s" % h.describe(standbys))
+    with open(km.e2e_log, errors="replace") as f:
+        log = f.read()
+    n = log.count("holds a GPU context")
+    h.note(restart_s=took, warnings=n)
+    h.check(n == 1 and "tfgpu_e2e_preload" in log, "want one warning naming the modules, got %d" % n)
+    km.shutdown_kernel()
+    h.check(not os.path.exists(path), "the record of the spare's GPU context outlived the kernel's shutdown")
+
+
+h.run({"adopt": adopt, "stale": stale, "off": off, "preload": preload, "gpu": gpu}[WHAT])
