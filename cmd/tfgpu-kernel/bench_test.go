@@ -89,6 +89,11 @@ func benchSetupWith(tb testing.TB, dir, python, encryption string) []string {
 	for _, mode := range restartModes {
 		specs["tfgpu-"+mode] = append([]string{bin, "run", "--cgroup", mode, "-f", "{connection_file}", "--"}, kernelArgv...)
 	}
+	// The spare kernel's comparison (BenchmarkRestartSpare).
+	specs["tfgpu-cold"] = append([]string{bin, "run", "--no-spare", "-f", "{connection_file}", "--"}, kernelArgv...)
+	specs["tfgpu-preload"] = append([]string{bin, "run", "--preload", benchPreload(python), "-f", "{connection_file}", "--"}, kernelArgv...)
+	abs, _ := filepath.Abs(filepath.Join("testdata", "bench", "nullkernel.py"))
+	specs["null"] = []string{python, abs, "-f", "{connection_file}"}
 	for name, argv := range specs {
 		kdir := filepath.Join(dir, "jupyter", "kernels", name)
 		if err := os.MkdirAll(kdir, 0o755); err != nil {
@@ -252,6 +257,36 @@ func BenchmarkRestartModes(b *testing.B) {
 	env := append(benchSetup(b, dir), "BENCH_RESTART_MODES="+strings.Join(restartModes, ","))
 	for i := 0; i < b.N; i++ {
 		benchRun(b, env, dir, false, 15*time.Minute)
+	}
+}
+
+// benchPreload is the module the spare preloads in BenchmarkRestartSpare:
+// numpy where the stack has it (Debian's), else jsonschema (today's PyPI
+// stack has no numpy; jsonschema is Jupyter's own dependency).
+func benchPreload(python string) string {
+	if exec.Command(python, "-c", "import numpy").Run() == nil {
+		return "numpy"
+	}
+	return "jsonschema"
+}
+
+// BenchmarkRestartSpare prints restart_kernel + wait_for_ready, and that
+// plus the first cell's import of the preload module, for the supervisor
+// cold, with its spare and with a preloading spare, beside the direct and
+// the null kernel, on each Jupyter stack, and the spare's RSS (#25):
+//
+//	go test ./cmd/tfgpu-kernel -run '^$' -bench RestartSpare -benchtime 1x -timeout 30m
+func BenchmarkRestartSpare(b *testing.B) {
+	benchJupyterPython(b)
+	for _, stack := range []string{stackDebian, stackCurrent} {
+		b.Run(stack, func(b *testing.B) {
+			py := stackPython(b, stack)
+			dir := b.TempDir()
+			env := append(benchSetupWith(b, dir, py, ""), "BENCH_SPARE_PRELOAD="+benchPreload(py))
+			for i := 0; i < b.N; i++ {
+				benchRun(b, env, dir, false, 20*time.Minute)
+			}
+		})
 	}
 }
 

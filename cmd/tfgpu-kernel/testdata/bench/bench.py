@@ -32,8 +32,10 @@ and every process was reaped (a figure over its budget is reported, not an
 error: these are benchmarks, not timed tests), 1 otherwise.
 """
 
+import hashlib
 import json
 import os
+import re
 import signal
 import statistics
 import sys
@@ -216,9 +218,33 @@ class Kernel:
         raise RuntimeError("%s: no ipykernel process in the tree of %d" % (self.label, self.pid))
 
     def track(self):
-        tree = [self.pid] + descendants(self.pid)
+        """The kernel's tree: the process jupyter_client started, the
+        supervisor (a standby that took over the start is named in the
+        supervisor's record) and their descendants, but a waiting standby
+        and its spare, which by design outlive a restart."""
+        root = self.pid
+        sup = root
+        st = self.record("json")
+        if st and alive(st.get("supervisor_pid", 0)):
+            sup = st["supervisor_pid"]
+        tree = {root, sup, *descendants(root), *descendants(sup)}
+        for p in list(tree):
+            if p != sup and is_standby(p):
+                tree -= {p, *descendants(p)}
         self.pids.update(tree)
-        return tree
+        return sorted(tree)
+
+    def record(self, kind):
+        """The supervisor's record of this kernel ("json": its state,
+        "spare": its spare), or None."""
+        kid = kernel_id(self.km.connection_file)
+        state = os.environ.get("TFGPU_STATE_DIR") or ("/run/tfgpu-kernel" if os.geteuid() == 0 else
+                                                      os.path.join(os.environ.get("XDG_RUNTIME_DIR", ""), "tfgpu-kernel"))
+        try:
+            with open(os.path.join(state, kid + "." + kind)) as f:
+                return json.load(f)
+        except (OSError, ValueError):
+            return None
 
     # --- messaging
 
@@ -334,6 +360,50 @@ class Kernel:
         self.track()
         return dt
 
+    def restart_then(self, code):
+        """restart_kernel + wait_for_ready, and that plus the first cell
+        `code` to its execute_reply, in seconds. A kernel with a spare
+        restarts once its spare is ready (untimed): the figure is the spare's."""
+        self.close_sockets()
+        old = self.track()
+        if self.label in ("spare", "preload"):
+            self.wait_spare()
+        kc = self.km.client()
+        kc.start_channels()
+        try:
+            t0 = time.perf_counter()
+            self.km.restart_kernel(now=False)
+            kc.wait_for_ready(timeout=60)
+            t1 = t2 = time.perf_counter()
+            if code:
+                msg_id = kc.execute(code)
+                while True:
+                    m = kc.get_shell_msg(timeout=60)
+                    if m["parent_header"].get("msg_id") == msg_id:
+                        break
+                t2 = time.perf_counter()
+                if m["content"]["status"] != "ok":
+                    raise RuntimeError("%s: %r: %s" % (self.label, code, m["content"]))
+        finally:
+            kc.stop_channels()
+        left = [p for p in old if alive(p)]
+        if left:
+            raise RuntimeError("%s: old tree still alive after restart: %s" % (self.label, left))
+        self.track()
+        return t1 - t0, t2 - t0
+
+    def spare_record(self):
+        """The supervisor's record of this kernel's spare, or None."""
+        sp = self.record("spare")
+        return sp if sp and alive(sp.get("pid", 0)) else None
+
+    def wait_spare(self, timeout=60):
+        deadline = time.monotonic() + timeout
+        while self.spare_record() is None:
+            if time.monotonic() > deadline:
+                raise TimeoutError("%s: no spare kernel within %ss" % (self.label, timeout))
+            time.sleep(0.05)
+
     def shutdown(self):
         """Clean path first; returns the pids of this kernel's trees still alive after."""
         self.close_sockets()
@@ -359,6 +429,22 @@ class Kernel:
 
 
 # ------------------------------------------------------------------ workloads
+
+
+def is_standby(pid):
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            return b"\0run\0--standby\0" in f.read()
+    except OSError:
+        return False
+
+
+def kernel_id(conn):
+    """The kernel's id as the supervisor names it (jmsg.KernelID)."""
+    m = re.match(r"^kernel-(.+)\.json$", os.path.basename(conn))
+    if m:
+        return m.group(1)
+    return hashlib.sha256(os.path.abspath(conn).encode()).hexdigest()[:12]
 
 
 def med(xs):
@@ -409,6 +495,64 @@ def restart_modes(modes):
         with open(JSON_OUT, "w") as f:
             json.dump({"quick": QUICK, "restart_modes": [dict(zip(("mode", "wrapped_ms", "direct_ms", "ratio", "added_ms"), r))
                                                          for r in rows], "errors": failed}, f, indent=1)
+    return 1 if failed else 0
+
+
+def restart_spare(preload):
+    """docs/benchmarks.md#restart: restart_kernel + wait_for_ready, and that
+    plus the first cell's `import PRELOAD`, for the supervisor cold
+    (--no-spare), with its spare, and with the spare preloading PRELOAD,
+    beside the direct kernel and the null kernel (nullkernel.py: the floor of
+    any kernel's restart under jupyter_client here), interleaved; and the
+    spare's resident memory."""
+    reps = 2 if QUICK else 15
+    specs = [("null", "null"), ("direct", DIRECT_SPEC), ("cold", WRAPPED_SPEC + "-cold"),
+             ("spare", WRAPPED_SPEC), ("preload", WRAPPED_SPEC + "-preload")]
+    kernels, rows, failed, rss = [], {}, [], {}
+    code = "import " + preload
+    try:
+        kernels = [Kernel(label, spec) for label, spec in specs]
+        for k in kernels:
+            k.start()
+            log("%s (%s) up: pid %d" % (k.label, k.spec, k.pid))
+        log("restart to ready, then `%s`: %d each" % (code, reps))
+        res = interleaved(kernels, reps, lambda k: k.restart_then(None if k.label == "null" else code))
+        for label, xs in res.items():
+            rows[label] = (med([x[0] for x in xs]) * 1000, med([x[1] for x in xs]) * 1000)
+        for k in kernels:
+            if k.label in ("spare", "preload"):
+                k.wait_spare()
+                sp = k.spare_record()
+                rss[k.label] = (status_kb(sp["pid"], "VmRSS") / 1024, status_kb(sp["standby_pid"], "VmRSS") / 1024)
+    except BaseException as e:  # noqa: BLE001 — always report and always reap
+        failed.append("%s: %s" % (type(e).__name__, e))
+        traceback.print_exc()
+    finally:
+        for k in kernels:
+            left = k.shutdown()
+            if left:
+                failed.append("%s: processes alive after shutdown_kernel (SIGKILLed): %s" % (k.label, left))
+    py = os.environ.get("BENCH_PYTHON", sys.executable)
+    print("\nrestart_kernel + wait_for_ready, and + first cell `%s`, median of %d, %d CPUs, %s" % (code, reps, os.cpu_count(), py))
+    print("kernel | ready | ÷direct | ÷null | ready + `%s` | ÷direct" % code)
+    d, n = rows.get("direct"), rows.get("null")
+    for label, _ in specs:
+        if label not in rows:
+            continue
+        r, ri = rows[label]
+        if label == "null":
+            print("null | %.1f ms | %.3f | 1.000 | - | -" % (r, r / d[0] if d else 0))
+            continue
+        print("%s | %.1f ms | %.3f | %.3f | %.1f ms | %.3f" % (label, r, r / d[0], r / n[0] if n else 0, ri, ri / d[1]))
+    for label, (spare_mb, standby_mb) in rss.items():
+        print("%s: idle spare VmRSS %.1f MB, its standby supervisor %.1f MB" % (label, spare_mb, standby_mb))
+    for e in failed:
+        print("ERROR: " + e)
+    if JSON_OUT:
+        with open(JSON_OUT, "w") as f:
+            json.dump({"quick": QUICK, "preload": preload, "python": py,
+                       "restart_ms": {k: v[0] for k, v in rows.items()}, "restart_import_ms": {k: v[1] for k, v in rows.items()},
+                       "rss_mb": rss, "errors": failed}, f, indent=1)
     return 1 if failed else 0
 
 
@@ -468,6 +612,8 @@ def shutdown_budget():
 def main():
     if os.environ.get("BENCH_SHUTDOWN"):
         return shutdown_budget()
+    if os.environ.get("BENCH_SPARE_PRELOAD"):
+        return restart_spare(os.environ["BENCH_SPARE_PRELOAD"])
     modes = [m for m in os.environ.get("BENCH_RESTART_MODES", "").split(",") if m]
     if modes:
         return restart_modes(modes)
