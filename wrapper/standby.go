@@ -264,12 +264,6 @@ func (s *supervisor) runStandby(ctx context.Context) int {
 	if !ok {
 		return code
 	}
-	ln, err := s.dir.ListenUnix(record.StandbyName(s.id))
-	if err != nil {
-		s.log.Warn("no spare kernel", "why", err)
-		return ExitFailed
-	}
-	s.onExit(func() { ln.Close() })
 	sp, exited, err := s.startSpare(ctx, l)
 	if err != nil {
 		s.log.Warn("no spare kernel", "why", err)
@@ -292,6 +286,14 @@ func (s *supervisor) runStandby(ctx context.Context) int {
 			Off: fmt.Sprintf("a spare held a GPU context (%s) after importing %s", held, mods)})
 		return ExitFailed
 	}
+	// Listening only now: a restart while the spare still imports finds
+	// no socket and starts cold at once, rather than wait for it.
+	ln, err := s.dir.ListenUnix(record.StandbyName(s.id))
+	if err != nil {
+		s.log.Warn("no spare kernel", "why", err)
+		return ExitFailed
+	}
+	s.onExit(func() { ln.Close() })
 	s.log.Debug("spare kernel ready", "pid", sp.Pid(), "modules", sp.Modules)
 	s.recordSpare(sp)
 	req, code := s.awaitAdoption(ctx, ln, leash, exited)

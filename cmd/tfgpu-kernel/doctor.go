@@ -6,10 +6,15 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"slices"
+	"strings"
 
+	"github.com/tfgpu/tfgpu-kernel/cgroup"
 	"github.com/tfgpu/tfgpu-kernel/internal/doctor"
+	"github.com/tfgpu/tfgpu-kernel/internal/gpu"
 	"github.com/tfgpu/tfgpu-kernel/internal/record"
 	"github.com/tfgpu/tfgpu-kernel/kernelspec"
+	"github.com/tfgpu/tfgpu-kernel/wrapper/spare"
 )
 
 // cmdDoctor prints what the supervisor finds on this host, one finding a
@@ -32,6 +37,9 @@ func cmdDoctor(args []string) int {
 	kernels := func() ([]record.State, []error, error) { return collectStates(*stateDir, all, only) }
 	findings := append(doctor.Host(*stateDir, all, kernels), doctor.GPU(*nvmlLib)...)
 	findings = append(findings, doctor.Handoffs(*stateDir, *nvmlLib)...)
+	if states, _, err := kernels(); err == nil {
+		findings = append(findings, diagnoseSpares(states)...)
+	}
 	for _, f := range append(findings, diagnoseKernelspecs()...) {
 		mark := "ok "
 		if f.Problem {
@@ -96,8 +104,72 @@ func diagnoseKernelspecs() []doctor.Finding {
 			default:
 				f.Text += fmt.Sprintf(", Python %s %s, ipykernel %s", kpy.Version, kpy.Executable, kpy.IPykernel)
 			}
+			f.Text += ", " + spareSetting(sp.Argv)
 		}
 		out = append(out, f)
+	}
+	return out
+}
+
+// spareSetting says whether a kernelspec's restarts use a spare kernel
+// (docs/design.md#spare-kernel): its run flags, and its kernel's shape.
+// TFGPU_SPARE in the server's environment is not seen from here.
+func spareSetting(argv []string) string {
+	i := slices.Index(argv, "--")
+	if i < 0 {
+		return "spare kernel: ?"
+	}
+	preload := ""
+	for j := 1; j < i; j++ {
+		a := argv[j]
+		switch {
+		case a == "--no-spare" || a == "--no-spare=true" || a == "--spare=false" || a == "--spare=0":
+			return "no spare kernel (" + a + ")"
+		case a == "--preload" && j+1 < i:
+			preload = argv[j+1]
+		case strings.HasPrefix(a, "--preload="):
+			preload = strings.TrimPrefix(a, "--preload=")
+		}
+	}
+	if _, ok := spare.Parse(argv[i+1:]); !ok {
+		return "no spare kernel (its kernel is not PYTHON -m ipykernel_launcher)"
+	}
+	if preload != "" {
+		return "spare kernel on, preloading " + preload
+	}
+	return "spare kernel on"
+}
+
+// diagnoseSpares reports the spare kernels kept for the kernels of states
+// and their memory, and the kernels that keep none for a reason found at
+// run time (a spare that held a GPU context).
+func diagnoseSpares(states []record.State) []doctor.Finding {
+	var ready, off []string
+	var rss int64
+	for _, st := range states {
+		d, err := record.OpenDir(st.Dir, false, true)
+		if err != nil {
+			continue
+		}
+		sp := d.ReadSpare(st.KernelID)
+		d.Close()
+		switch {
+		case sp == nil:
+		case sp.Off != "":
+			off = append(off, record.ShortID(st.KernelID)+": "+record.Printable(sp.Off))
+		default:
+			ready = append(ready, record.ShortID(st.KernelID))
+			rss += cgroup.ProcRSS(sp.PID) + cgroup.ProcRSS(sp.StandbyPID)
+		}
+	}
+	var out []doctor.Finding
+	if len(ready) > 0 {
+		out = append(out, doctor.Finding{Topic: "spares", Text: fmt.Sprintf("%d of %d kernels keep a spare kernel for their next restart (%s resident with their standby supervisors; --no-spare saves it)",
+			len(ready), len(states), gpu.FormatBytes(rss))})
+	}
+	for _, o := range off {
+		out = append(out, doctor.Finding{Topic: "spares", Text: "no spare kernel for " + o + "; its restarts start cold",
+			Fix: "take the module that initialises CUDA on import out of --preload"})
 	}
 	return out
 }

@@ -182,6 +182,7 @@ func TestInstallFlags(t *testing.T) {
 		{"positional", []string{"extra"}, 2},
 		{"bad memory limit", []string{"--memory-limit", "lots", "--prefix", t.TempDir()}, 2},
 		{"bad run flag", []string{"--cgroup", "v3", "--prefix", t.TempDir()}, 2},
+		{"bad preload", []string{"--preload", "numpy,1torch", "--prefix", t.TempDir()}, 2},
 		{"empty wrap", []string{"--wrap", "", "--prefix", t.TempDir()}, 2},
 		{"wrap of a directory without kernel.json", []string{"--wrap", t.TempDir(), "--prefix", t.TempDir()}, 2},
 		{"missing python", []string{"--python", "/nonexistent/python3", "--prefix", t.TempDir()}, 1},
@@ -201,6 +202,50 @@ func TestInstallFlags(t *testing.T) {
 		if r.code != 0 || !strings.Contains(r.stdout, want) {
 			t.Errorf("--help: exit %d, stdout lacks %q:\n%s", r.code, want, r.stdout)
 		}
+	}
+}
+
+// The spare's flags go into the kernelspec as run takes them (a boolean
+// as --flag=value: "--spare false" would end run's flags), and doctor
+// reads them back.
+func TestInstallSpareFlags(t *testing.T) {
+	bin := buildInstallTestBinary(t)
+	env := append(os.Environ(), "HOME="+t.TempDir(), "JUPYTER_DATA_DIR=", "XDG_DATA_HOME=")
+	for _, tc := range []struct {
+		args []string
+		want []string
+		says string
+	}{
+		{[]string{"--preload", "numpy,json.tool"}, []string{"--preload", "numpy,json.tool"}, "spare kernel on, preloading numpy,json.tool"},
+		{[]string{"--no-spare"}, []string{"--no-spare=true"}, "no spare kernel (--no-spare=true)"},
+		{[]string{"--spare=false"}, []string{"--spare=false"}, "no spare kernel (--spare=false)"},
+		{nil, nil, "spare kernel on"},
+	} {
+		prefix := t.TempDir()
+		r := runInstallBin(t, env, bin, append([]string{"install", "--prefix", prefix, "--python", "/usr/bin/python3"}, tc.args...)...)
+		if r.code != 0 {
+			t.Fatalf("install %v: exit %d: %s", tc.args, r.code, r.stderr)
+		}
+		b, err := os.ReadFile(filepath.Join(prefix, "share", "jupyter", "kernels", "tfgpu", "kernel.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var spec struct{ Argv []string }
+		if err := json.Unmarshal(b, &spec); err != nil {
+			t.Fatal(err)
+		}
+		joined := strings.Join(spec.Argv, " ")
+		if len(tc.want) > 0 && !strings.Contains(joined, strings.Join(tc.want, " ")+" ") {
+			t.Errorf("install %v: argv %q lacks %q", tc.args, joined, tc.want)
+		}
+		if got := spareSetting(spec.Argv); got != tc.says {
+			t.Errorf("install %v: doctor says %q, want %q", tc.args, got, tc.says)
+		}
+	}
+	// run refuses a preload list it could not import, in one line naming it.
+	r := runInstallBin(t, env, bin, "run", "--preload", "numpy;rm", "-f", "x.json", "--", "python3")
+	if r.code != 2 || !strings.Contains(r.stderr, `--preload "numpy;rm"`) || strings.Count(r.stderr, "\n") != 1 {
+		t.Errorf("run --preload numpy;rm: exit %d, stderr %q", r.code, r.stderr)
 	}
 }
 

@@ -727,7 +727,12 @@ def soak(km, kc, base):
         h.tree_of(km)
         if i % 20 == 19:
             h.log("soak: %d restarts, %.0f s" % (i + 1, time.monotonic() - t0))
-    h.note(restarts=n, soak_s=round(time.monotonic() - t0, 1), pids_tracked=len(h.PIDS))
+    with open(km.e2e_log, errors="replace") as f:
+        adopted = f.read().count("took over the kernel's start with a spare kernel")
+    h.note(restarts=n, soak_s=round(time.monotonic() - t0, 1), pids_tracked=len(h.PIDS), spare_adoptions=adopted)
+    # The spare is on by default: the soak restarts through it too (those
+    # that come before the next spare is ready start cold).
+    h.check(adopted > 0, "soak: no restart of %d used a spare kernel" % n)
     after_attack(km, kc, "soak", 120)
     running = leftovers(kid)  # canary: what the check below looks for exists now
     h.check(running, "soak: no cgroup directory or state file names the running kernel %s: the leftover check proves nothing" % kid)

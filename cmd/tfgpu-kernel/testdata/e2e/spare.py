@@ -89,6 +89,11 @@ def ps_row(km):
     return None
 
 
+def doctor():
+    out = subprocess.run([os.environ["E2E_TFGPU_BIN"], "doctor"], capture_output=True, text=True, timeout=60)
+    return out.stdout + out.stderr
+
+
 def restart(km, kc):
     t0 = time.monotonic()
     km.restart_kernel()
@@ -114,6 +119,8 @@ def adopt():
     h.check(ppid(sp["standby_pid"]) == sup, "the standby %d is not the supervisor's child" % sp["standby_pid"])
     h.check(row is not None and (row.get("spare") or {}).get("pid") == sp["pid"] and (row.get("spare") or {}).get("rss_bytes", 0) > 0,
             "ps --json does not show the spare on its kernel's row: %s" % (row and row.get("spare")))
+    doc = doctor()
+    h.check(" kernels keep a spare kernel for their next restart" in doc, "doctor does not report the spare:\n%s" % doc)
 
     kids = h.spawn_children(kc)
     old = sorted(set(old + list(kids.values())))
@@ -281,6 +288,8 @@ def gpu():
     row = ps_row(km)
     h.note(ps_spare=row and row.get("spare"))
     h.check(row and (row.get("spare") or {}).get("off"), "ps does not say why the kernel keeps no spare: %s" % (row and row.get("spare")))
+    doc = doctor()
+    h.check("no spare kernel for %s" % kernel_id(km)[:8] in doc, "doctor does not say why the kernel keeps no spare:\n%s" % doc)
     kc, took = restart(km, kc)
     new = h.kernel_pid(kc)
     h.check(ppid(new) == km.provisioner.pid, "the restart was not cold: the kernel's parent is %d" % ppid(new))
