@@ -284,6 +284,7 @@ func (s *supervisor) runStandby(ctx context.Context) int {
 		// Its next supervisors keep none either (checkSpare).
 		_ = s.dir.WriteSpare(record.Spare{KernelID: s.id, GPU: true, Preload: s.cfg.Preload,
 			Off: fmt.Sprintf("a spare held a GPU context (%s) after importing %s", held, mods)})
+		s.discardConfirmed(sp)
 		return ExitFailed
 	}
 	// Listening only now: a restart while the spare still imports finds
@@ -452,6 +453,7 @@ func (s *supervisor) awaitAdoption(ctx context.Context, ln *net.UnixListener, le
 			switch {
 			case w == "restart":
 				restart = true
+				maxAge.Stop() // the next supervisor comes: no replacing now
 			case w != "end":
 				s.log.Debug("the supervisor said something unknown on the leash", "said", w)
 			case restart:
@@ -608,8 +610,9 @@ func (s *supervisor) adopted(ctx context.Context, req *adoptRequest, sp *spare.S
 	}
 	if err != nil {
 		s.log.Info("the spare kernel is not used; starting the kernel cold", "why", err)
-		sp.Discard()
-		if exited, code = s.coldAfterSpare(argv); exited == nil {
+		s.discardConfirmed(sp)
+		s.kpid = 0
+		if exited, code = s.spawn(argv); exited == nil {
 			return code
 		}
 	}
@@ -617,16 +620,16 @@ func (s *supervisor) adopted(ctx context.Context, req *adoptRequest, sp *spare.S
 	return s.serve(ctx, exited, 0)
 }
 
-// coldAfterSpare kills what is left of a discarded spare's tree and
-// spawns the kernel as a supervisor without a spare would.
-func (s *supervisor) coldAfterSpare(argv []string) (<-chan cgroup.ExitStatus, int) {
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.KillTimeout)
-	defer cancel()
-	if _, err := s.tree.Kill(ctx); err != nil {
+// discardConfirmed ends a spare that is not to be the kernel, kills what
+// is left of its tree, and, should it have held a GPU context, waits for
+// NVML to confirm its release, as for any tree.
+func (s *supervisor) discardConfirmed(sp *spare.Spare) {
+	old := s.gpu.watch(s.tree, s.kpid)
+	sp.Discard()
+	if _, _, err := s.killTree(); err != nil {
 		s.log.Warn("cannot kill what the spare kernel left", "err", err)
 	}
-	s.kpid = 0
-	return s.spawn(argv)
+	s.gpu.confirm("spare discarded", old)
 }
 
 // watchStub closes stubGone when the launched process's connection ends:

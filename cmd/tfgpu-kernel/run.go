@@ -78,6 +78,7 @@ func cmdRun(args []string) int {
 	return wrapper.Run(context.Background(), wrapper.Config{
 		Spare:          v.spare,
 		Preload:        v.preload,
+		SpareMaxAge:    rf.spareMaxAge,
 		StandbyArgv:    standbyArgv(args),
 		Standby:        *standby,
 		Leash:          leash,

@@ -18,7 +18,7 @@ import (
 // values `run` would refuse at every kernel start.
 type runFlags struct {
 	level, inner, memLimit, gpuLimit, cg, nvmlLib, maxMsg string
-	grace, killTimeout, confirm                           time.Duration
+	grace, killTimeout, confirm, spareMaxAge              time.Duration
 	spare, noSpare                                        bool
 	preload                                               string
 }
@@ -39,7 +39,7 @@ type runValues struct {
 var kernelspecRunFlags = []string{
 	"cgroup", "memory-limit", "gpu-memory-limit", "confirm-timeout", "shutdown-grace",
 	"kill-timeout", "inner-transport", "nvml-library", "max-message-size", "log-level",
-	"spare", "no-spare", "preload",
+	"spare", "no-spare", "preload", "spare-max-age",
 }
 
 // define adds the flags to fs with run's defaults and help.
@@ -56,6 +56,7 @@ func (r *runFlags) define(fs *flag.FlagSet) {
 	fs.BoolVar(&r.spare, "spare", true, "keep a spare kernel, its imports done, for the next restart (docs/design.md#spare-kernel); TFGPU_SPARE=0 turns it off")
 	fs.BoolVar(&r.noSpare, "no-spare", false, "no spare kernel: every restart starts Python cold (same as --spare=false)")
 	fs.StringVar(&r.preload, "preload", "", "`MODULES` the spare kernel imports before it is needed, comma-separated, e.g. numpy,tensorflow (a module that initialises CUDA on import makes the spare useless)")
+	durationVar(fs, &r.spareMaxAge, "spare-max-age", wrapper.DefaultSpareMaxAge, "how long a spare kernel waits before it is replaced by a fresh one (what it imported may have changed on disk)")
 	fs.StringVar(&r.maxMsg, "max-message-size", "1G", "the largest message (`SIZE`) a client may send the kernel (all its frames, e.g. a comm's buffers); a client that sends a larger one is disconnected")
 }
 
@@ -79,6 +80,8 @@ func (r *runFlags) check(src flagSource) (v runValues, err error) {
 		return v, fmt.Errorf("%s %v: want a positive duration such as 10s", n("confirm-timeout"), r.confirm)
 	case r.killTimeout <= 0:
 		return v, fmt.Errorf("%s %v: want a positive duration such as 1.2s", n("kill-timeout"), r.killTimeout)
+	case r.spareMaxAge < time.Second:
+		return v, fmt.Errorf("%s %v: want a duration of at least 1s, such as 6h", n("spare-max-age"), r.spareMaxAge)
 	case r.grace < 0:
 		return v, fmt.Errorf("%s %v: want a duration of 0 or more, such as 1s", n("shutdown-grace"), r.grace)
 	case r.inner != "auto" && r.inner != "ipc" && r.inner != "tcp":

@@ -19,6 +19,9 @@ the restart starts Python cold and the new package imports.
 "preload": TFGPU_PRELOAD names a module: the kernel after the restart has it
 imported already, before the restart began.
 
+"age": TFGPU_SPARE_MAX_AGE=3s: the spare is replaced by a fresh one when it
+is three seconds old, the old one gone; the restart uses the fresh one.
+
 "gpu" (with the fake NVML): the preloaded module holds a GPU context on
 import, as one that initialises CUDA would: the spare is discarded, logged
 once with what it imported, ps says why there is none, the restart is cold
@@ -267,6 +270,27 @@ def preload():
     km.shutdown_kernel()
 
 
+def age():
+    os.environ["TFGPU_SPARE_MAX_AGE"] = "3s"
+    km, kc = h.start_kernel()
+    first = wait_spare(km)
+    deadline = time.monotonic() + 60
+    while True:
+        sp = wait_spare(km)
+        if sp["pid"] != first["pid"]:
+            break
+        h.check(time.monotonic() < deadline, "the spare %d was not replaced within 60 s" % first["pid"])
+        time.sleep(0.05)
+    # At once, while the fresh spare is young.
+    kc, took = restart(km, kc)
+    new = h.kernel_pid(kc)
+    left = h.wait_dead([first["pid"], first["standby_pid"]], 3.0)
+    h.note(first=first["pid"], replaced_by=sp["pid"], new_kernel=new, restart_s=took)
+    h.check(not left, "the replaced spare or its standby still runs: %s" % h.describe(left))
+    h.check(new == sp["pid"], "the restart did not use the fresh spare %d: kernel %d" % (sp["pid"], new))
+    km.shutdown_kernel()
+
+
 def gpu():
     # The preloaded module holds device 0 as a CUDA context would.
     preload_dir("import holder\nholder.hold(0, 300)\n")
@@ -305,4 +329,4 @@ def gpu():
     h.check(not os.path.exists(path), "the record of the spare's GPU context outlived the kernel's shutdown")
 
 
-h.run({"adopt": adopt, "stale": stale, "off": off, "preload": preload, "gpu": gpu}[WHAT])
+h.run({"adopt": adopt, "stale": stale, "off": off, "preload": preload, "age": age, "gpu": gpu}[WHAT])
