@@ -38,6 +38,9 @@ func (s *supervisor) sweep() (warning string) {
 	for _, r := range refusals {
 		s.log.Warn("refused a kernel record", "why", r)
 	}
+	if n := s.dir.SweepSpares(s.id); n > 0 {
+		s.log.Debug("removed what killed standbys left", "files", n)
+	}
 	for _, st := range states {
 		if st.SupervisorAlive() {
 			continue

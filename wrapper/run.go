@@ -69,6 +69,7 @@ type supervisor struct {
 	restarting bool          // this supervisor ends for a restart: its next one comes
 	stub       *net.UnixConn // a standby's: the process Jupyter started, once adopted
 	stubGone   chan struct{} // closed when the stub's connection ends
+	quiet      *quietState   // a standby's start-up lines, said once it is adopted
 }
 
 // Run supervises one kernel until it is shut down or dies, and returns the
@@ -175,7 +176,7 @@ func (s *supervisor) identify() (int, bool) {
 	s.id = jmsg.KernelID(cfg.ConnFile)
 	s.log = cfg.Log.With("kernel", record.ShortID(s.id))
 	if cfg.Standby {
-		s.log = s.log.With("standby", os.Getpid())
+		s.log, s.quiet = newQuietLog(s.log.With("standby", os.Getpid()))
 	}
 	if !record.ValidKernelID(s.id) {
 		// jupyter_server names files kernel-<uuid>.json; any other name is

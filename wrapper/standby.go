@@ -35,6 +35,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"os/exec"
@@ -42,6 +43,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -102,6 +104,81 @@ type adoptReply struct {
 	OK   bool   `json:"ok,omitempty"`
 	Why  string `json:"why,omitempty"`
 	Exit *int   `json:"exit,omitempty"`
+}
+
+// quietLog is a standby's log handler until it is adopted: its start-up
+// lines below Warn (NVML, the engine, the containment) go out at Debug and
+// are kept, and replay (Adopt) writes them as they were, so that each
+// supervisor of a kernel says them once, and a standby that is never used
+// says nothing.
+type quietLog struct {
+	slog.Handler
+	q *quietState
+}
+
+type quietState struct {
+	mu    sync.Mutex
+	quiet bool
+	kept  []keptRecord
+}
+
+type keptRecord struct {
+	h slog.Handler
+	r slog.Record
+}
+
+// maxKept bounds the start-up lines kept for the replay.
+const maxKept = 32
+
+func newQuietLog(lg *slog.Logger) (*slog.Logger, *quietState) {
+	q := &quietState{quiet: true}
+	return slog.New(quietLog{lg.Handler(), q}), q
+}
+
+func (h quietLog) Enabled(ctx context.Context, l slog.Level) bool {
+	if l < slog.LevelWarn {
+		h.q.mu.Lock()
+		quiet := h.q.quiet
+		h.q.mu.Unlock()
+		if quiet {
+			return true // kept for the replay
+		}
+	}
+	return h.Handler.Enabled(ctx, l)
+}
+
+func (h quietLog) Handle(ctx context.Context, r slog.Record) error {
+	h.q.mu.Lock()
+	quiet := h.q.quiet && r.Level < slog.LevelWarn
+	if quiet && r.Level >= slog.LevelInfo && len(h.q.kept) < maxKept {
+		h.q.kept = append(h.q.kept, keptRecord{h.Handler, r.Clone()})
+	}
+	h.q.mu.Unlock()
+	if quiet {
+		r.Level = slog.LevelDebug
+		if !h.Handler.Enabled(ctx, slog.LevelDebug) {
+			return nil
+		}
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h quietLog) WithAttrs(as []slog.Attr) slog.Handler {
+	return quietLog{h.Handler.WithAttrs(as), h.q}
+}
+func (h quietLog) WithGroup(n string) slog.Handler { return quietLog{h.Handler.WithGroup(n), h.q} }
+
+// speak ends the quiet and writes the kept start-up lines as they were.
+func (q *quietState) speak() {
+	q.mu.Lock()
+	kept := q.kept
+	q.quiet, q.kept = false, nil
+	q.mu.Unlock()
+	for _, k := range kept {
+		if k.h.Enabled(context.Background(), k.r.Level) {
+			_ = k.h.Handle(context.Background(), k.r)
+		}
+	}
 }
 
 // checkSpare decides once whether this kernel keeps a spare (s.spareOff
@@ -184,7 +261,8 @@ func (s *supervisor) startStandby() {
 	if wd, err := os.Getwd(); err == nil {
 		attr.Dir = wd
 	}
-	pid, exited, err := s.reaper.StartProcess(s.cfg.StandbyArgv[0], s.cfg.StandbyArgv, attr)
+	// This very binary, whatever is at its path now.
+	pid, exited, err := s.reaper.StartProcess("/proc/self/exe", s.cfg.StandbyArgv, attr)
 	if err != nil {
 		pw.Close()
 		s.log.Warn("cannot start the standby for a spare kernel", "err", err)
@@ -287,16 +365,17 @@ func (s *supervisor) runStandby(ctx context.Context) int {
 		s.discardConfirmed(sp)
 		return ExitFailed
 	}
-	// Listening only now: a restart while the spare still imports finds
-	// no socket and starts cold at once, rather than wait for it.
+	// Recorded first (a socket without a record is swept as a dead
+	// standby's), listening only now: a restart while the spare still
+	// imports finds no socket and starts cold at once, rather than wait.
+	s.log.Debug("spare kernel ready", "pid", sp.Pid(), "modules", sp.Modules)
+	s.recordSpare(sp)
 	ln, err := s.dir.ListenUnix(record.StandbyName(s.id))
 	if err != nil {
 		s.log.Warn("no spare kernel", "why", err)
 		return ExitFailed
 	}
 	s.onExit(func() { ln.Close() })
-	s.log.Debug("spare kernel ready", "pid", sp.Pid(), "modules", sp.Modules)
-	s.recordSpare(sp)
 	req, code := s.awaitAdoption(ctx, ln, leash, exited)
 	if req == nil {
 		return code
@@ -598,6 +677,9 @@ func (s *supervisor) adopted(ctx context.Context, req *adoptRequest, sp *spare.S
 		return ExitFailed
 	}
 	s.watchStub()
+	if s.quiet != nil {
+		s.quiet.speak()
+	}
 	s.log.Info("took over the kernel's start with a spare kernel", "launched", stubPid(s.stub))
 	warning = s.beforeKernel(s.sweep() + warning)
 	argv := substituteConn(s.cfg.Argv, s.cfg.ConnFile, s.innerDir+"/"+innerConnName)

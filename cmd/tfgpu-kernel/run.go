@@ -98,11 +98,16 @@ func cmdRun(args []string) int {
 	})
 }
 
-// standbyArgv is how a supervisor starts its standby: this very binary
-// (/proc/self/exe, even should the file have been replaced since), with
-// the same arguments; the environment is passed on as it is.
+// standbyArgv is how a supervisor starts its standby (wrapper runs
+// /proc/self/exe: this very binary, even should the file have been
+// replaced since), with the same arguments; the environment is passed on
+// as it is.
 func standbyArgv(args []string) []string {
-	argv := []string{"/proc/self/exe", "run", "--standby"}
+	self, err := os.Executable() // for ps; /proc/self/exe is what runs
+	if err != nil {
+		self = "tfgpu-kernel"
+	}
+	argv := []string{self, "run", "--standby"}
 	for i, a := range args {
 		if a == "--" {
 			return append(argv, args[i:]...)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"time"
 
 	"github.com/tfgpu/tfgpu-kernel/cgroup"
@@ -171,4 +172,69 @@ func (d *Dir) ReadSpare(id string) *Spare {
 		}
 	}
 	return sp
+}
+
+// SweepSpares removes what standbys that died unasked (SIGKILL: a
+// scancel, the OOM killer) left in d: a spare record whose standby or
+// spare is gone, and its socket; a socket without a record; the record
+// that a kernel keeps no spare, once no live supervisor records that
+// kernel. Kernel keep (the caller's own) is left alone, and so is any
+// file that is not the directory owner's. It returns how many files went.
+func (d *Dir) SweepSpares(keep string) int {
+	n := 0
+	names, _ := d.names(".spare")
+	for _, name := range names {
+		id := strings.TrimSuffix(name, ".spare")
+		if id == keep || !ValidKernelID(id) {
+			continue
+		}
+		sp, err := d.readSpare(id)
+		switch {
+		case err != nil:
+			continue // not ours to judge
+		case sp.Off != "":
+			if d.liveRecord(id) {
+				continue
+			}
+		case d.ReadSpare(id) != nil:
+			continue // a live standby's
+		}
+		if d.remove(name) == nil {
+			n++
+		}
+	}
+	socks, _ := d.names(".standby")
+	for _, name := range socks {
+		id := strings.TrimSuffix(name, ".standby")
+		if id == keep || !ValidKernelID(id) {
+			continue
+		}
+		var st unix.Stat_t
+		if unix.Fstatat(d.fd(), SpareName(id), &st, unix.AT_SYMLINK_NOFOLLOW) == nil {
+			continue // a standby records its spare before it listens
+		}
+		if unix.Fstatat(d.fd(), name, &st, unix.AT_SYMLINK_NOFOLLOW) != nil ||
+			st.Mode&unix.S_IFMT != unix.S_IFSOCK || int(st.Uid) != d.uid {
+			continue
+		}
+		if d.remove(name) == nil {
+			n++
+		}
+	}
+	return n
+}
+
+// liveRecord reports whether d holds a record of kernel id whose
+// supervisor is alive.
+func (d *Dir) liveRecord(id string) bool {
+	b, err := d.read(stateName(id))
+	if err != nil {
+		return false
+	}
+	var st State
+	if json.Unmarshal(b, &st) != nil {
+		return false
+	}
+	st.Owner = d.uid
+	return st.SupervisorAlive()
 }

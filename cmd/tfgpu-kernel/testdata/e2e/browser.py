@@ -269,7 +269,7 @@ def steps(srv, b):
     b.do("shot", UI + "-5-stopped")
     # The fresh kernel holds the GPU again, for the Shut Down's release.
     fourth = sh.hold_pids(b.do("run", json.dumps(sh.HOLD))["output"], "cell after the stop")
-    tree3 = {sup3, *h.descendants(sup3), *fourth.values()}
+    tree3 = {*h.tree_below(sup3), *fourth.values()}
 
     b.do("shutdown")
     check_gone(tree3 | {sup3}, "shutdown", kid, within=10)

@@ -420,6 +420,14 @@ def standbys_of(pid):
     return out
 
 
+def tree_below(pid):
+    """pid and its live descendants but a waiting standby below it and its
+    spare (which by design outlive a restart)."""
+    pids = {pid, *descendants(pid)}
+    pids -= set(standbys_of(pid)) - {pid}
+    return pids
+
+
 def tree_of(km, kc=None):
     """Pids of the process Jupyter started, the supervisor (see supervisor_pid)
     and all their live descendants but a waiting standby and its spare (which

@@ -236,12 +236,15 @@ def hold_pids(output, what):
 
 def tree(srv, kernel_pid, what):
     """The supervisor of kernel_pid (checked to be tfgpu-kernel run, started
-    by the server srv) and every live process under it, all tracked."""
+    by the server srv, or a standby that took over) and every live process
+    under it but a waiting standby, all tracked."""
     sup = ppid(kernel_pid)
     cmd = h.cmdline(sup)
     assert os.path.basename(cmd.split()[0]) == "tfgpu-kernel" and " run " in cmd, "%s: the kernel's parent %d is %r" % (what, sup, cmd)
-    assert ppid(sup) == srv.proc.pid, "%s: the supervisor %d is not the server's child" % (what, sup)
-    pids = {sup, *h.descendants(sup)}
+    # A standby that took over the start with its spare kernel is the
+    # supervisor then; the server's child is the stub that forwards to it.
+    assert ppid(sup) == srv.proc.pid or h.is_standby(sup), "%s: the supervisor %d is not the server's child" % (what, sup)
+    pids = h.tree_below(sup)
     h.track(*pids)
     return sup, pids
 
