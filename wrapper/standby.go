@@ -242,29 +242,10 @@ func (s *supervisor) startStandby() {
 	if s.standby != nil || s.spareOff != "" {
 		return
 	}
-	pr, pw, err := os.Pipe()
+	// This very binary, whatever is at its path now; outside the kernel's
+	// cgroup and tree.
+	pid, exited, pw, err := s.startSessionChild("/proc/self/exe", s.cfg.StandbyArgv, os.Environ(), 3)
 	if err != nil {
-		s.log.Warn("cannot start the standby for a spare kernel", "err", err)
-		return
-	}
-	defer pr.Close()
-	devnull, err := os.Open(os.DevNull)
-	if err != nil {
-		pw.Close()
-		return
-	}
-	defer devnull.Close()
-	// Its own session: a killpg of the supervisor's group (Jupyter's
-	// interrupt) does not reach it; outside the kernel's cgroup and tree.
-	attr := &syscall.ProcAttr{Env: os.Environ(), Files: []uintptr{devnull.Fd(), os.Stdout.Fd(), os.Stderr.Fd(), pr.Fd()},
-		Sys: &syscall.SysProcAttr{Setsid: true}}
-	if wd, err := os.Getwd(); err == nil {
-		attr.Dir = wd
-	}
-	// This very binary, whatever is at its path now.
-	pid, exited, err := s.reaper.StartProcess("/proc/self/exe", s.cfg.StandbyArgv, attr)
-	if err != nil {
-		pw.Close()
 		s.log.Warn("cannot start the standby for a spare kernel", "err", err)
 		return
 	}

@@ -78,48 +78,69 @@ type watcher struct {
 	exited <-chan cgroup.ExitStatus
 }
 
-// startWatcher starts the watcher (see above) through the reaper, which
-// keeps it out of the proc tree and reaps it. A watcher that cannot start
-// is logged; the next start of a kernel is then the only line.
-func (s *supervisor) startWatcher() {
-	exe, err := os.Executable()
-	if err != nil {
-		s.log.Warn("cannot start the watcher; a SIGKILLed supervisor's tree waits for the next start", "err", err)
-		return
-	}
+// startSessionChild starts path (argv, env) through the reaper, in a
+// session of its own (a killpg of the supervisor's group, Jupyter's
+// interrupt, does not reach it), outside the kernel's tree, in the
+// supervisor's working directory, with the read end of a new pipe at fd
+// pipeFD (0, or 3 after /dev/null, stdout and stderr) and the
+// supervisor's stderr. It returns the pipe's write end.
+func (s *supervisor) startSessionChild(path string, argv, env []string, pipeFD int) (int, <-chan cgroup.ExitStatus, *os.File, error) {
 	pr, pw, err := os.Pipe()
 	if err != nil {
-		s.log.Warn("cannot start the watcher; a SIGKILLed supervisor's tree waits for the next start", "err", err)
-		return
+		return 0, nil, nil, err
 	}
 	defer pr.Close()
 	devnull, err := os.Open(os.DevNull)
 	if err != nil {
 		pw.Close()
-		return
+		return 0, nil, nil, err
 	}
 	defer devnull.Close()
-	env := append(withoutEnv(os.Environ(), watcherEnv), watcherEnv+"=1", "GOMAXPROCS=1")
-	attr := &syscall.ProcAttr{Env: env, Files: []uintptr{pr.Fd(), devnull.Fd(), os.Stderr.Fd()},
-		Sys: &syscall.SysProcAttr{Setsid: true}}
-	pid, exited, err := s.reaper.StartProcess(exe, []string{exe}, attr)
+	files := []uintptr{pr.Fd(), devnull.Fd(), os.Stderr.Fd()}
+	if pipeFD == 3 {
+		files = []uintptr{devnull.Fd(), os.Stdout.Fd(), os.Stderr.Fd(), pr.Fd()}
+	}
+	attr := &syscall.ProcAttr{Env: env, Files: files, Sys: &syscall.SysProcAttr{Setsid: true}}
+	if wd, err := os.Getwd(); err == nil {
+		attr.Dir = wd
+	}
+	pid, exited, err := s.reaper.StartProcess(path, argv, attr)
 	if err != nil {
 		pw.Close()
+		return 0, nil, nil, err
+	}
+	return pid, exited, pw, nil
+}
+
+// startWatcher starts the watcher (see above) through the reaper, which
+// keeps it out of the proc tree and reaps it. A watcher that cannot start
+// is logged; the next start of a kernel is then the only line.
+func (s *supervisor) startWatcher() {
+	exe, err := os.Executable()
+	if err == nil {
+		env := append(withoutEnv(os.Environ(), watcherEnv), watcherEnv+"=1", "GOMAXPROCS=1")
+		var pid int
+		var exited <-chan cgroup.ExitStatus
+		var pw *os.File
+		if pid, exited, pw, err = s.startSessionChild(exe, []string{exe}, env, 0); err == nil {
+			s.watch = &watcher{w: pw, enc: json.NewEncoder(pw), pid: pid, exited: exited}
+		}
+	}
+	if err != nil {
 		s.log.Warn("cannot start the watcher; a SIGKILLed supervisor's tree waits for the next start", "err", err)
 		return
 	}
-	s.watch = &watcher{w: pw, enc: json.NewEncoder(pw), pid: pid, exited: exited}
 	visible, _ := visibleDevices()
 	level := slog.LevelInfo
 	for _, l := range []slog.Level{slog.LevelDebug, slog.LevelInfo, slog.LevelWarn, slog.LevelError} {
-		if s.log.Enabled(context.Background(), l) {
+		if s.cfg.Log.Enabled(context.Background(), l) { // not a standby's quiet log
 			level = l
 			break
 		}
 	}
 	s.watch.send(watchMsg{Config: &watchConfig{StateDir: s.dir.Path(), NVMLLibrary: s.cfg.NVMLLibrary, Visible: visible,
 		KillTimeout: s.cfg.KillTimeout, ConfirmTimeout: s.cfg.ConfirmTimeout, LogLevel: level}})
-	s.log.Debug("watcher started", "pid", pid)
+	s.log.Debug("watcher started", "pid", s.watch.pid)
 }
 
 func (w *watcher) send(m watchMsg) {

@@ -19,6 +19,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -196,9 +197,24 @@ func benchRun(tb testing.TB, env []string, dir string, quick bool, timeout time.
 		err = json.Unmarshal(raw, &res)
 	}
 	if runErr != nil || err != nil {
-		tb.Fatalf("bench.py: %v (results: %v)\n%s\nkernel logs in %s", runErr, err, stdout.String(), filepath.Join(dir, "logs"))
+		tb.Fatalf("bench.py: %v (results: %v)\n%s\nkernel logs in %s%s", runErr, err, stdout.String(), filepath.Join(dir, "logs"), benchLogTails(dir))
 	}
 	return stdout.String(), res
+}
+
+// benchLogTails is the end of each kernel's log, for a failed run (the
+// directory goes with the test).
+func benchLogTails(dir string) string {
+	logs, _ := filepath.Glob(filepath.Join(dir, "logs", "*.log"))
+	var b strings.Builder
+	for _, l := range logs {
+		data, _ := os.ReadFile(l)
+		if len(data) > 3000 {
+			data = data[len(data)-3000:]
+		}
+		fmt.Fprintf(&b, "\n---- tail of %s ----\n%s", filepath.Base(l), data)
+	}
+	return b.String()
 }
 
 // BenchmarkKernel prints the figures of docs/benchmarks.md, wrapped against direct. One

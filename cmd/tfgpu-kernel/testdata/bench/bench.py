@@ -461,22 +461,16 @@ def interleaved(kernels, reps, fn):
     return res
 
 
-def restart_modes(modes):
-    """Restart to ready of the supervisor in each containment mode against
-    the direct kernel, interleaved: what each mode adds to a restart."""
-    reps = 2 if QUICK else 20
-    kernels, rows, failed = [], [], []
+def with_kernels(specs, measure):
+    """Starts a Kernel per (label, kernelspec), runs measure(kernels), and
+    always shuts them down; returns the errors, each also printed."""
+    kernels, failed = [], []
     try:
-        kernels = [Kernel("direct", DIRECT_SPEC)] + [Kernel(m, "%s-%s" % (WRAPPED_SPEC, m)) for m in modes]
-        for k in kernels:
-            k.start()
-            log("%s (%s) up: pid %d" % (k.label, k.spec, k.pid))
-        log("restart to ready: %d each, modes %s" % (reps, modes))
-        rst = interleaved(kernels, reps, Kernel.restart)
-        d = med(rst["direct"]) * 1000
-        for m in modes:
-            w = med(rst[m]) * 1000
-            rows.append((m, w, d, w / d, w - d))
+        for label, spec in specs:
+            kernels.append(Kernel(label, spec))
+            kernels[-1].start()
+            log("%s (%s) up: pid %d" % (label, spec, kernels[-1].pid))
+        measure(kernels)
     except BaseException as e:  # noqa: BLE001 — always report and always reap
         failed.append("%s: %s" % (type(e).__name__, e))
         traceback.print_exc()
@@ -485,6 +479,24 @@ def restart_modes(modes):
             left = k.shutdown()
             if left:
                 failed.append("%s: processes alive after shutdown_kernel (SIGKILLed): %s" % (k.label, left))
+    return failed
+
+
+def restart_modes(modes):
+    """Restart to ready of the supervisor in each containment mode against
+    the direct kernel, interleaved: what each mode adds to a restart."""
+    reps = 2 if QUICK else 20
+    rows = []
+
+    def measure(kernels):
+        log("restart to ready: %d each, modes %s" % (reps, modes))
+        rst = interleaved(kernels, reps, Kernel.restart)
+        d = med(rst["direct"]) * 1000
+        for m in modes:
+            w = med(rst[m]) * 1000
+            rows.append((m, w, d, w / d, w - d))
+
+    failed = with_kernels([("direct", DIRECT_SPEC)] + [(m, "%s-%s" % (WRAPPED_SPEC, m)) for m in modes], measure)
     print("\nrestart_kernel + wait_for_ready per containment mode, median of %d, %d CPUs" % (reps, os.cpu_count()))
     print("mode | wrapped | direct | ratio | added")
     for m, w, d, r, a in rows:
@@ -508,13 +520,10 @@ def restart_spare(preload):
     reps = 2 if QUICK else 15
     specs = [("null", "null"), ("direct", DIRECT_SPEC), ("cold", WRAPPED_SPEC + "-cold"),
              ("spare", WRAPPED_SPEC), ("preload", WRAPPED_SPEC + "-preload")]
-    kernels, rows, failed, rss = [], {}, [], {}
+    rows, rss = {}, {}
     code = "import " + preload
-    try:
-        kernels = [Kernel(label, spec) for label, spec in specs]
-        for k in kernels:
-            k.start()
-            log("%s (%s) up: pid %d" % (k.label, k.spec, k.pid))
+
+    def measure(kernels):
         log("restart to ready, then `%s`: %d each" % (code, reps))
         res = interleaved(kernels, reps, lambda k: k.restart_then(None if k.label == "null" else code))
         for label, xs in res.items():
@@ -524,14 +533,8 @@ def restart_spare(preload):
                 k.wait_spare()
                 sp = k.spare_record()
                 rss[k.label] = (status_kb(sp["pid"], "VmRSS") / 1024, status_kb(sp["standby_pid"], "VmRSS") / 1024)
-    except BaseException as e:  # noqa: BLE001 — always report and always reap
-        failed.append("%s: %s" % (type(e).__name__, e))
-        traceback.print_exc()
-    finally:
-        for k in kernels:
-            left = k.shutdown()
-            if left:
-                failed.append("%s: processes alive after shutdown_kernel (SIGKILLed): %s" % (k.label, left))
+
+    failed = with_kernels(specs, measure)
     py = os.environ.get("BENCH_PYTHON", sys.executable)
     print("\nrestart_kernel + wait_for_ready, and + first cell `%s`, median of %d, %d CPUs, %s" % (code, reps, os.cpu_count(), py))
     print("kernel | ready | ÷direct | ÷null | ready + `%s` | ÷direct" % code)

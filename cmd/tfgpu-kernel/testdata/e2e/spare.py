@@ -7,7 +7,8 @@ then makes the spare the kernel (same pid), the old tree is gone as before,
 the process jupyter_client started is a stub that forwards a signal-mode
 interrupt and exits with the supervisor's code; a second restart uses the
 next spare; a kernel death is mirrored in the stub's exit code; shutting the
-dead kernel down ends the waiting standby and its spare.
+dead kernel down ends the waiting standby and its spare. A profile startup
+file written while the spare waited runs in the kernel it becomes.
 
 "stale": a package installed in the notebook (a real `pip install` of a
 local wheel into the venv on today's stack; the user site directory created
@@ -125,6 +126,12 @@ def adopt():
     doc = doctor()
     h.check(" kernels keep a spare kernel for their next restart" in doc, "doctor does not report the spare:\n%s" % doc)
 
+    # A startup file added after the spare imported still runs in the
+    # kernel it becomes: the profile is read after `go`.
+    startup = os.path.join(os.environ["IPYTHONDIR"], "profile_default", "startup")
+    os.makedirs(startup, exist_ok=True)
+    with open(os.path.join(startup, "50-e2e.py"), "w") as f:
+        f.write("E2E_STARTUP = 'ran'\n")
     kids = h.spawn_children(kc)
     old = sorted(set(old + list(kids.values())))
     kc, took = restart(km, kc)
@@ -138,6 +145,8 @@ def adopt():
     h.check(h.supervisor_pid(km) == sp["standby_pid"], "the record does not name the standby as the supervisor")
     h.check(" run " in h.cmdline(stub) and not h.is_standby(stub), "the process jupyter_client started is not a stub: %s" % h.cmdline(stub))
     h.assert_answers(kc, "the spare kernel after the restart")
+    r = h.execute(kc, "print(E2E_STARTUP)")
+    h.check(r["stdout"].strip() == "ran", "a startup file written after the spare imported did not run: %s" % r["reply"])
 
     # Interrupt (interrupt_mode signal: jupyter_client signals the stub).
     msg = kc.execute("import time\ntime.sleep(30)")
