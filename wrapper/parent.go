@@ -30,13 +30,13 @@ func watchParent() (undo func()) {
 // exited: the parent changed, or the launcher jupyter_client named in
 // JPY_PARENT_PID no longer exists.
 func parentGone() bool {
-	if os.Getppid() != startPPID {
-		return true
-	}
-	if v, err := strconv.Atoi(os.Getenv("JPY_PARENT_PID")); err == nil && v > 1 {
-		if err := unix.Kill(v, 0); errors.Is(err, unix.ESRCH) {
-			return true
-		}
-	}
-	return false
+	return os.Getppid() != startPPID || jupyterParentGone()
+}
+
+// jupyterParentGone reports whether the process jupyter_client named in
+// JPY_PARENT_PID (the server, or the client that launched the kernel)
+// has exited. A standby waiting for a restart asks it too.
+func jupyterParentGone() bool {
+	v, err := strconv.Atoi(os.Getenv("JPY_PARENT_PID"))
+	return err == nil && v > 1 && errors.Is(unix.Kill(v, 0), unix.ESRCH)
 }

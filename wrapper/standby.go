@@ -40,8 +40,8 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -278,7 +278,7 @@ func (s *supervisor) forgetSpareOff() {
 	if s.cfg.Standby && s.stub == nil {
 		return // a standby that was not adopted: not the kernel's end
 	}
-	if s.keepChild == 0 && !s.restarting {
+	if !s.restarting {
 		s.dir.RemoveSpare(s.id, 0)
 	}
 }
@@ -329,7 +329,7 @@ func (s *supervisor) runStandby(ctx context.Context) int {
 		return ExitFailed
 	}
 	s.onExit(func() {
-		if s.phase == starting && s.stub == nil {
+		if s.stub == nil {
 			sp.Discard() // never adopted
 		}
 	})
@@ -364,7 +364,7 @@ func (s *supervisor) runStandby(ctx context.Context) int {
 	s.dir.RemoveSpare(s.id, os.Getpid()) // it is the kernel now
 	ln.Close()
 	leash.Close()
-	return s.adopted(ctx, req, sp, exited, warning)
+	return s.adopted(ctx, req, l, sp, exited, warning)
 }
 
 // recordSpare writes the spare's record for ps and doctor, removed as
@@ -539,7 +539,7 @@ func (s *supervisor) awaitAdoption(ctx context.Context, ln *net.UnixListener, le
 				s.log.Debug("the connection file is gone: the kernel was shut down, not restarted")
 				return nil, ExitOK
 			}
-			if serverGone() {
+			if jupyterParentGone() {
 				return nil, ExitOK
 			}
 		case st := <-spareExited:
@@ -579,7 +579,7 @@ func (s *supervisor) readAdoption(c *net.UnixConn) (*adoptRequest, error) {
 		return nil, fmt.Errorf("for connection file %q, not %q", record.Printable(req.ConnFile), s.cfg.ConnFile)
 	case !slices.Equal(req.Argv, s.cfg.Argv):
 		return nil, errors.New("the kernel's command changed")
-	case !filepathIsAbs(req.Cwd):
+	case !filepath.IsAbs(req.Cwd):
 		return nil, errors.New("no working directory")
 	}
 	if diff := envDiff(req.Env, os.Environ()); len(diff) > 0 {
@@ -587,16 +587,6 @@ func (s *supervisor) readAdoption(c *net.UnixConn) (*adoptRequest, error) {
 	}
 	return &req, nil
 }
-
-// serverGone reports whether the process jupyter_client named in
-// JPY_PARENT_PID (the server, or the client that launched the kernel)
-// has exited.
-func serverGone() bool {
-	v, err := strconv.Atoi(os.Getenv("JPY_PARENT_PID"))
-	return err == nil && v > 1 && errors.Is(unix.Kill(v, 0), unix.ESRCH)
-}
-
-func filepathIsAbs(p string) bool { return strings.HasPrefix(p, "/") }
 
 // envDiff names the variables that differ between two environments (at
 // most five; values are never named).
@@ -640,7 +630,7 @@ func (s *supervisor) answer(c *net.UnixConn, r adoptReply) error {
 // adopted is the standby becoming the kernel's supervisor: bind the
 // ports, answer ok, hand the spare the kernel's argv (or, should it be
 // stale or hold a GPU context now, start the kernel cold), and serve.
-func (s *supervisor) adopted(ctx context.Context, req *adoptRequest, sp *spare.Spare, exited <-chan cgroup.ExitStatus, warning string) int {
+func (s *supervisor) adopted(ctx context.Context, req *adoptRequest, l spare.Launch, sp *spare.Spare, exited <-chan cgroup.ExitStatus, warning string) int {
 	ci, curve, code, ok := s.loadConn()
 	if ok {
 		code, ok = s.bind(ctx, ci, curve)
@@ -663,13 +653,13 @@ func (s *supervisor) adopted(ctx context.Context, req *adoptRequest, sp *spare.S
 	}
 	s.log.Info("took over the kernel's start with a spare kernel", "launched", stubPid(s.stub))
 	warning = s.beforeKernel(s.sweep() + warning)
-	argv := substituteConn(s.cfg.Argv, s.cfg.ConnFile, s.innerDir+"/"+innerConnName)
-	l, _ := spare.Parse(argv)
+	inner := s.innerDir + "/" + innerConnName
+	argv := substituteConn(s.cfg.Argv, s.cfg.ConnFile, inner)
 	gctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	err := errors.New("it holds a GPU context")
 	if held := s.spareHoldsGPU(); held == "" {
-		err = sp.Go(gctx, append([]string{"ipykernel_launcher"}, l.Args...), req.Cwd)
+		err = sp.Go(gctx, append([]string{"ipykernel_launcher"}, substituteConn(l.Args, s.cfg.ConnFile, inner)...), req.Cwd)
 	}
 	if err != nil {
 		s.log.Info("the spare kernel is not used; starting the kernel cold", "why", err)

@@ -63,7 +63,13 @@ func (st State) owns(pid int, start uint64) bool {
 // supervisor is one until its parent reaps it, and its watcher must not
 // wait for that.
 func (st State) started(pid int, start uint64) bool {
-	if pid <= 1 || !st.thisBoot() {
+	return st.thisBoot() && aliveSince(pid, start)
+}
+
+// aliveSince reports whether pid is a live process (not a zombie) with
+// the start time given.
+func aliveSince(pid int, start uint64) bool {
+	if pid <= 1 {
 		return false
 	}
 	p, err := cgroup.ReadProc(pid)

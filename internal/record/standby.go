@@ -163,11 +163,7 @@ func (d *Dir) ReadSpare(id string) *Spare {
 		pid   int
 		start uint64
 	}{{sp.StandbyPID, sp.StandbyStart}, {sp.PID, sp.Start}} {
-		if p.pid <= 1 {
-			return nil
-		}
-		pr, err := cgroup.ReadProc(p.pid)
-		if err != nil || pr.Start != p.start || !pr.Alive() || cgroup.ProcOwner(p.pid) != d.uid {
+		if !aliveSince(p.pid, p.start) || cgroup.ProcOwner(p.pid) != d.uid {
 			return nil
 		}
 	}
