@@ -1,6 +1,7 @@
 package record
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -137,12 +138,36 @@ func (d *Dir) readSpare(id string) (*Spare, error) {
 	if err != nil {
 		return nil, err
 	}
+	return ParseSpare(b, id)
+}
+
+// Bounds of a spare record read back: what a standby writes is well
+// inside them.
+const (
+	spareMaxOff     = 1024 // bytes of the reason why none is kept
+	spareMaxPreload = 64   // modules (run's --preload takes no more)
+)
+
+// ParseSpare reads a spare record of kernel id: one JSON object of the
+// known fields, naming that kernel, with a reason of at most spareMaxOff
+// bytes and at most spareMaxPreload modules; anything else is refused
+// (ErrRefused). Its pids are checked by ReadSpare, not here.
+func ParseSpare(b []byte, id string) (*Spare, error) {
 	var sp Spare
-	if err := json.Unmarshal(b, &sp); err != nil {
-		return nil, err
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&sp); err != nil {
+		return nil, fmt.Errorf("%s: not a spare record: %v: %w", SpareName(id), err, ErrRefused)
 	}
-	if sp.KernelID != id {
+	switch {
+	case dec.More():
+		return nil, fmt.Errorf("%s: data after the record: %w", SpareName(id), ErrRefused)
+	case sp.KernelID != id:
 		return nil, fmt.Errorf("%s names kernel %q: %w", SpareName(id), Printable(sp.KernelID), ErrRefused)
+	case len(sp.Off) > spareMaxOff || len(sp.Preload) > spareMaxPreload:
+		return nil, fmt.Errorf("%s: over its bounds: %w", SpareName(id), ErrRefused)
+	case sp.Off == "" && sp.GPU:
+		return nil, fmt.Errorf("%s: gpu without a reason: %w", SpareName(id), ErrRefused)
 	}
 	return &sp, nil
 }
