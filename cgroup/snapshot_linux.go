@@ -81,10 +81,12 @@ func memo[T any](m map[int]T, pid int, read func(int) T) T {
 
 // Tree lists the live members of the proc-mode tree of leader under the
 // subreaper supervisor (-1: none), as NewProcTree's Pids would, but for the
-// supervisor's own helpers (its watcher: a child named tfgpu-kernel).
-func (s *Snapshot) Tree(supervisor, leader int) []int {
+// supervisor's own helpers: its children for which exclude (may be nil)
+// says so, and any child named tfgpu-kernel (a watcher or standby of a
+// record that does not name them), with their descendants.
+func (s *Snapshot) Tree(supervisor, leader int, exclude func(pid int) bool) []int {
 	m := membership{procs: s.procs, self: supervisor, leader: leader,
-		exclude: func(pid int) bool { return s.Comm(pid) == "tfgpu-kernel" }}
+		exclude: func(pid int) bool { return s.Comm(pid) == "tfgpu-kernel" || (exclude != nil && exclude(pid)) }}
 	pids, _ := m.live()
 	if pids == nil {
 		pids = []int{}

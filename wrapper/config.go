@@ -54,15 +54,17 @@ type Config struct {
 
 	// The spare kernel (docs/design.md#spare-kernel): with Spare, a
 	// supervisor whose kernel is ready starts a standby supervisor
-	// (StandbyArgv: this program's `run --standby` with the same flags),
-	// which keeps a spare kernel for the next restart; and a supervisor
-	// that starts looks for such a standby of its kernel first.
-	Spare       bool
-	Preload     []string      // modules the spare imports besides ipykernel
-	SpareMaxAge time.Duration // a spare older than this is replaced; 0: DefaultSpareMaxAge
-	StandbyArgv []string      // how to start a standby; nil: no spare
-	Standby     bool          // this process is a standby (run --standby)
-	Leash       *os.File      // a standby's: the pipe from the supervisor it stands by for
+	// (StandbyProgram and the kernel id: this program's hidden `standby`
+	// role, handed StandbyArgs, run's own arguments, on its leash), which
+	// keeps a spare kernel for the next restart; and a supervisor that
+	// starts looks for such a standby of its kernel first.
+	Spare          bool
+	Preload        []string      // modules the spare imports besides ipykernel
+	SpareMaxAge    time.Duration // a spare older than this is replaced; 0: DefaultSpareMaxAge
+	StandbyProgram []string      // how to start a standby, but for the kernel id; nil: no spare
+	StandbyArgs    []string      // the standby's run arguments
+	Standby        bool          // this process is a standby (tfgpu-kernel standby)
+	Leash          *os.File      // a standby's: the pipe from the supervisor it stands by for
 
 	v2opts []cgroup.V2Option // tests force the cgroup.procs fallback with these
 	shared *zmtp.Shared      // tests read the relay's counters through it

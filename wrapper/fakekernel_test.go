@@ -42,7 +42,7 @@ import (
 //	                      then it is ignored, as ipykernel does).
 //	hb                  → echoed.
 func TestMain(m *testing.M) {
-	if IsWatcher() { // the watcher of a supervisor run by this binary (watcher.go)
+	if len(os.Args) > 1 && os.Args[1] == WatchCommand { // the watcher of a supervisor run by this binary (watcher.go)
 		os.Exit(Watch(os.Stdin, os.Stderr))
 	}
 	if path := os.Getenv("TFGPU_TEST_SUPERVISOR"); path != "" {

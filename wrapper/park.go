@@ -191,14 +191,24 @@ func (s *supervisor) waitParked(ctx context.Context) (<-chan cgroup.ExitStatus, 
 func (s *supervisor) respawn(ctx context.Context) (<-chan cgroup.ExitStatus, int) {
 	s.reserve = reserveFDs(16)
 	s.onExit(s.reserve.release)
+	oldDir := s.tree.Dir()
 	s.tree.Close()
-	opened, err := cgroup.Open(s.cfg.Cgroup, cgroupName(s.id),
-		cgroup.Options{Reaper: s.reaper, MemoryLimit: s.cfg.MemoryLimit, V2: s.cfg.v2opts})
+	opened, err := s.openTree() // as the first kernel was contained
 	if err != nil {
 		s.log.Error("cannot contain a fresh kernel", "err", err)
 		return nil, ExitFailed
 	}
 	s.tree = opened.Tree
+	if s.mem != nil && oldDir != "" && s.mem.Where() == oldDir {
+		// A cgroup v2 memory limit is memory.max of the tree's own
+		// cgroup, which went with the killed tree: the fresh kernel is
+		// held to the same limit as the first (#32).
+		s.mem.Close()
+		s.mem = nil
+		if warn := s.limitMemory(s.cfg.MemoryLimit); warn != "" {
+			s.relay.WarnNextCell(s.id, warn)
+		}
+	}
 	s.gpu.takeBaseline()
 	s.watch.send(watchMsg{Baseline: s.gpu.baseline})
 	s.enter(starting)

@@ -86,6 +86,7 @@ func (s *supervisor) describe() (record.State, error) {
 	if s.engine.Kind == engine.Slurm {
 		st.Slurm = &record.SlurmJob{Job: s.engine.SlurmJob, Step: s.engine.SlurmStep, Cgroups: jobCgroupDirs(s.engine)}
 	}
+	st.Stub, st.Watcher = s.stubRef, s.watcherRef()
 	if s.kpid > 0 {
 		if kstart, err := startTime(s.kpid); err == nil { // else dead already: nothing to name
 			st.KernelPID, st.KernelStart = s.kpid, kstart
@@ -118,6 +119,18 @@ func jobCgroupDirs(e engine.Engine) []string {
 		}
 	}
 	return out
+}
+
+// watcherRef names the supervisor's watcher, while it runs.
+func (s *supervisor) watcherRef() *cgroup.ProcRef {
+	if s.watch == nil {
+		return nil
+	}
+	start, err := startTime(s.watch.pid)
+	if err != nil {
+		return nil
+	}
+	return &cgroup.ProcRef{PID: s.watch.pid, Start: start}
 }
 
 // memoryCgroup is the memory limit's cgroup when it is one of its own (v1),

@@ -429,8 +429,8 @@ func TestLeftoversOfAKilledSupervisorAreKilledAtNextStart(t *testing.T) {
 	}
 }
 
-// watcherOf finds the watcher of supervisor sup: its child with
-// TFGPU_WATCHER=1 in its environment.
+// watcherOf finds the watcher of supervisor sup: its child running this
+// program's watch role.
 func watcherOf(t *testing.T, sup int) int {
 	t.Helper()
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
@@ -445,8 +445,8 @@ func watcherOf(t *testing.T, sup int) int {
 				continue
 			}
 			f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+2:]))
-			env, _ := os.ReadFile("/proc/" + e.Name() + "/environ")
-			if len(f) > 1 && f[1] == strconv.Itoa(sup) && bytes.Contains(env, []byte(watcherEnv+"=1\x00")) {
+			argv, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+			if len(f) > 1 && f[1] == strconv.Itoa(sup) && bytes.Contains(argv, []byte("\x00"+WatchCommand+"\x00")) {
 				return pid
 			}
 		}

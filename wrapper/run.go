@@ -41,6 +41,7 @@ type supervisor struct {
 	reserve   *fdReserve // released for the tree kill
 	reaper    *cgroup.Reaper
 	tree      cgroup.Tree
+	mode      string                 // the containment mode the kernel's first tree was given (openTree)
 	mem       cgroup.Memory          // the memory limit, if one could be applied
 	outerMem  *cgroup.OuterMemory    // the limit of the cgroups the supervisor started in (a container's, a job's)
 	engine    engine.Engine          // what the supervisor runs inside (internal/engine)
@@ -62,14 +63,15 @@ type supervisor struct {
 	cleanups []func() // run in reverse when Run returns
 	code     int      // what Run returns, for the cleanups
 
-	// The spare kernel (standby.go, docs/design.md#spare-kernel).
-	spareOff   string        // why this kernel has no spare ("": it has one)
-	standby    *standbyProc  // the standby supervisor this one started, while it runs
-	keepChild  int           // a standby that outlives this supervisor (a restart's)
-	restarting bool          // this supervisor ends for a restart: its next one comes
-	stub       *net.UnixConn // a standby's: the process Jupyter started, once adopted
-	stubGone   chan struct{} // closed when the stub's connection ends
-	quiet      *quietState   // a standby's start-up lines, said once it is adopted
+	// The spare kernel (sparekeep.go, standby.go, stub.go;
+	// docs/design.md#spare-kernel).
+	spareOff   string          // why this kernel has no spare ("": it has one)
+	standby    *standbyProc    // the standby supervisor this one started, while it runs
+	keepChild  int             // a standby that outlives this supervisor (a restart's)
+	restarting bool            // this supervisor ends for a restart: its next one comes
+	stub       *net.UnixConn   // a standby's: the process Jupyter started, once adopted
+	stubRef    *cgroup.ProcRef // that process, for the record
+	stubGone   chan struct{}   // closed when the stub's connection ends
 }
 
 // Run supervises one kernel until it is shut down or dies, and returns the
@@ -175,9 +177,6 @@ func (s *supervisor) identify() (int, bool) {
 	cfg := s.cfg
 	s.id = jmsg.KernelID(cfg.ConnFile)
 	s.log = cfg.Log.With("kernel", record.ShortID(s.id))
-	if cfg.Standby {
-		s.log, s.quiet = newQuietLog(s.log.With("standby", os.Getpid()))
-	}
 	if !record.ValidKernelID(s.id) {
 		// jupyter_server names files kernel-<uuid>.json; any other name is
 		// hashed, so only a hand-made kernel-<odd>.json gets here.
@@ -293,13 +292,12 @@ func (s *supervisor) contain(sweep bool) (warning string, code int, ok bool) {
 	if l, err := cgroup.DetectLayout(); err == nil {
 		s.outerMem = cgroup.NewOuterMemory(l)
 	}
-	opened, err := cgroup.Open(s.containment(), cgroupName(s.id),
-		cgroup.Options{Reaper: s.reaper, MemoryLimit: s.cfg.MemoryLimit, V2: s.cfg.v2opts})
+	opened, err := s.openTree()
 	if err != nil {
 		fmt.Fprintf(s.cfg.Stderr, "tfgpu-kernel: containment: %v\n", err)
 		return "", ExitUsage, false
 	}
-	s.tree = opened.Tree
+	s.tree, s.mode = opened.Tree, opened.Tree.Mode()
 	s.onExit(func() { s.tree.Close() }) // spawn may replace the tree
 	if s.engine.Kind == engine.Slurm {
 		opened.Why = "inside " + s.engine.String() + ": the kernel stays in the job's cgroups, where Slurm's proctrack, kill and memory limit reach it"
@@ -369,6 +367,22 @@ func (s *supervisor) started(ctx context.Context, warning string) {
 		s.relay.WarnNextCell(s.id, warning)
 	}
 	s.log.Info("kernel started", "pid", s.kpid, "containment", s.tree.Mode(), "inner", s.inner.Transport)
+}
+
+// openTree opens the containment of the kernel about to start. The first
+// kernel's mode is decided from the engine and --cgroup (containment);
+// every fresh kernel after it, after a park, is contained in the mode the
+// first one was (s.mode), never decided again from the raw setting: inside
+// a Slurm job a park's fresh kernel stays in the job's cgroups like the
+// first (#32). A standby that is adopted decides as the first supervisor
+// of the kernel did, by the same function, in the same engine.
+func (s *supervisor) openTree() (cgroup.Opened, error) {
+	choice := s.mode
+	if choice == "" {
+		choice = s.containment()
+	}
+	return cgroup.Open(choice, cgroupName(s.id),
+		cgroup.Options{Reaper: s.reaper, MemoryLimit: s.cfg.MemoryLimit, V2: s.cfg.v2opts})
 }
 
 // containment is the --cgroup choice to open. Inside a Slurm job it is

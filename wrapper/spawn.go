@@ -116,7 +116,7 @@ func (s *supervisor) relaunch(launcher cgroup.Launcher, exited <-chan cgroup.Exi
 		s.log.Error("cannot prepare the kernel's containment", "err", err)
 		return nil, ExitFailed
 	}
-	s.tree = opened.Tree
+	s.tree, s.mode = opened.Tree, opened.Tree.Mode()
 	s.log.Info("containment", "mode", s.tree.Mode(), "why", opened.Why)
 	if s.cfg.MemoryLimit > 0 {
 		s.limitMemory(s.cfg.MemoryLimit)

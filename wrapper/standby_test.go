@@ -66,7 +66,7 @@ func TestReadAdoptionRefuses(t *testing.T) {
 				raw = append(raw, '\n')
 			}
 			go func() { a.Write(raw); a.CloseWrite() }()
-			got, err := s.readAdoption(b)
+			got, err := readAdoption(b, s.cfg)
 			switch {
 			case tc.want == "" && err != nil:
 				t.Fatalf("refused: %v", err)

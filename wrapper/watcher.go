@@ -41,12 +41,10 @@ import (
 // which jupyter_client starts at once after restart_kernel(now=True),
 // has cgroups of its own.
 
-// watcherEnv marks the process that is to be a watcher: the binary's
-// main (and the tests' TestMain) call Watch when it is "1".
-const watcherEnv = "TFGPU_WATCHER"
-
-// IsWatcher reports whether this process was started as a watcher.
-func IsWatcher() bool { return os.Getenv(watcherEnv) == "1" }
+// WatchCommand is the hidden role of the program that makes it a watcher:
+// `PROGRAM watch KERNEL_ID`, reading the supervisor's messages on stdin.
+// The binary's main (and the tests' TestMain) call Watch then.
+const WatchCommand = "watch"
 
 // watchMsg is one line on the pipe.
 type watchMsg struct {
@@ -118,11 +116,11 @@ func (s *supervisor) startSessionChild(path string, argv, env []string, pipeFD i
 func (s *supervisor) startWatcher() {
 	exe, err := os.Executable()
 	if err == nil {
-		env := append(withoutEnv(os.Environ(), watcherEnv), watcherEnv+"=1", "GOMAXPROCS=1")
+		env := append(withoutEnv(os.Environ(), "TFGPU_WATCHER"), "GOMAXPROCS=1")
 		var pid int
 		var exited <-chan cgroup.ExitStatus
 		var pw *os.File
-		if pid, exited, pw, err = s.startSessionChild(exe, []string{exe}, env, 0); err == nil {
+		if pid, exited, pw, err = s.startSessionChild(exe, []string{exe, WatchCommand, s.id}, env, 0); err == nil {
 			s.watch = &watcher{w: pw, enc: json.NewEncoder(pw), pid: pid, exited: exited}
 		}
 	}

@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/tfgpu/tfgpu-kernel/cgroup"
 	"github.com/tfgpu/tfgpu-kernel/internal/doctor"
 	"github.com/tfgpu/tfgpu-kernel/internal/gpu"
 	"github.com/tfgpu/tfgpu-kernel/internal/record"
@@ -141,25 +140,20 @@ func spareSetting(argv []string) string {
 }
 
 // diagnoseSpares reports the spare kernels kept for the kernels of states
-// and their memory, and the kernels that keep none for a reason found at
-// run time (a spare that held a GPU context).
+// and their memory (Census: the spares, their standbys and the standbys'
+// watchers), and the kernels that keep none for a reason found at run time
+// (a spare that held a GPU context).
 func diagnoseSpares(states []record.State) []doctor.Finding {
 	var ready, off []string
 	var rss int64
-	for _, st := range states {
-		d, err := record.OpenDir(st.Dir, false, true)
-		if err != nil {
-			continue
-		}
-		sp := d.ReadSpare(st.KernelID)
-		d.Close()
-		switch {
+	for _, k := range record.Census(states, nil) {
+		switch sp := k.Spare; {
 		case sp == nil:
 		case sp.Off != "":
-			off = append(off, record.ShortID(st.KernelID)+": "+record.Printable(sp.Off))
+			off = append(off, record.ShortID(k.State.KernelID)+": "+record.Printable(sp.Off))
 		default:
-			ready = append(ready, record.ShortID(st.KernelID))
-			rss += cgroup.ProcRSS(sp.PID) + cgroup.ProcRSS(sp.StandbyPID)
+			ready = append(ready, record.ShortID(k.State.KernelID))
+			rss += k.RSS(record.SpareRoles...)
 		}
 	}
 	var out []doctor.Finding

@@ -150,12 +150,16 @@ func kernelsRunningOn(prev *kernelspec.Previous) []string {
 	var out []string
 	states, _, err := collectStates(record.DefaultDir(), os.Geteuid() == 0, false)
 	if err == nil {
-		for _, st := range states {
-			if !st.SupervisorAlive() {
+		for _, k := range record.Census(states, nil) {
+			st := k.State
+			// The process Jupyter launched from the kernelspec: the
+			// supervisor, or the stub of a standby that took over.
+			launched := k.Launched()
+			if launched == 0 {
 				continue
 			}
-			argv, err := cgroup.ProcCmdline(st.SupervisorPID)
-			if err != nil || !st.SupervisorAlive() || !runsSpec(argv, prev) {
+			argv, err := cgroup.ProcCmdline(launched)
+			if err != nil || !runsSpec(argv, prev) {
 				continue
 			}
 			label := record.ShortID(st.KernelID)

@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"os"
 	"runtime/debug"
-
-	"github.com/tfgpu/tfgpu-kernel/wrapper"
 )
 
 // version is set at build time with -ldflags "-X main.version=..."
@@ -69,9 +67,37 @@ func usage() {
 	fmt.Fprintf(os.Stderr, "\nRun 'tfgpu-kernel COMMAND --help' for a command's flags.\n")
 }
 
+// hiddenSubcommands are the roles a supervisor starts this program in
+// itself, never typed by a user: with `run`, the one place where a
+// process of a kernel learns which role it plays (docs/design.md#processes).
+func hiddenSubcommands() []subcommand {
+	return []subcommand{
+		{"standby", "", cmdStandby},
+		{"watch", "", cmdWatch},
+	}
+}
+
+// hiddenRole is the role os.Args asks for, when it is a hidden one: also
+// a watcher started by a supervisor of an earlier version, which named
+// the role in its environment.
+func hiddenRole(args []string) (func([]string) int, []string, bool) {
+	if len(args) == 1 && os.Getenv("TFGPU_WATCHER") == "1" {
+		return cmdWatch, []string{"?"}, true
+	}
+	if len(args) < 2 {
+		return nil, nil, false
+	}
+	for _, c := range hiddenSubcommands() {
+		if c.name == args[1] {
+			return c.run, args[2:], true
+		}
+	}
+	return nil, nil, false
+}
+
 func main() {
-	if wrapper.IsWatcher() { // started by `run` itself (see wrapper/watcher.go), never by a user
-		os.Exit(wrapper.Watch(os.Stdin, os.Stderr))
+	if run, args, ok := hiddenRole(os.Args); ok {
+		os.Exit(run(args))
 	}
 	if len(os.Args) < 2 {
 		usage()

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -10,6 +11,7 @@ import (
 	"runtime/debug"
 	"strings"
 
+	"github.com/tfgpu/tfgpu-kernel/internal/jmsg"
 	"github.com/tfgpu/tfgpu-kernel/internal/record"
 	"github.com/tfgpu/tfgpu-kernel/internal/zmtp"
 	"github.com/tfgpu/tfgpu-kernel/wrapper"
@@ -19,28 +21,109 @@ import (
 // cmdRun is what the kernelspec's argv runs:
 //
 //	tfgpu-kernel run [flags] -f {connection_file} -- python -m ipykernel_launcher -f {connection_file}
+//
+// It supervises the kernel, unless the kernel's standby takes over its
+// start (wrapper.Run decides, on one fact: the standby's answer); it then
+// is the kernel's stub (docs/design.md#processes).
 func cmdRun(args []string) int {
-	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	cfg, code, ok := runConfig("run", args)
+	if !ok {
+		return code
+	}
+	return wrapper.Run(context.Background(), cfg)
+}
+
+// cmdStandby is the hidden role a supervisor starts this program in for its
+// kernel's next restart (docs/design.md#spare-kernel):
+//
+//	tfgpu-kernel standby KERNEL_ID      (fd 3: the leash, its first line run's arguments)
+//
+// Its command line names its kernel, short, for ps; what it is to do is
+// run's arguments, which the supervisor writes as the leash's first line.
+func cmdStandby(args []string) int {
+	if len(args) != 1 || !record.ValidKernelID(args[0]) {
+		return usageError("standby", "started by a supervisor only, as 'tfgpu-kernel standby KERNEL_ID' with its leash on fd 3")
+	}
+	leash := os.NewFile(3, "leash")
+	if leash == nil {
+		return usageError("standby", "no leash on fd 3")
+	}
+	var runArgs []string
+	line, err := readLine(leash, 1<<20)
+	if err == nil {
+		err = json.Unmarshal(line, &runArgs)
+	}
+	if err != nil {
+		leash.Close()
+		return usageError("standby", fmt.Sprintf("the leash's first line is not run's arguments: %v", err))
+	}
+	cfg, code, ok := runConfig("run", runArgs)
+	if !ok {
+		leash.Close()
+		return code
+	}
+	if id := jmsg.KernelID(cfg.ConnFile); id != args[0] {
+		leash.Close()
+		return usageError("standby", fmt.Sprintf("kernel %q is not the connection file's (%q)", args[0], record.Printable(id)))
+	}
+	cfg.Standby, cfg.Leash = true, leash
+	return wrapper.Run(context.Background(), cfg)
+}
+
+// cmdWatch is the hidden role a supervisor starts this program in to
+// finish its kernel should it be SIGKILLed (wrapper/watcher.go):
+//
+//	tfgpu-kernel watch KERNEL_ID        (stdin: the supervisor's messages)
+func cmdWatch(args []string) int {
+	if len(args) != 1 {
+		return usageError("watch", "started by a supervisor only, as 'tfgpu-kernel watch KERNEL_ID'")
+	}
+	return wrapper.Watch(os.Stdin, os.Stderr)
+}
+
+// readLine reads f up to a newline, a byte at a time (what follows on f is
+// the caller's), at most max bytes.
+func readLine(f *os.File, max int) ([]byte, error) {
+	var line []byte
+	b := make([]byte, 1)
+	for len(line) < max {
+		n, err := f.Read(b)
+		if n == 1 && b[0] == '\n' {
+			return line, nil
+		}
+		if n == 1 {
+			line = append(line, b[0])
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return nil, fmt.Errorf("longer than %d bytes", max)
+}
+
+// runConfig parses run's arguments into the supervisor's Config; ok is
+// false after a usage error, with the exit code.
+func runConfig(name string, args []string) (wrapper.Config, int, bool) {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	conn := fs.String("f", "", "the connection `FILE` Jupyter wrote (required)")
 	var rf runFlags
 	rf.define(fs) // shared with install, which writes them into kernelspecs
-	standby := fs.Bool("standby", false, "internal: be the standby supervisor that a running one starts for its kernel's next restart (reads its leash on fd 3)")
 	stateDir := fs.String("state-dir", record.DefaultDir(), "`DIR` where the kernel's state file goes (read by 'tfgpu-kernel ps' and 'stop')")
 	example := "tfgpu-kernel run -f kernel-1.json -- /usr/bin/python3 -m ipykernel_launcher -f kernel-1.json"
 	src, code, done := parseFlags(fs, args, example)
 	if done {
-		return code
+		return wrapper.Config{}, code, false
 	}
 	argv := fs.Args()
 	switch {
 	case *conn == "":
-		return usageError("run", "-f CONNECTION_FILE is required")
+		return wrapper.Config{}, usageError("run", "-f CONNECTION_FILE is required"), false
 	case len(argv) == 0:
-		return usageError("run", "no kernel command given after --")
+		return wrapper.Config{}, usageError("run", "no kernel command given after --"), false
 	}
 	v, err := rf.check(src)
 	if err != nil {
-		return usageError("run", err.Error())
+		return wrapper.Config{}, usageError("run", err.Error()), false
 	}
 	// One P: the relay is a chain of goroutine hand-offs (zmq4's reader →
 	// socket queue → pump), and on one P they are run-queue switches
@@ -71,17 +154,12 @@ func cmdRun(args []string) int {
 		v.level = slog.LevelWarn
 	}
 	lg := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: v.level})).With("prog", "tfgpu-kernel")
-	var leash *os.File
-	if *standby {
-		leash = os.NewFile(3, "leash")
-	}
-	return wrapper.Run(context.Background(), wrapper.Config{
+	return wrapper.Config{
 		Spare:          v.spare,
 		Preload:        v.preload,
 		SpareMaxAge:    rf.spareMaxAge,
-		StandbyArgv:    standbyArgv(args),
-		Standby:        *standby,
-		Leash:          leash,
+		StandbyProgram: standbyProgram(),
+		StandbyArgs:    args,
 		ConnFile:       *conn,
 		Argv:           argv,
 		ShutdownGrace:  rf.grace,
@@ -95,28 +173,19 @@ func cmdRun(args []string) int {
 		ConfirmTimeout: rf.confirm,
 		Limits:         zmtp.Limits{MaxMessage: v.maxMessage},
 		Log:            lg,
-	})
+	}, 0, true
 }
 
-// standbyArgv is how a supervisor starts its standby (wrapper runs
-// /proc/self/exe: this very binary, even should the file have been
-// replaced since), with the same arguments; the environment is passed on
-// as it is.
-func standbyArgv(args []string) []string {
+// standbyProgram is how a supervisor starts its standby: wrapper runs
+// /proc/self/exe (this very binary, even should the file have been
+// replaced since) with this argv and the kernel id; the environment is
+// passed on as it is.
+func standbyProgram() []string {
 	self, err := os.Executable() // for ps; /proc/self/exe is what runs
 	if err != nil {
 		self = "tfgpu-kernel"
 	}
-	argv := []string{self, "run", "--standby"}
-	for i, a := range args {
-		if a == "--" {
-			return append(argv, args[i:]...)
-		}
-		if a != "--standby" && a != "-standby" {
-			argv = append(argv, a)
-		}
-	}
-	return argv
+	return []string{self, "standby"}
 }
 
 // gpuSoname is NVML's soname, for the help text.

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -106,10 +107,12 @@ func kernelFindings(l cgroup.Layout, stateDir string, allUsers bool, kernels fun
 		fix := "remove it and let the next kernel make it, or choose another with TFGPU_STATE_DIR"
 		add(Finding{Topic: "kernels", Text: err.Error(), Problem: true, Fix: fix})
 	}
-	live, known := 0, map[string]bool{}
-	for _, st := range states {
-		known[st.Cgroup] = true
-		if st.SupervisorAlive() {
+	live := 0
+	census := record.Census(states, nil)
+	known := liveCgroups(census)
+	for _, k := range census {
+		st := k.State
+		if len(k.Pids(record.RoleSupervisor)) > 0 {
 			live++
 			continue
 		}
@@ -130,11 +133,11 @@ func kernelFindings(l cgroup.Layout, stateDir string, allUsers bool, kernels fun
 	others := 0
 	for _, dir := range kernelCgroups(l) {
 		switch {
-		case known[dir] || dir == "":
+		case known[dir] || dir == "" || supervisorLives(dir):
 		case !allUsers && !ownCgroup(dir, os.Geteuid()):
 			others++
 		default:
-			add(staleCgroup(dir))
+			add(staleCgroup(dir, census))
 		}
 	}
 	if others > 0 {
@@ -166,15 +169,67 @@ func ownCgroup(dir string, uid int) bool {
 	return true
 }
 
-// staleCgroup is a kernel cgroup that no live supervisor records. `stop`
-// works from records, so the fix is by hand: `stop --all` would stop the
-// user's live kernels and leave this one.
-func staleCgroup(dir string) Finding {
-	f := Finding{Topic: "stale cgroup", Text: dir + " (no supervisor records it)", Problem: true, Fix: "rmdir " + dir}
-	if pids, err := cgroup.Procs(dir); err == nil && len(pids) > 0 {
-		f.Text = fmt.Sprintf("%s (no supervisor records it; %d process(es) in it)", dir, len(pids))
-		f.Fix = "kill the processes " + filepath.Join(dir, "cgroup.procs") + " lists, then rmdir " + dir
+// liveCgroups are the cgroups of the live kernels of census: each
+// kernel's tree and memory cgroups, and its standby's, whoever made them.
+func liveCgroups(census []record.Kernel) map[string]bool {
+	known := map[string]bool{}
+	for _, k := range census {
+		if k.Launched() == 0 && len(k.Pids(record.RoleStandby)) == 0 {
+			continue // a dead supervisor's kernel: its cgroup is for stop to finish
+		}
+		for _, d := range []string{k.State.Cgroup, k.State.MemoryCgroup} {
+			known[d] = d != ""
+		}
+		if sp := k.Spare; sp != nil {
+			for _, d := range []string{sp.Cgroup, sp.MemoryCgroup} {
+				known[d] = d != ""
+			}
+		}
 	}
+	return known
+}
+
+// supervisorLives reports whether the kernel cgroup dir was made by a
+// supervisor (or standby) that still runs: supervisors name their cgroups
+// tfgpu-ID-PID (wrapper's cgroupName) and PID is then a live tfgpu-kernel
+// process of the cgroup's owner. A standby makes its cgroup before it
+// records its spare; a supervisor, before it records its kernel.
+func supervisorLives(dir string) bool {
+	name := strings.TrimSuffix(filepath.Base(dir), ".scope")
+	i := strings.LastIndexByte(name, '-')
+	pid, err := strconv.Atoi(name[i+1:])
+	if i < 0 || err != nil || pid <= 1 {
+		return false
+	}
+	var st unix.Stat_t
+	p, perr := cgroup.ReadProc(pid)
+	return perr == nil && p.Alive() && p.Comm == "tfgpu-kernel" && unix.Lstat(dir, &st) == nil &&
+		cgroup.ProcOwner(pid) == int(st.Uid)
+}
+
+// staleCgroup is a kernel cgroup that no live supervisor records, nor
+// made. `stop` works from records, so the fix is by hand: `stop --all`
+// would stop the user's live kernels and leave this one. A process in it
+// that belongs to a live kernel (census) is never advised to be killed.
+func staleCgroup(dir string, census []record.Kernel) Finding {
+	f := Finding{Topic: "stale cgroup", Text: dir + " (no supervisor records it)", Problem: true, Fix: "rmdir " + dir}
+	pids, err := cgroup.Procs(dir)
+	if err != nil || len(pids) == 0 {
+		return f
+	}
+	for _, p := range pids {
+		for _, k := range census {
+			if role := k.RoleOf(p); role != "" {
+				f.Problem = false
+				f.Topic = "kernel cgroup"
+				f.Text = fmt.Sprintf("%s holds process %d, the %s of kernel %s, whose records do not name the cgroup", dir, p, role, k.State.KernelID)
+				f.Fix = ""
+				return f
+			}
+		}
+	}
+	f.Text = fmt.Sprintf("%s (no supervisor records it; %d process(es) in it)", dir, len(pids))
+	f.Fix = "kill the processes " + filepath.Join(dir, "cgroup.procs") + " lists, then rmdir " + dir
 	return f
 }
 

@@ -2,12 +2,10 @@ package record
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 
@@ -17,28 +15,37 @@ import (
 )
 
 // How root finds every user's kernels (docs/security.md#threats, class 2):
-// from what runs, not from what users wrote. A supervisor is a live process
-// named tfgpu-kernel running `run`; it holds its state directory open for
-// its whole life, so root reads its record through that descriptor
-// (/proc/PID/fd/N: the very directory, whatever path or TFGPU_STATE_DIR the
-// user chose, no path walked, no automount touched) and takes it only when
-// the record names that process, with its start time. Records in the
-// users' runtime directories (/run/user/UID/tfgpu-kernel) are read too, for
-// kernels whose supervisor is gone, at most maxUserRecords per directory;
-// a record there that names a live process which is not a supervisor
-// found this way is a claim nothing backs, and ignored. So a hidden state
-// directory hides no running kernel, and planted records cost root a
-// bounded read, never a scan each.
+// from what runs, not from what users wrote. Every process of a kernel
+// that is this program is named tfgpu-kernel (the launched `run`, a
+// standby, the watchers); a supervisor holds its state directory open for
+// its whole life, so root reads the records through that descriptor
+// (/proc/PID/fd/N: the very directory, whatever path or TFGPU_STATE_DIR
+// the user chose, no path walked, no automount touched), each directory
+// once however many of its user's processes hold it, and takes a record
+// only when the process it names as its supervisor, with its start time,
+// is one of those holding that directory. Which process plays which role
+// is then Census's to say, from the records: the discovery parses no
+// command line. Records in the users' runtime directories
+// (/run/user/UID/tfgpu-kernel) are read too, for kernels whose supervisor
+// is gone, at most maxUserRecords per directory; a record there that
+// names a live process which is not a holder found this way is a claim
+// nothing backs, and ignored. So a hidden state directory hides no
+// running kernel, and planted records cost root a bounded read, never a
+// scan each.
 
 // maxUserRecords bounds the records root reads from one user's runtime
 // directory (a user has a few kernels; more is a flood).
 const maxUserRecords = 16
 
-// maxSupervisorFDs bounds the descriptors looked at per supervisor for its
+// maxHeldRecords bounds the records read from one state directory a
+// running supervisor holds open.
+const maxHeldRecords = 64
+
+// maxSupervisorFDs bounds the descriptors looked at per process for its
 // state directory (it opens it first thing, so its number is small).
 const maxSupervisorFDs = 64
 
-// Supervisor is a supervisor process running on this host.
+// Supervisor is a kernel's supervisor as its record names it.
 type Supervisor struct {
 	PID      int
 	Start    uint64
@@ -46,34 +53,109 @@ type Supervisor struct {
 	KernelID string
 }
 
-// IDFunc returns the kernel id a supervisor runs, from its command line
-// (argv[0] is the program) and working directory; "" when argv is not a
-// `run` command. The command package provides it: it parses run's flags
-// exactly as run does.
-type IDFunc func(argv []string, cwd string) string
+// heldDir is a state directory that running tfgpu-kernel processes of
+// one user hold open.
+type heldDir struct {
+	key     dirKey
+	uid     int
+	link    string           // /proc/PID/fd/N of one holder
+	path    string           // what that link reads
+	holders map[procKey]bool // the processes holding it
+}
 
-// Supervisors lists the supervisors running on this host, from sn: every
-// user's when uid < 0, else uid's.
-func Supervisors(sn *cgroup.Snapshot, idOf IDFunc, uid int) []Supervisor {
-	var out []Supervisor
-	for _, pid := range sn.Pids() {
+type dirKey struct{ dev, ino uint64 }
+
+type procKey struct {
+	pid   int
+	start uint64
+}
+
+// heldDirs finds the state directories the live tfgpu-kernel processes of
+// uid (every user's when uid < 0) hold open: directories of the process's
+// owner with no permission for others, each listed once.
+func heldDirs(sn *cgroup.Snapshot, uid int) []*heldDir {
+	byKey := map[dirKey]*heldDir{}
+	var order []dirKey
+	pids := sn.Pids()
+	slices.Sort(pids)
+	for _, pid := range pids {
 		p, ok := sn.Proc(pid)
-		if !ok || !p.Alive() || sn.Comm(pid) != "tfgpu-kernel" || (uid >= 0 && sn.Owner(pid) != uid) {
+		if !ok || !p.Alive() || sn.Comm(pid) != "tfgpu-kernel" {
 			continue
 		}
-		argv, err := cgroup.ProcCmdline(pid)
-		if err != nil || len(argv) < 2 || argv[1] != "run" {
+		owner := sn.Owner(pid)
+		if owner < 0 || (uid >= 0 && owner != uid) {
 			continue
 		}
-		cwd, _ := os.Readlink("/proc/" + strconv.Itoa(pid) + "/cwd")
-		id := idOf(argv, cwd)
-		if !ValidKernelID(id) {
-			continue
+		for _, fd := range dirFDs(pid, owner) {
+			h := byKey[fd.key]
+			if h == nil {
+				h = &heldDir{key: fd.key, uid: owner, link: fd.link, path: fd.path, holders: map[procKey]bool{}}
+				byKey[fd.key] = h
+				order = append(order, fd.key)
+			}
+			if h.uid == owner {
+				h.holders[procKey{pid, p.Start}] = true
+			}
 		}
-		out = append(out, Supervisor{PID: pid, Start: p.Start, UID: sn.Owner(pid), KernelID: id})
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].PID < out[j].PID })
+	out := make([]*heldDir, 0, len(order))
+	for _, k := range order {
+		out = append(out, byKey[k])
+	}
 	return out
+}
+
+type dirFD struct {
+	key        dirKey
+	link, path string
+}
+
+// dirFDs lists the directories among pid's first maxSupervisorFDs
+// descriptors that belong to owner and give others no permission.
+func dirFDs(pid, owner int) []dirFD {
+	fdDir := fmt.Sprintf("/proc/%d/fd", pid)
+	ents, err := os.ReadDir(fdDir)
+	if err != nil {
+		return nil
+	}
+	fds := make([]int, 0, len(ents))
+	for _, e := range ents {
+		if n, err := strconv.Atoi(e.Name()); err == nil {
+			fds = append(fds, n)
+		}
+	}
+	slices.Sort(fds)
+	var out []dirFD
+	for _, n := range fds[:min(len(fds), maxSupervisorFDs)] {
+		link := fdDir + "/" + strconv.Itoa(n)
+		target, err := os.Readlink(link)
+		if err != nil || !strings.HasPrefix(target, "/") {
+			continue // a socket, pipe, anon inode
+		}
+		var st unix.Stat_t
+		if unix.Stat(link, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR || int(st.Uid) != owner || st.Mode&0o077 != 0 {
+			continue
+		}
+		out = append(out, dirFD{key: dirKey{uint64(st.Dev), st.Ino}, link: link, path: target})
+	}
+	return out
+}
+
+// open opens the held directory through its holder's descriptor, checking
+// again that it is its user's and private.
+func (h *heldDir) open() (*Dir, error) {
+	fd, err := unix.Open(h.link, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	var st unix.Stat_t
+	if unix.Fstat(fd, &st) != nil || int(st.Uid) != h.uid || st.Mode&0o077 != 0 ||
+		(dirKey{uint64(st.Dev), st.Ino}) != h.key {
+		unix.Close(fd)
+		return nil, fmt.Errorf("%w: %s changed while it was read", ErrRefused, h.path)
+	}
+	return &Dir{path: h.path, f: os.NewFile(uintptr(fd), h.path), uid: h.uid}, nil
 }
 
 // Record reads s's record through the state directory s holds open, and
@@ -99,51 +181,20 @@ func SupervisorDir(st State) (*Dir, error) {
 // stateDir finds the state directory s holds open with a record that names
 // s, and returns it open with the record.
 func (s Supervisor) stateDir() (*Dir, State, error) {
-	fdDir := fmt.Sprintf("/proc/%d/fd", s.PID)
-	ents, err := os.ReadDir(fdDir)
-	if err != nil {
-		return nil, State{}, err
-	}
-	fds := make([]int, 0, len(ents))
-	for _, e := range ents {
-		if n, err := strconv.Atoi(e.Name()); err == nil {
-			fds = append(fds, n)
-		}
-	}
-	slices.Sort(fds)
-	seen := false // a record of this kernel, whether or not it named s
-	for _, n := range fds[:min(len(fds), maxSupervisorFDs)] {
-		link := fdDir + "/" + strconv.Itoa(n)
-		target, err := os.Readlink(link)
-		if err != nil || !strings.HasPrefix(target, "/") {
-			continue // a socket, pipe, anon inode
-		}
-		fd, err := unix.Open(link, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	for _, fd := range dirFDs(s.PID, s.UID) {
+		h := &heldDir{key: fd.key, uid: s.UID, link: fd.link, path: fd.path}
+		d, err := h.open()
 		if err != nil {
-			continue // not a directory
-		}
-		var st unix.Stat_t
-		if unix.Fstat(fd, &st) != nil || int(st.Uid) != s.UID || st.Mode&0o077 != 0 {
-			unix.Close(fd)
 			continue
 		}
-		d := &Dir{path: target, f: os.NewFile(uintptr(fd), target), uid: s.UID}
 		rec, err := d.stateOf(s.KernelID)
 		if err == nil && rec.SupervisorPID == s.PID && rec.SupervisorStart == s.Start {
 			return d, rec, nil
 		}
-		seen = seen || !errors.Is(err, os.ErrNotExist)
 		d.Close()
-	}
-	if !seen {
-		return nil, State{}, errNoRecord // not written yet (starting), or gone (stopping)
 	}
 	return nil, State{}, fmt.Errorf("%w: supervisor %d (uid %d, kernel %s) holds no state directory with its record", ErrRefused, s.PID, s.UID, s.KernelID)
 }
-
-// errNoRecord: a supervisor holds no record of its kernel, which it has
-// not written yet or has removed: nothing to show, nothing to say.
-var errNoRecord = errors.New("no record")
 
 // stateOf reads and checks the record of kernel id in d.
 func (d *Dir) stateOf(id string) (State, error) {
@@ -166,15 +217,15 @@ func (d *Dir) stateOf(id string) (State, error) {
 	return st, nil
 }
 
-// Collect returns the kernels ps, stop and the metrics act on: the records
-// in dir (the caller's own state directory: an error there is returned);
-// every running supervisor's of the caller's (whatever state directory
-// each chose: another XDG_RUNTIME_DIR under su or cron, a
-// TFGPU_STATE_DIR), or for root (allUsers) of every user's; and for root
-// what is left of kernels whose supervisor is gone in the users' runtime
-// directories (see above). refused says what was left alone, one line
-// each.
-func Collect(dir string, allUsers bool, idOf IDFunc) (states []State, refusals []error, err error) {
+// Collect returns the kernels ps, stop and the metrics act on, each
+// once: the records in dir (the caller's own state directory: an error
+// there is returned); those in the state directories the caller's
+// running tfgpu-kernel processes hold open (whatever state directory each
+// chose: another XDG_RUNTIME_DIR under su or cron, a TFGPU_STATE_DIR),
+// or for root (allUsers) every user's; and for root what is left of
+// kernels whose supervisor is gone in the users' runtime directories (see
+// above). refused says what was left alone, one line each.
+func Collect(dir string, allUsers bool) (states []State, refusals []error, err error) {
 	states, refusals, err = ReadStates(dir)
 	if err != nil {
 		return states, refusals, err
@@ -183,34 +234,48 @@ func Collect(dir string, allUsers bool, idOf IDFunc) (states []State, refusals [
 	if err != nil {
 		return states, refusals, nil // no /proc to read: the caller's own directory only
 	}
-	type live struct {
-		pid   int
-		start uint64
+	// The same record may be read twice (the caller's own directory is
+	// also held by its supervisors): once is listed.
+	type seen struct {
+		Key
+		procKey
 	}
-	have := map[live]bool{}
+	have := map[seen]bool{}
+	keyOf := func(st State) seen { return seen{st.Key(), procKey{st.SupervisorPID, st.SupervisorStart}} }
 	for _, st := range states {
-		have[live{st.SupervisorPID, st.SupervisorStart}] = true
+		have[keyOf(st)] = true
 	}
-	running := map[live]bool{}
+	holding := map[procKey]bool{} // every process found holding a state directory
 	only := -1
 	if !allUsers {
 		only = os.Geteuid()
 	}
-	for _, s := range Supervisors(sn, idOf, only) {
-		running[live{s.PID, s.Start}] = true
-		if have[live{s.PID, s.Start}] {
-			continue
+	for _, h := range heldDirs(sn, only) {
+		for k := range h.holders {
+			holding[k] = true
 		}
-		st, err := s.Record()
-		if errors.Is(err, errNoRecord) {
-			continue
-		}
+		d, err := h.open()
 		if err != nil {
 			refusals = append(refusals, err)
 			continue
 		}
-		have[live{s.PID, s.Start}] = true
-		states = append(states, st)
+		sts, ref, err := d.statesUpTo(maxHeldRecords)
+		d.Close()
+		refusals = append(refusals, ref...)
+		if err != nil {
+			refusals = append(refusals, err)
+			continue
+		}
+		for _, st := range sts {
+			// Backed: its supervisor holds this very directory. A dead
+			// supervisor's is what is left of its kernel, shown dirty.
+			backed := h.holders[procKey{st.SupervisorPID, st.SupervisorStart}]
+			if have[keyOf(st)] || (!backed && st.SupervisorAlive()) {
+				continue
+			}
+			have[keyOf(st)] = true
+			states = append(states, st)
+		}
 	}
 	if !allUsers {
 		return states, refusals, nil
@@ -225,12 +290,12 @@ func Collect(dir string, allUsers bool, idOf IDFunc) (states []State, refusals [
 		}
 		unbacked := 0
 		for _, st := range sts {
-			switch k := (live{st.SupervisorPID, st.SupervisorStart}); {
-			case have[k]:
-			case st.SupervisorAlive() && !running[k]:
+			switch {
+			case have[keyOf(st)]:
+			case st.SupervisorAlive() && !holding[procKey{st.SupervisorPID, st.SupervisorStart}]:
 				unbacked++ // names a live process that is no supervisor
 			default:
-				have[k] = true
+				have[keyOf(st)] = true
 				states = append(states, st)
 			}
 		}
@@ -249,16 +314,21 @@ func readUserStates(dir string) ([]State, []error, error) {
 		return nil, nil, err
 	}
 	defer d.Close()
-	names, err := d.namesUpTo(".json", maxUserRecords+1)
+	return d.statesUpTo(maxUserRecords)
+}
+
+// statesUpTo is States, reading at most max records.
+func (d *Dir) statesUpTo(max int) ([]State, []error, error) {
+	names, err := d.namesUpTo(".json", max+1)
 	if err != nil {
 		return nil, nil, err
 	}
 	var ref []error
-	if len(names) > maxUserRecords {
+	if len(names) > max {
 		// In the directory's order, the rest unread: a flood hides only its
 		// planter's own.
-		ref = append(ref, refused("%s: more than %d records, more than a user's kernels: read %d of them", dir, maxUserRecords, maxUserRecords))
-		names = names[:maxUserRecords]
+		ref = append(ref, refused("%s: more than %d records, more than a user's kernels: read %d of them", d.path, max, max))
+		names = names[:max]
 	}
 	sts, r := d.statesNamed(names)
 	return sts, append(ref, r...), nil

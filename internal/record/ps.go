@@ -27,7 +27,7 @@ type KernelStatus struct {
 	Session       string    `json:"session"` // JPY_SESSION_NAME: the notebook, "" when the server does not say
 	SupervisorPID int       `json:"supervisor_pid"`
 	KernelPID     int       `json:"kernel_pid"`
-	PIDs          []int     `json:"pids"`
+	PIDs          []int     `json:"pids"`      // the kernel's tree (RoleKernel, RoleTree)
 	RSSBytes      int64     `json:"rss_bytes"` // resident memory of the tree's processes
 	State         string    `json:"state"`
 	Containment   string    `json:"containment"`
@@ -36,7 +36,13 @@ type KernelStatus struct {
 	GPU           []GPUUse  `json:"gpu"`
 	// Escaped are the tree's processes that left its cgroup (a delegated
 	// cgroup lets them): found by ancestry, counted in PIDs, RSS and GPU.
+	// The kernel's other processes (its watcher, standby, spare) never
+	// are: they are outside its cgroup by design.
 	Escaped []int `json:"escaped,omitempty"`
+	// Processes are all the kernel's live processes, each in its role
+	// (Census): the process Jupyter launched, the supervisor, the
+	// watchers, the kernel's tree, the standby and its spare.
+	Processes []Member `json:"processes"`
 	// ExecutionState is ExecBusy or ExecIdle while the supervisor runs the
 	// kernel, PhaseStarting before the kernel answers, ExecUnknown
 	// otherwise; LastActivity is when it last changed (for an idle kernel,
@@ -61,7 +67,7 @@ type KernelStatus struct {
 type SpareStatus struct {
 	PID        int       `json:"pid"`
 	StandbyPID int       `json:"standby_pid"`
-	RSSBytes   int64     `json:"rss_bytes"` // the spare's and its standby's
+	RSSBytes   int64     `json:"rss_bytes"` // the spare's, its standby's and the standby's watcher's
 	Ready      time.Time `json:"ready"`
 	Preload    []string  `json:"preload,omitempty"`
 	Off        string    `json:"off,omitempty"` // why the kernel keeps none
@@ -92,26 +98,29 @@ func PS(states []State, nvmlLibrary string) (rows []KernelStatus, gpuNote string
 		holders = nil
 	}
 	names := map[int]string{} // one lookup per user: NSS may be LDAP
-	for _, st := range states {
+	for _, k := range Census(states, sn) {
+		st := k.State
 		if _, ok := names[st.Owner]; !ok {
 			names[st.Owner] = UserName(st.Owner)
 		}
-		row := st.status(holders, names[st.Owner], sn)
-		row.Spare = st.spare(sn)
-		rows = append(rows, row)
+		rows = append(rows, k.status(holders, names[st.Owner]))
 	}
 	slices.SortFunc(rows, func(a, b KernelStatus) int { return a.Started.Compare(b.Started) })
 	return rows, gpuNote
 }
 
-// status is st's row of ps, with the GPU memory its tree holds in holders;
+// status is k's row of ps, with the GPU memory its tree holds in holders;
 // user is the name of the record's owner.
-func (st State) status(holders []gpu.Holder, user string, sn *cgroup.Snapshot) KernelStatus {
+func (k Kernel) status(holders []gpu.Holder, user string) KernelStatus {
+	st := k.State
 	row := KernelStatus{KernelID: st.KernelID, Session: Printable(st.Session), SupervisorPID: st.SupervisorPID,
 		KernelPID: st.KernelPID, State: Printable(st.Phase), Containment: Printable(st.Containment), Cgroup: Printable(st.Cgroup),
-		Started: st.Started, GPU: []GPUUse{}}
+		Started: st.Started, GPU: []GPUUse{}, Processes: k.Members}
+	if row.Processes == nil {
+		row.Processes = []Member{}
+	}
 	switch {
-	case !st.SupervisorAlive():
+	case k.RoleOf(st.SupervisorPID) != RoleSupervisor:
 		row.State = StateDirty
 	case st.SupervisorStopped():
 		row.State = StateHung
@@ -132,26 +141,27 @@ func (st State) status(holders []gpu.Holder, user string, sn *cgroup.Snapshot) K
 	if row.State == PhaseParked {
 		row.Parked = st.Parked
 	}
-	row.PIDs, row.Escaped = st.treeIn(sn)
+	row.PIDs, row.Escaped = k.Pids(TreeRoles...), k.Escaped
+	if row.PIDs == nil {
+		row.PIDs = []int{}
+	}
 	if row.State == StateDirty {
 		row.Why = st.DeadWhy()
 	}
 	if why := st.Frozen(); why != "" {
 		row.State, row.Why = StateFrozen, why
 	}
-	for _, p := range row.PIDs {
-		if sn != nil {
-			row.RSSBytes += sn.RSS(p)
-		} else {
-			row.RSSBytes += cgroup.ProcRSS(p)
-		}
-	}
+	row.RSSBytes = k.RSS(TreeRoles...)
 	held := gpu.Holding(holders, row.PIDs)
 	for dev, used := range gpu.Sum(held) {
 		i := slices.IndexFunc(held, func(h gpu.Holder) bool { return h.Device == dev })
 		row.GPU = append(row.GPU, GPUUse{Index: dev, UUID: held[i].UUID, UsedBytes: used})
 	}
 	slices.SortFunc(row.GPU, func(a, b GPUUse) int { return a.Index - b.Index })
+	if sp := k.Spare; sp != nil {
+		row.Spare = &SpareStatus{PID: sp.PID, StandbyPID: sp.StandbyPID, Ready: sp.Ready, Preload: sp.Preload,
+			Off: Printable(sp.Off), RSSBytes: k.RSS(SpareRoles...)}
+	}
 	return row
 }
 
@@ -164,19 +174,21 @@ func UserName(uid int) string {
 	return id
 }
 
-// TreePids are the live processes of a recorded kernel's tree: its
-// cgroup's, or, without one, the kernel's process tree as its supervisor
-// (the subreaper) sees it; with a cgroup, also the tree's processes that
+// TreePids are the live processes of a recorded kernel's tree (Census's
+// RoleKernel and RoleTree): its cgroup's, or, without one, the kernel's
+// process tree as its supervisor (the subreaper) sees it, but for the
+// kernel's other processes; with a cgroup, also the tree's processes that
 // left it (see treeIn).
 func (st State) TreePids() []int {
-	pids, _ := st.treeIn(nil)
-	return pids
+	return st.census(st.spareRecord(), nil).Pids(TreeRoles...)
 }
 
-// treeIn is TreePids from the snapshot sn (nil: a scan of its own), and
-// which of them escaped: processes of the kernel's process tree under its
-// live supervisor that are not in its cgroup.
-func (st State) treeIn(sn *cgroup.Snapshot) (pids, escaped []int) {
+// treeIn is the kernel's tree from the snapshot sn (nil: a scan of its
+// own), and which of them escaped: processes of the kernel's process tree
+// under its live supervisor that are not in its cgroup. other says which
+// of the supervisor's children are the kernel's other processes (its
+// watcher, its standby), left out with their descendants.
+func (st State) treeIn(sn *cgroup.Snapshot, other func(pid int) bool) (pids, escaped []int) {
 	owner := cgroup.ProcOwner
 	if sn != nil {
 		owner = sn.Owner
@@ -224,7 +236,7 @@ func (st State) treeIn(sn *cgroup.Snapshot) (pids, escaped []int) {
 		if st.SupervisorAlive() {
 			sup = st.SupervisorPID
 		}
-		tree = st.ownersOnly(sn.Tree(sup, st.KernelPID), owner)
+		tree = st.ownersOnly(sn.Tree(sup, st.KernelPID, other), owner)
 	}
 	if st.Cgroup == "" {
 		slices.Sort(tree)
@@ -325,33 +337,4 @@ func (st State) Frozen() string {
 	}
 	return fmt.Sprintf("its %d process(es) are frozen (%s/freezer.state reads %s): tfgpu-kernel stop %s thaws and kills them",
 		len(pids), Printable(st.Cgroup), state, st.KernelID)
-}
-
-// spare is the spare kernel recorded beside st, when its record checks
-// out (Dir.ReadSpare).
-func (st State) spare(sn *cgroup.Snapshot) *SpareStatus {
-	if st.Dir == "" {
-		return nil
-	}
-	d, err := OpenDir(st.Dir, false, true)
-	if err != nil {
-		return nil
-	}
-	defer d.Close()
-	sp := d.ReadSpare(st.KernelID)
-	if sp == nil {
-		return nil
-	}
-	out := &SpareStatus{PID: sp.PID, StandbyPID: sp.StandbyPID, Ready: sp.Ready, Preload: sp.Preload, Off: Printable(sp.Off)}
-	if sp.Off != "" {
-		return out
-	}
-	for _, p := range []int{sp.PID, sp.StandbyPID} {
-		if sn != nil {
-			out.RSSBytes += sn.RSS(p)
-		} else {
-			out.RSSBytes += cgroup.ProcRSS(p)
-		}
-	}
-	return out
 }

@@ -111,6 +111,12 @@ type Spare struct {
 	// which holds for the kernel's next supervisors too.
 	Off string `json:"off,omitempty"`
 	GPU bool   `json:"gpu,omitempty"`
+	// Watcher is the standby's watcher; Cgroup and MemoryCgroup the
+	// standby's containment of the spare (the kernel's, once adopted), so
+	// that doctor knows them for a live kernel's.
+	Watcher      *cgroup.ProcRef `json:"watcher,omitempty"`
+	Cgroup       string          `json:"cgroup,omitempty"`
+	MemoryCgroup string          `json:"memory_cgroup,omitempty"`
 }
 
 // SpareName is the file of kernel id's spare.

@@ -50,6 +50,11 @@ type State struct {
 	// Slurm names the Slurm job the supervisor ran in: once the job's
 	// cgroups are gone, ps says the kernel ended with its job.
 	Slurm *SlurmJob `json:"slurm,omitempty"`
+	// Stub is the process Jupyter launched, once a standby took over its
+	// start (it forwards signals and exits with the supervisor's code);
+	// Watcher is the supervisor's watcher. Both are named for Census.
+	Stub    *cgroup.ProcRef `json:"stub,omitempty"`
+	Watcher *cgroup.ProcRef `json:"watcher,omitempty"`
 
 	// Owner is the uid that owns the record (its state directory's owner):
 	// what the record names is acted on only when that uid owns it too.

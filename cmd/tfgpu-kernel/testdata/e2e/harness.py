@@ -397,8 +397,18 @@ def kernel_record(km):
     return None
 
 
+def argv_of(pid):
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            return [a.decode(errors="replace") for a in f.read().split(b"\0")]
+    except OSError:
+        return []
+
+
 def is_standby(pid):
-    return " run --standby " in " %s " % cmdline(pid)
+    """A standby supervisor: `tfgpu-kernel standby KERNEL_ID`."""
+    a = argv_of(pid)
+    return len(a) >= 3 and os.path.basename(a[0]) == "tfgpu-kernel" and a[1] == "standby"
 
 
 def supervisor_pid(km):
