@@ -427,7 +427,7 @@ func (s *supervisor) startSpare(ctx context.Context, l spare.Launch) (*spare.Spa
 	attr := syscall.ProcAttr{Files: []uintptr{devnull.Fd(), os.Stdout.Fd(), os.Stderr.Fd()}, Sys: sys}
 	ictx, cancel := context.WithTimeout(ctx, spareImportTimeout)
 	defer cancel()
-	sp, err := spare.Start(ictx, l, s.kernelEnv(), s.cfg.Preload, attr, start)
+	sp, err := spare.Start(ictx, l, record.ShortID(s.id), s.kernelEnv(), s.cfg.Preload, attr, start)
 	if err != nil {
 		return nil, nil, err
 	}
