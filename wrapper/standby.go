@@ -237,7 +237,7 @@ func (b *standby) startSpare(ctx context.Context) error {
 	attr := syscall.ProcAttr{Files: []uintptr{devnull.Fd(), os.Stdout.Fd(), os.Stderr.Fd()}, Sys: sys}
 	ictx, cancel := context.WithTimeout(ctx, spareImportTimeout)
 	defer cancel()
-	sp, err := spare.Start(ictx, b.launch, s.kernelEnv(), s.cfg.Preload, attr, start)
+	sp, err := spare.Start(ictx, b.launch, record.ShortID(s.id), s.kernelEnv(), s.cfg.Preload, attr, start)
 	if err != nil {
 		return err
 	}

@@ -10,6 +10,14 @@
 // it imported (a pip install in the notebook, then Restart) refuses to go
 // (ErrStale), and the caller starts the kernel cold. Which supervisor keeps
 // the spare and how the next one adopts it is the wrapper's.
+//
+// What ps shows (issue 32): a waiting spare's command line is a title naming
+// its kernel, "/usr/bin/python3 (tfgpu-kernel spare for kernel 5b2c1e7a)",
+// not the program it runs; once it is the kernel, the kernel's argv as a cold
+// start runs it, "/usr/bin/python3 -m ipykernel_launcher -f ...", so that
+// pgrep -f ipykernel_launcher finds it. The spare writes its own argument
+// area (spare.py's _retitle), best effort: where it cannot, ps shows
+// python -c and the program.
 package spare
 
 import (
@@ -91,6 +99,7 @@ type StartFunc func(argv0 string, argv []string, attr *syscall.ProcAttr) (int, <
 
 // Spare is a started spare.
 type Spare struct {
+	launch Launch // what it stands in for: its title once it is the kernel
 	pid    int
 	exited <-chan struct{}
 	in     *os.File      // its fd 3
@@ -109,8 +118,9 @@ var ErrStale = errors.New("the spare is stale")
 // Start starts a spare for l with env and the caller's attr (its Files
 // give stdin, stdout and stderr; Sys its containment), and waits until it
 // has imported (ready) or ctx ends; preload is the list of modules it
-// imports besides ipykernel.
-func Start(ctx context.Context, l Launch, env []string, preload []string, attr syscall.ProcAttr, start StartFunc) (*Spare, error) {
+// imports besides ipykernel. kernel names the kernel in its title while it
+// waits (the short id the logs use).
+func Start(ctx context.Context, l Launch, kernel string, env []string, preload []string, attr syscall.ProcAttr, start StartFunc) (*Spare, error) {
 	inR, toSpare, err := pipe()
 	if err != nil {
 		return nil, err
@@ -128,14 +138,15 @@ func Start(ctx context.Context, l Launch, env []string, preload []string, attr s
 	}
 	attr.Files = append(append([]uintptr{}, attr.Files[:3]...), inR.Fd(), fromSpare.Fd())
 	attr.Env = append(withoutPreload(env), "TFGPU_SPARE_PRELOAD="+strings.Join(preload, ","))
-	argv := append(append([]string{l.Python}, l.Flags...), "-c", program)
+	// After the program, its arguments (sys.argv[1:]): its title.
+	argv := append(append([]string{l.Python}, l.Flags...), "-c", program, l.Python, waitingTitle(kernel))
 	pid, exited, err := start(l.Python, argv, &attr)
 	if err != nil {
 		toSpare.Close()
 		outR.Close()
 		return nil, fmt.Errorf("start spare %s: %w", l.Python, err)
 	}
-	s := &Spare{pid: pid, exited: exited, in: toSpare, out: bufio.NewReader(outR), outF: outR}
+	s := &Spare{launch: l, pid: pid, exited: exited, in: toSpare, out: bufio.NewReader(outR), outF: outR}
 	word, rest, err := s.line(ctx)
 	if err == nil && word != "ready" {
 		err = fmt.Errorf("said %q", word)
@@ -156,15 +167,24 @@ func Start(ctx context.Context, l Launch, env []string, preload []string, attr s
 	return s, nil
 }
 
+func waitingTitle(kernel string) string {
+	if kernel == "" {
+		return "(tfgpu-kernel spare)"
+	}
+	return "(tfgpu-kernel spare for kernel " + kernel + ")"
+}
+
 // Pid is the spare's process id.
 func (s *Spare) Pid() int { return s.pid }
 
 // Go hands the spare the kernel's argv (as sys.argv under -m: the first
 // element names the launcher) and working directory; from "going" on it
-// is the kernel. A stale spare exits instead (ErrStale, naming what
-// changed); the caller then starts the kernel cold.
+// is the kernel, and its command line reads as the cold-started kernel's:
+// Python, its flags, -m, then argv. A stale spare exits instead
+// (ErrStale, naming what changed); the caller then starts the kernel cold.
 func (s *Spare) Go(ctx context.Context, argv []string, cwd string) error {
-	b, err := json.Marshal(map[string]any{"argv": argv, "cwd": cwd})
+	title := append(append(append([]string{s.launch.Python}, s.launch.Flags...), "-m"), argv...)
+	b, err := json.Marshal(map[string]any{"argv": argv, "cwd": cwd, "title": title})
 	if err != nil {
 		return err
 	}

@@ -5,13 +5,20 @@
 # two pipes: it writes to fd 4, reads from fd 3.
 #
 #   -> "ready" <json: {"modules": n, "path": {dir: mtime_ns}}>
-#   <- "go" <json: {"argv": [...], "cwd": dir}>   the kernel's argv after the
-#                                                 interpreter, as -m runs it
+#   <- "go" <json: {"argv": [...], "cwd": dir,    the kernel's argv after the
+#                   "title": [...]}>              interpreter, as -m runs it;
+#                                                 its whole argv, for ps
 #   -> "going"                                     then it is the kernel
 #   -> "stale" <what changed>                      and it exits 3
 #
 # End of input before "go" (the supervisor gone, or it discarded the spare):
 # exit 0. Any line other than "go": exit 2.
+#
+# Its command line (what ps, pgrep -f and psutil read) is a title: while it
+# waits, its arguments after the program (sys.argv[1:]: "/usr/bin/python3
+# (tfgpu-kernel spare for kernel 5b2c1e7a)"), from "go" on the "title" of
+# the go message: the kernel's argv as a cold start runs it, "PYTHON [flags]
+# -m ipykernel_launcher -f ...". Best effort (_retitle).
 import json
 import os
 import sys
@@ -19,6 +26,52 @@ import sys
 
 def _out(line):
     os.write(4, (line + "\n").encode())
+
+
+# What the process's argument area holds now: its exec's argv (sys.orig_argv,
+# Python 3.10+; older ones keep their command line), later the title written.
+_AREA = b"".join(os.fsencode(a) + b"\0" for a in getattr(sys, "orig_argv", ()))
+
+
+def _retitle(args, mem="/proc/self/mem"):
+    """Make the command line read as args joined by spaces, in place.
+
+    The argument area is [arg_start, arg_end) of /proc/self/stat (fields
+    48 and 49, proc(5)), as long as the exec's argv; the process writes it
+    through /proc/self/mem (its own memory: no ptrace permission needed).
+    Its last byte is left not NUL: the kernel then reads it as a
+    setproctitle(3) title, up to the first NUL (fs/proc/base.c,
+    get_mm_cmdline); were it NUL, it would hand out the whole area, the
+    padding as empty arguments. So the title is one string: ps and pgrep -f
+    show it as a normal command line and psutil splits it back on spaces
+    (an argument with a space in it is split too). A title longer than the
+    area is cut, ending in "...". Any failure leaves the command line as it
+    is, silently: from "go" on stdout and stderr are the kernel's.
+    """
+    global _AREA
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            fields = f.read().rpartition(b")")[2].split()  # field 3 on
+        start, end = int(fields[48 - 3]), int(fields[49 - 3])
+        size = end - start
+        if not _AREA or size != len(_AREA):
+            return  # not the area this process knows it has
+        title = b" ".join(os.fsencode(a) for a in args)
+        if len(title) > size - 2:  # room for its NUL and the last byte
+            if size < 5:
+                return
+            title = title[: size - 5] + b"..."
+        area = title + b"\0" * (size - 1 - len(title)) + b" "
+        fd = os.open(mem, os.O_RDWR | os.O_CLOEXEC)
+        try:
+            if os.pread(fd, size, start) != _AREA:
+                return  # not the bytes it knows there: leave them
+            # A short write (never seen) leaves bytes it does not know.
+            _AREA = area if os.pwrite(fd, area, start) == size else b""
+        finally:
+            os.close(fd)
+    except Exception:  # noqa: BLE001 — no /proc, a seccomp filter, a kernel without the fields
+        pass
 
 
 def _mtimes(paths):
@@ -39,6 +92,7 @@ _INIT_MODULES = (
 
 
 def _main():
+    _retitle(sys.argv[1:])
     if sys.path and sys.path[0] == "":
         del sys.path[0]  # ipykernel_launcher does the same
     import importlib
@@ -85,9 +139,11 @@ def _main():
         os._exit(3)
     os.chdir(order["cwd"])
     sys.argv = list(order["argv"])
+    _retitle(order["title"])
     _out("going")
     os.close(4)
     kernelapp.launch_new_instance()
 
 
-_main()
+if __name__ == "__main__":  # as -c runs it; a test loads it to call _retitle
+    _main()

@@ -4,10 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -21,7 +24,10 @@ import (
 	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
 
-const python = "/usr/bin/python3"
+const (
+	python     = "/usr/bin/python3"
+	testKernel = "5b2c1e7a" // the short id its waiting title names
+)
 
 func requirePython(t *testing.T) {
 	t.Helper()
@@ -96,15 +102,22 @@ func TestParse(t *testing.T) {
 	}
 }
 
-// A spare imports ipykernel and waits; handed the kernel's argv it is the
-// kernel, and answers kernel_info on the connection file's ports.
+// A spare imports ipykernel and waits, titled after its kernel; handed
+// the kernel's argv it is the kernel, answers kernel_info on the
+// connection file's ports, and ps, pgrep -f and psutil see the argv a cold
+// start would have.
 func TestSpareBecomesTheKernel(t *testing.T) {
 	requirePython(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	s, err := Start(ctx, Launch{Python: python}, env(), nil, attr(t), start(t))
+	l := Launch{Python: python, Flags: []string{"-Xfrozen_modules=off"}}
+	s, err := Start(ctx, l, testKernel, env(), nil, attr(t), start(t))
 	if err != nil {
 		t.Fatal(err)
+	}
+	checkTitle(t, s.Pid(), []string{python, "(tfgpu-kernel", "spare", "for", "kernel", testKernel + ")"})
+	if slices.Contains(pgrep(t, "ipykernel_launcher"), s.Pid()) {
+		t.Error("pgrep -f ipykernel_launcher lists the waiting spare: it is not a kernel yet")
 	}
 	if s.Modules < 200 || len(s.Path) == 0 {
 		t.Fatalf("the spare says it imported %d modules, with sys.path %v: not ipykernel", s.Modules, s.Path)
@@ -119,6 +132,7 @@ func TestSpareBecomesTheKernel(t *testing.T) {
 	}
 	answered := kernelInfo(ctx, t, ci)
 	t.Logf("go to kernel_info_reply: %v (the imports were done before)", answered.Sub(t0).Round(time.Millisecond))
+	checkTitle(t, s.Pid(), []string{python, "-Xfrozen_modules=off", "-m", "ipykernel_launcher", "-f", conn})
 }
 
 // A preload list is imported before the spare says it is ready.
@@ -126,7 +140,7 @@ func TestSparePreloads(t *testing.T) {
 	requirePython(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	s, err := Start(ctx, Launch{Python: python}, env(), []string{"json", "sqlite3"}, attr(t), start(t))
+	s, err := Start(ctx, Launch{Python: python}, testKernel, env(), []string{"json", "sqlite3"}, attr(t), start(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +158,7 @@ func TestStaleSpareRefuses(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	site := t.TempDir()
-	s, err := Start(ctx, Launch{Python: python}, append(env(), "PYTHONPATH="+site), nil, attr(t), start(t))
+	s, err := Start(ctx, Launch{Python: python}, testKernel, append(env(), "PYTHONPATH="+site), nil, attr(t), start(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +183,7 @@ func TestDiscardedSpareExits(t *testing.T) {
 	requirePython(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	s, err := Start(ctx, Launch{Python: python}, env(), nil, attr(t), start(t))
+	s, err := Start(ctx, Launch{Python: python}, testKernel, env(), nil, attr(t), start(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -261,5 +275,131 @@ func kernelInfo(ctx context.Context, t *testing.T, ci *jmsg.ConnInfo) time.Time 
 		case <-ctx.Done():
 			t.Fatal("the kernel never answered kernel_info")
 		}
+	}
+}
+
+// checkTitle checks that pid's command line reads as argv, for every
+// reader: /proc/PID/cmdline (one title, args joined by spaces: spare.py's
+// _retitle), ps -o args, pgrep -f, psutil's cmdline().
+func checkTitle(t *testing.T, pid int, argv []string) {
+	t.Helper()
+	want := strings.Join(argv, " ")
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.TrimSuffix(string(b), "\x00"); got != want {
+		t.Errorf("/proc/%d/cmdline = %q; want %q", pid, got, want)
+	}
+	if !slices.Contains(pgrep(t, "^"+regexp.QuoteMeta(want)+"$"), pid) {
+		t.Errorf("pgrep -f %q does not list %d", want, pid)
+	}
+	out, err := exec.Command("ps", "-ww", "-o", "args=", "-p", strconv.Itoa(pid)).Output()
+	if err != nil {
+		testutil.RequireOrSkip(t, "ps -p %d: %v", pid, err)
+	}
+	if got := strings.TrimSpace(string(out)); got != want {
+		t.Errorf("ps -o args = %q; want %q", got, want)
+	}
+	out, err = exec.Command(python, "-c", "import json, sys, psutil; print(json.dumps(psutil.Process(int(sys.argv[1])).cmdline()))",
+		strconv.Itoa(pid)).CombinedOutput()
+	if err != nil {
+		testutil.RequireOrSkip(t, "psutil (apt-get install python3-psutil): %v: %s", err, out)
+	}
+	var got []string
+	if err := json.Unmarshal(out, &got); err != nil || !slices.Equal(got, argv) {
+		t.Errorf("psutil's cmdline() = %s; want %q", out, argv)
+	}
+}
+
+// pgrep is the pids pgrep -f lists for pattern.
+func pgrep(t *testing.T, pattern string) []int {
+	t.Helper()
+	out, err := exec.Command("pgrep", "-f", pattern).Output()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) && ee.ExitCode() == 1 {
+		return nil // none
+	}
+	if err != nil {
+		testutil.RequireOrSkip(t, "pgrep -f: %v", err)
+	}
+	var pids []int
+	for _, f := range strings.Fields(string(out)) {
+		if pid, err := strconv.Atoi(f); err == nil {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// _retitle run by itself in a Python whose argument area is short (its
+// argv, a few hundred bytes): a title that fits is the whole command line,
+// one longer is cut ending in "...", the environment after the area is
+// never touched, and where /proc/self/mem cannot be opened the command
+// line stays as it was. Nothing is said on stdout or stderr.
+func TestRetitle(t *testing.T) {
+	requirePython(t)
+	script := filepath.Join(t.TempDir(), "spare.py")
+	if err := os.WriteFile(script, []byte(program), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	const code = `import json, os, sys
+g = {"__name__": "retitle"}
+exec(open(sys.argv[1]).read(), g)
+g["_retitle"](["title", "x" * int(sys.argv[2])], *sys.argv[3:])
+with open("/proc/self/cmdline", "rb") as c, open("/proc/self/environ", "rb") as e:
+    os.write(3, json.dumps([c.read().decode(), e.read().decode()]).encode())`
+	run := func(n int, mem ...string) (argv []string, cmdline, environ, said string) {
+		argv = append([]string{python, "-c", code, script, fmt.Sprintf("%05d", n)}, mem...)
+		r, w, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		cmd := exec.Command(argv[0], argv[1:]...)
+		cmd.Env = []string{"A=1", "B=2"}
+		cmd.ExtraFiles = []*os.File{w}
+		out, err := cmd.CombinedOutput() // reaped: Wait
+		w.Close()
+		if err != nil {
+			t.Fatalf("%v: %s", err, out)
+		}
+		var got [2]string
+		if err := json.NewDecoder(r).Decode(&got); err != nil {
+			t.Fatal(err)
+		}
+		return argv, got[0], got[1], string(out)
+	}
+	// The area: argv, each NUL-terminated; the mem argument changes it.
+	area := 0
+	for _, a := range []string{python, "-c", code, script, "00000"} {
+		area += len(a) + 1
+	}
+	most := area - 2 - len("title ") // a NUL after the title, and the area's last byte
+	for _, tc := range []struct {
+		name string
+		n    int
+		mem  []string
+		want func(argv []string) string
+	}{
+		{"fits", 10, nil, func([]string) string { return "title " + strings.Repeat("x", 10) }},
+		{"fills the area", most, nil, func([]string) string { return "title " + strings.Repeat("x", most) }},
+		{"one byte too long", most + 1, nil, func([]string) string { return "title " + strings.Repeat("x", most-3) + "..." }},
+		{"far too long", 10000, nil, func([]string) string { return "title " + strings.Repeat("x", most-3) + "..." }},
+		{"no /proc/self/mem", 10, []string{"/nonexistent/mem"},
+			func(argv []string) string { return strings.Join(argv, "\x00") }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			argv, cmdline, environ, said := run(tc.n, tc.mem...)
+			if want := tc.want(argv); strings.TrimSuffix(cmdline, "\x00") != want {
+				t.Errorf("cmdline = %q; want %q", cmdline, want)
+			}
+			if environ != "A=1\x00B=2\x00" {
+				t.Errorf("environ = %q: the title overflowed its area", environ)
+			}
+			if said != "" {
+				t.Errorf("_retitle said %q", said)
+			}
+		})
 	}
 }

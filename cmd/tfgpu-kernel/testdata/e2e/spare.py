@@ -123,6 +123,11 @@ def adopt():
     h.check(ppid(sp["standby_pid"]) == sup, "the standby %d is not the supervisor's child" % sp["standby_pid"])
     h.check(row is not None and (row.get("spare") or {}).get("pid") == sp["pid"] and (row.get("spare") or {}).get("rss_bytes", 0) > 0,
             "ps --json does not show the spare on its kernel's row: %s" % (row and row.get("spare")))
+    # ps names the waiting spare's kernel, and shows the kernel it became
+    # as a cold-started one (pgrep -f ipykernel_launcher finds it).
+    title = "(tfgpu-kernel spare for kernel %s)" % kernel_id(km)[:8]
+    shown = h.cmdline(sp["pid"])
+    h.check(shown == "%s %s" % (shown.split()[0], title), "ps does not show the waiting spare as PYTHON %s: %s" % (title, shown[:200]))
     doc = doctor()
     h.check(" kernels keep a spare kernel for their next restart" in doc, "doctor does not report the spare:\n%s" % doc)
 
@@ -143,6 +148,8 @@ def adopt():
     h.check(new == sp["pid"], "the kernel after the restart is pid %d, not the spare %d" % (new, sp["pid"]))
     h.check(ppid(new) == sp["standby_pid"], "the new kernel's parent is %d, not the standby %d" % (ppid(new), sp["standby_pid"]))
     h.check(h.supervisor_pid(km) == sp["standby_pid"], "the record does not name the standby as the supervisor")
+    h.check(" -m ipykernel_launcher -f " in h.cmdline(new) and "tfgpu-kernel spare" not in h.cmdline(new),
+            "ps does not show the spare that became the kernel as ipykernel_launcher: %s" % h.cmdline(new)[:200])
     h.check(" run " in h.cmdline(stub) and not h.is_standby(stub), "the process jupyter_client started is not a stub: %s" % h.cmdline(stub))
     h.assert_answers(kc, "the spare kernel after the restart")
     r = h.execute(kc, "print(E2E_STARTUP)")
