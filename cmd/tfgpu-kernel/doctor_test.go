@@ -44,7 +44,7 @@ func TestDoctorAndStopOfAStaleKernel(t *testing.T) {
 		t.Fatalf("doctor with a stale kernel: exit %d\n%s", r.code, r.stdout)
 	}
 	r = runInstallBin(t, env, bin, "stop", "dead")
-	if r.code != 0 || !strings.Contains(r.stdout, "stopped kernel dead-1: supervisor gone") {
+	if r.code != 0 || !strings.Contains(r.stdout, "stopped kernel root:dead-1: supervisor gone") {
 		t.Fatalf("stop: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	if _, err := os.Stat(filepath.Join(stateDir, "dead-1.json")); !os.IsNotExist(err) {

@@ -89,7 +89,7 @@ kc.execute_interactive("import subprocess, signal; p = subprocess.Popen(['setsid
 	if err != nil {
 		t.Fatalf("stop: %v: %s", err, msg)
 	}
-	if !strings.Contains(string(msg), "stopped kernel e2e-stop") || !strings.Contains(string(msg), "supervisor was stopped (SIGSTOP): continued and asked to stop") {
+	if !strings.Contains(string(msg), "stopped kernel root:e2e-stop") || !strings.Contains(string(msg), "supervisor was stopped (SIGSTOP): continued and asked to stop") {
 		t.Fatalf("stop said %q", msg)
 	}
 	for _, pid := range []int{st.KernelPID, escapee} {

@@ -165,7 +165,7 @@ func TestStopConfirmsGPU(t *testing.T) {
 		env := append(append(os.Environ(), "TFGPU_STATE_DIR="+stateDir), f.Env("FAKE_NVML_RELEASE_MS="+c.release)...)
 		r := runInstallBin(t, env, bin, "stop", "--confirm-timeout", c.timeout, "dead-gpu")
 		out := r.stdout + r.stderr
-		if r.code != c.code || !strings.Contains(out, "stopped kernel dead-gpu: supervisor gone; 1 processes killed") ||
+		if r.code != c.code || !strings.Contains(out, "stopped kernel root:dead-gpu: supervisor gone; 1 processes killed") ||
 			!strings.Contains(out, c.want) {
 			t.Fatalf("release %s: stop exit %d, want %d and %q:\n%s\ncalls:\n%s\nctx: %v", c.release, r.code, c.code, c.want, out, strings.Join(f.Calls(t), "\n"), ctxFiles(f.Root))
 		}

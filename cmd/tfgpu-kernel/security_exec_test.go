@@ -169,7 +169,7 @@ func TestSecurityRootStopsTheExactID(t *testing.T) {
 	for i := 0; i < 100 && alive(alicePid); i++ {
 		time.Sleep(10 * time.Millisecond)
 	}
-	if code != 0 || alive(alicePid) || !strings.Contains(out, "stopped kernel "+id) {
+	if code != 0 || alive(alicePid) || !strings.Contains(out, "stopped kernel "+alice.name+":"+id) {
 		t.Fatalf("root's stop %s with bob's %sx planted: exit %d, alice's kernel alive %v:\n%s", id, id, code, alive(alicePid), out)
 	}
 	if !alive(bobPid) {

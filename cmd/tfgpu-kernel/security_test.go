@@ -465,7 +465,7 @@ func TestSecurityRootActsOnlyOnTheUsersOwn(t *testing.T) {
 	for i := 0; i < 100 && alive(bobPid); i++ {
 		time.Sleep(10 * time.Millisecond)
 	}
-	if code != 0 || alive(bobPid) || !strings.Contains(out, "stopped kernel k-bobs") {
+	if code != 0 || alive(bobPid) || !strings.Contains(out, "stopped kernel "+bob.name+":k-bobs") {
 		t.Fatalf("root's stop k-bobs: exit %d, bob's kernel alive %v:\n%s", code, alive(bobPid), out)
 	}
 }

@@ -5,7 +5,9 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/user"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -28,6 +30,7 @@ import (
 func cmdStop(args []string) int {
 	fs := flag.NewFlagSet("stop", flag.ContinueOnError)
 	every := fs.Bool("all", false, "stop every supervised kernel")
+	userName := fs.String("user", "", "only the kernels of `USER` (a login name or uid), with an ID, --all or --idle-for; USER:ID says the same for one kernel")
 	exit := fs.Bool("exit", false, "end the supervisors too: Jupyter then sees the kernels die (and may restart them)")
 	holdDown := fs.Bool("hold", false, "keep the kernels down: cells are refused, saying so, until --until or 'tfgpu-kernel start'")
 	until := fs.String("until", "", "with --hold: until `TIME` (15:00, 2026-12-24 08:00, or a duration such as 2h)")
@@ -39,8 +42,12 @@ func cmdStop(args []string) int {
 	stateDir := fs.String("state-dir", record.DefaultDir(), "`DIR` where supervisors record their kernels")
 	durationVar(fs, &confirm, "confirm-timeout", wrapper.DefaultConfirmTimeout, "how long to wait for NVML to list none of the tree's GPU contexts")
 	nvmlLib := fs.String("nvml-library", "", "NVML library `FILE` to load; empty: "+gpuSoname+" through the dynamic loader")
-	if _, code, done := parseFlags(fs, args, "tfgpu-kernel stop 5b2c1e7a   # a kernel id, or a unique prefix of one"); done {
+	if _, code, done := parseFlags(fs, args, "tfgpu-kernel stop 5b2c1e7a   # a kernel id, or a unique prefix of one; alice:5b2c1e7a for alice's"); done {
 		return code
+	}
+	uid, id, err := kernelNamed(fs.Arg(0), *userName)
+	if err != nil {
+		return usageError("stop", err.Error())
 	}
 	idle := idleFor > 0
 	switch {
@@ -85,19 +92,19 @@ func cmdStop(args []string) int {
 	}
 	if idle {
 		how.why = "idle for " + idleFor.String()
-		return stopIdle(states, idleFor, *holdingGPU, n, how)
+		return stopIdle(ofUser(states, uid), idleFor, *holdingGPU, n, how)
 	}
-	chosen := chooseKernels(states, fs.Arg(0), *every)
+	chosen := chooseKernels(states, id, *every, uid)
 	switch {
 	case len(chosen) == 0 && *every:
-		fmt.Println("no supervised kernels")
+		fmt.Println("no supervised kernels" + ofUserText(uid))
 		return 0
-	case len(chosen) == 0 && len(fs.Arg(0)) < minIDPrefix:
+	case len(chosen) == 0 && len(id) < minIDPrefix:
 		return usageError("stop", fmt.Sprintf("no kernel %q; give the whole id or at least %d characters of it", fs.Arg(0), minIDPrefix))
 	case len(chosen) == 0:
-		return usageError("stop", fmt.Sprintf("no kernel %q in %s", fs.Arg(0), *stateDir))
+		return usageError("stop", fmt.Sprintf("no kernel %q%s", fs.Arg(0), ofUserText(uid)))
 	case len(chosen) > 1 && !*every:
-		return usageError("stop", fmt.Sprintf("%q names %d kernels; give more of the id", fs.Arg(0), len(chosen)))
+		return usageError("stop", ambiguous(fs.Arg(0), chosen))
 	}
 	if err := n.Err(); err != nil {
 		fmt.Printf("GPU release not checked: %v\n", err)
@@ -105,7 +112,7 @@ func cmdStop(args []string) int {
 	code := 0
 	for _, o := range stopEach(chosen, func(st record.State, w *stopOutput) {
 		if _, err := stopOne(w, st, n, how); err != nil {
-			w.errorf("tfgpu-kernel stop: kernel %s: %s\n", st.KernelID, record.Printable(err.Error()))
+			w.errorf("tfgpu-kernel stop: kernel %s: %s\n", stopLabel(st), record.Printable(err.Error()))
 		}
 	}) {
 		if o.failed {
@@ -205,11 +212,7 @@ func stopOne(w *stopOutput, st record.State, n gpu.Session, opts stopHow) (recor
 	if err != nil {
 		return f, err
 	}
-	label := st.KernelID
-	if st.Session != "" {
-		label += " (" + record.Printable(st.Session) + ")"
-	}
-	w.printf("stopped kernel %s: %s; %d processes killed; %v\n", label, how, f.Killed, time.Since(start).Round(time.Millisecond))
+	w.printf("stopped kernel %s: %s; %d processes killed; %v\n", stopLabel(st), how, f.Killed, time.Since(start).Round(time.Millisecond))
 	switch {
 	case f.GPU == nil:
 		return f, nil // not checked (said above)
@@ -224,11 +227,14 @@ func stopOne(w *stopOutput, st record.State, n gpu.Session, opts stopHow) (recor
 
 // chooseKernels is every kernel (all), else the kernel whose id is id,
 // else those whose id starts with id when id has at least minIDPrefix
-// characters (a typo of one character must not stop a kernel). An exact id
-// always wins: a record planted with the id "<yours>x" (ids are public, in
-// the supervisor's command line) must not make a kernel's own id
-// ambiguous.
-func chooseKernels(states []record.State, id string, all bool) []record.State {
+// characters (a typo of one character must not stop a kernel); with uid
+// >= 0, of that user's only. An exact id always wins: a record planted
+// with the id "<yours>x" (ids are public, in the supervisor's command
+// line) must not make a kernel's own id ambiguous. Two users' kernels of
+// the same id are both chosen, and the caller refuses to act on either
+// (ambiguous): the one meant is named USER:ID.
+func chooseKernels(states []record.State, id string, all bool, uid int) []record.State {
+	states = ofUser(states, uid)
 	if all {
 		return states
 	}
@@ -245,6 +251,64 @@ func chooseKernels(states []record.State, id string, all bool) []record.State {
 		return exact
 	}
 	return prefixed
+}
+
+// ofUser is the kernels of states whose owner is uid (all when uid < 0).
+func ofUser(states []record.State, uid int) []record.State {
+	if uid < 0 {
+		return states
+	}
+	return slices.DeleteFunc(slices.Clone(states), func(st record.State) bool { return st.Owner != uid })
+}
+
+func ofUserText(uid int) string {
+	if uid < 0 {
+		return ""
+	}
+	return " of user " + record.UserName(uid)
+}
+
+// kernelNamed reads the kernel an operator named, ID or USER:ID, and
+// --user: the uid to narrow to (-1: any) and the id (or prefix).
+func kernelNamed(arg, userFlag string) (uid int, id string, err error) {
+	uid, id, err = record.ParseKernelName(arg, lookupUser)
+	if err != nil {
+		return -1, "", fmt.Errorf("%q: %v", arg, err)
+	}
+	if userFlag == "" {
+		return uid, id, nil
+	}
+	u, err := lookupUser(userFlag)
+	switch {
+	case err != nil:
+		return -1, "", fmt.Errorf("--user %q: %v", userFlag, err)
+	case uid >= 0 && uid != u:
+		return -1, "", fmt.Errorf("--user %q and %q name two users", userFlag, arg)
+	}
+	return u, id, nil
+}
+
+// lookupUser is the uid of a login name, or of a uid given as digits.
+func lookupUser(name string) (int, error) {
+	if n, err := strconv.Atoi(name); err == nil && n >= 0 {
+		return n, nil
+	}
+	u, err := user.Lookup(name)
+	if err != nil {
+		return -1, fmt.Errorf("no user %q", name)
+	}
+	return strconv.Atoi(u.Uid)
+}
+
+// ambiguous is the refusal of a name that matches several kernels, each
+// named as USER:ID so that the one meant can be given.
+func ambiguous(arg string, chosen []record.State) string {
+	var names []string
+	for _, st := range chosen {
+		names = append(names, record.UserName(st.Owner)+":"+st.KernelID)
+	}
+	slices.Sort(names)
+	return fmt.Sprintf("%q names %d kernels: %s; give USER:ID, or more of the id", arg, len(chosen), strings.Join(names, ", "))
 }
 
 // minIDPrefix is the shortest prefix of a kernel id stop takes.
@@ -314,10 +378,7 @@ func stopIdle(states []record.State, idleFor time.Duration, holdingGPU bool, n g
 			return
 		}
 		c := cands[st.File()]
-		label := st.KernelID
-		if st.Session != "" {
-			label += " (" + record.Printable(st.Session) + ")"
-		}
+		label := stopLabel(st)
 		holding := ""
 		if len(c.held) > 0 {
 			holding = ", holding " + (gpu.Result{Released: c.held}).ReleasedText()
@@ -325,7 +386,7 @@ func stopIdle(states []record.State, idleFor time.Duration, holdingGPU bool, n g
 		w.printf("kernel %s: idle for %v%s: stopping\n", label, c.idle.Round(time.Second), holding)
 		var err error
 		if w.finished, err = stopOne(w, st, n, how); err != nil {
-			w.errorf("tfgpu-kernel stop: kernel %s: %s\n", st.KernelID, record.Printable(err.Error()))
+			w.errorf("tfgpu-kernel stop: kernel %s: %s\n", stopLabel(st), record.Printable(err.Error()))
 		}
 	})
 	for _, o := range outs {
@@ -422,11 +483,15 @@ func parseUntil(s string, now time.Time) (time.Time, error) {
 	return time.Time{}, fmt.Errorf("want a time (15:00, 2026-12-24 08:00) or a duration (2h)")
 }
 
+// stopLabel names a kernel in stop's and start's results as they take
+// it, USER:ID, with its notebook: another user's kernel of the same id is
+// never taken for it.
 func stopLabel(st record.State) string {
+	label := record.UserName(st.Owner) + ":" + st.KernelID
 	if st.Session != "" {
-		return st.KernelID + " (" + record.Printable(st.Session) + ")"
+		label += " (" + record.Printable(st.Session) + ")"
 	}
-	return st.KernelID
+	return label
 }
 
 // parkOne leaves an order for st's supervisor and signals it; the
@@ -500,11 +565,16 @@ func holdText(p *record.Parked) string {
 func cmdStart(args []string) int {
 	fs := flag.NewFlagSet("start", flag.ContinueOnError)
 	every := fs.Bool("all", false, "every held kernel")
+	userName := fs.String("user", "", "only the kernels of `USER` (a login name or uid); USER:ID says the same for one kernel")
 	var timeout time.Duration
 	durationVar(fs, &timeout, "timeout", 15*time.Second, "how long a kernel's supervisor may take to answer")
 	stateDir := fs.String("state-dir", record.DefaultDir(), "`DIR` where supervisors record their kernels")
-	if _, code, done := parseFlags(fs, args, "tfgpu-kernel start 5b2c1e7a   # a held kernel's id, or a unique prefix of one"); done {
+	if _, code, done := parseFlags(fs, args, "tfgpu-kernel start 5b2c1e7a   # a held kernel's id, or a unique prefix of one; alice:5b2c1e7a for alice's"); done {
 		return code
+	}
+	uid, id, err := kernelNamed(fs.Arg(0), *userName)
+	if err != nil {
+		return usageError("start", err.Error())
 	}
 	switch {
 	case timeout <= 0:
@@ -521,25 +591,25 @@ func cmdStart(args []string) int {
 		fmt.Fprintf(os.Stderr, "tfgpu-kernel start: %v\n", err)
 		return 1
 	}
-	chosen := chooseKernels(states, fs.Arg(0), *every)
+	chosen := chooseKernels(states, id, *every, uid)
 	if *every {
 		chosen = slices.DeleteFunc(chosen, func(st record.State) bool { return st.Parked == nil || !st.Parked.Hold })
 	}
 	switch {
 	case len(chosen) == 0 && *every:
-		fmt.Println("no held kernels")
+		fmt.Println("no held kernels" + ofUserText(uid))
 		return 0
-	case len(chosen) == 0 && len(fs.Arg(0)) < minIDPrefix:
+	case len(chosen) == 0 && len(id) < minIDPrefix:
 		return usageError("start", fmt.Sprintf("no kernel %q; give the whole id or at least %d characters of it", fs.Arg(0), minIDPrefix))
 	case len(chosen) == 0:
-		return usageError("start", fmt.Sprintf("no kernel %q", fs.Arg(0)))
+		return usageError("start", fmt.Sprintf("no kernel %q%s", fs.Arg(0), ofUserText(uid)))
 	case len(chosen) > 1 && !*every:
-		return usageError("start", fmt.Sprintf("%q names %d kernels; give more of the id", fs.Arg(0), len(chosen)))
+		return usageError("start", ambiguous(fs.Arg(0), chosen))
 	}
 	code := 0
 	for _, o := range stopEach(chosen, func(st record.State, w *stopOutput) {
 		if err := liftHold(w, st, timeout); err != nil {
-			w.errorf("tfgpu-kernel start: kernel %s: %s\n", st.KernelID, record.Printable(err.Error()))
+			w.errorf("tfgpu-kernel start: kernel %s: %s\n", stopLabel(st), record.Printable(err.Error()))
 		}
 	}) {
 		if o.failed {

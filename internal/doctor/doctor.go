@@ -133,9 +133,10 @@ func kernelFindings(l cgroup.Layout, stateDir string, allUsers bool, kernels fun
 	others := 0
 	for _, dir := range kernelCgroups(l) {
 		switch {
-		case known[dir] || dir == "" || supervisorLives(dir):
+		case known[dir] || dir == "":
 		case !allUsers && !ownCgroup(dir, os.Geteuid()):
 			others++
+		case supervisorLives(dir):
 		default:
 			add(staleCgroup(dir, census))
 		}
