@@ -11,6 +11,8 @@ import (
 
 	"github.com/go-zeromq/zmq4"
 
+	"github.com/tfgpu/tfgpu-kernel/cgroup"
+	"github.com/tfgpu/tfgpu-kernel/internal/engine"
 	"github.com/tfgpu/tfgpu-kernel/internal/record"
 )
 
@@ -231,4 +233,42 @@ func TestHoldKeepsTheKernelDown(t *testing.T) {
 		t.Fatalf("the cell after the hold: %s %v", typ, c)
 	}
 	waitRecord("a fresh kernel", func(st record.State) bool { return st.KernelPID > 0 && st.Parked == nil })
+}
+
+// Every generation of a kernel is contained as the first (#32): inside a
+// Slurm job the fresh kernel a park's next cell starts stays in the job's
+// cgroups like the first (proc), whatever --cgroup says, rather than get a
+// freezer cgroup of its own below the job step (which Slurm's final
+// SIGKILL of the step does not empty, and which keeps Slurm from removing
+// the job's cgroups).
+func TestAFreshKernelAfterAParkIsContainedAsTheFirst(t *testing.T) {
+	h := startHarnessWith(t, func(c *Config) {
+		c.engine = &engine.Engine{Kind: engine.Slurm, SlurmJob: "12", SlurmStep: "batch", Why: "test"}
+		c.Cgroup = cgroup.ModeV1
+	})
+	first := h.kernelState()
+	if first.Containment != cgroup.ModeProc || first.Cgroup != "" {
+		t.Fatalf("the first kernel: containment %q, cgroup %q; want proc", first.Containment, first.Cgroup)
+	}
+	h.park("operator", "maintenance")
+	h.drainIOPub()
+	h.execute("fresh", nil)
+	for {
+		name, text := h.nextStream(20 * time.Second)
+		if name == "stdout" && text == "fresh" {
+			break
+		}
+		if name != "stderr" {
+			t.Fatalf("the first cell after the park got %s %q", name, text)
+		}
+	}
+	h.reply(h.shell, 5*time.Second)
+	fresh := h.kernelState()
+	if fresh.KernelPID == 0 || fresh.KernelPID == first.KernelPID {
+		t.Fatalf("no fresh kernel: %+v", fresh)
+	}
+	if fresh.Containment != cgroup.ModeProc || fresh.Cgroup != "" || fresh.MemoryCgroup != "" {
+		t.Fatalf("the fresh kernel after the park: containment %q, cgroup %q, memory cgroup %q; want proc and none of ours, as the first",
+			fresh.Containment, fresh.Cgroup, fresh.MemoryCgroup)
+	}
 }
