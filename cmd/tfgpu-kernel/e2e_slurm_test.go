@@ -19,7 +19,9 @@
 //  1. restart inside the job: a setsid'd double-forked SIGTERM-ignoring
 //     daemon of the kernel is gone within 2 s of restart_kernel(), the new
 //     kernel answers;
-//  2. scancel: with such a daemon running again, the test scancels the job
+//  2. scancel: with such a daemon running again (in the cgroup
+//     configurations, in the fresh kernel started after a park: every
+//     generation of a kernel stays in the job's cgroups, #32), the test scancels the job
 //     and asserts, within 2 s of scancel returning, that the daemon, the
 //     kernel and the supervisor are gone (neither alive nor zombie), the
 //     job's Slurm cgroups removed and no tfgpu-* cgroup of the kernel left;
@@ -455,7 +457,10 @@ func (h *slurmHost) newCluster(t *testing.T, c slurmConf) *slurmCluster {
 	cl.env = append(env, "SLURM_CONF="+cl.conf, "TFGPU_STATE_DIR="+cl.state,
 		"E2E_TAG="+cl.tag, "E2E_TMP="+tmp, "IPYTHONDIR="+filepath.Join(tmp, "ipython"), "XDG_RUNTIME_DIR="+e2eXDG(t),
 		"E2E_SLURM_OUT="+cl.out, "E2E_SCRIPTS="+h.s.scripts, "E2E_SLURM_DRIVER="+filepath.Join(h.engine, "driver.py"),
-		"E2E_SLURM_MEM_TEXT="+slurmMemText, "E2E_SLURM_LIMIT_TEXT="+slurmLimitText)
+		"E2E_SLURM_MEM_TEXT="+slurmMemText, "E2E_SLURM_LIMIT_TEXT="+slurmLimitText, "E2E_TFGPU_BIN="+h.s.bin)
+	if c.cgroups() {
+		cl.env = append(cl.env, "E2E_SLURM_PARK=1")
+	}
 
 	// The daemons get a tag of their own: what carries the jobs' E2E_TAG
 	// is a job's, what carries this one is slurmd's (slurmstepd).

@@ -132,8 +132,13 @@ def restart_scancel():
     result("restart.json")
 
     # The scancel part: the new kernel starts the same children; the test
-    # scancels the job while the driver sleeps.
+    # scancels the job while the driver sleeps. With E2E_SLURM_PARK=1 the
+    # kernel is first parked (tfgpu-kernel stop) and the next cell starts a
+    # fresh one, whose children scancel must end as well: every generation
+    # of the kernel stays in the job's cgroups (#32).
     try:
+        if os.environ.get("E2E_SLURM_PARK") == "1":
+            park_and_restart(km, kc)
         kids = h.spawn_children(kc)
         tree = sorted(set(h.tree_of(km) + list(kids.values())))
         sup = km.provisioner.pid
@@ -151,6 +156,18 @@ def restart_scancel():
     h.log("ready; waiting for scancel")
     while True:
         time.sleep(3600)
+
+
+def park_and_restart(km, kc):
+    """tfgpu-kernel stop parks the kernel inside the job; the next cell
+    starts a fresh one in the supervisor's place, told why."""
+    kid = kernel_id(km)
+    out = subprocess.run([os.environ["E2E_TFGPU_BIN"], "stop", kid], capture_output=True, text=True, timeout=60)
+    h.note(park_stop=out.stdout.strip(), park_stop_stderr=out.stderr.strip())
+    expect(out.returncode == 0 and "parked by its supervisor" in out.stdout, "stop %s inside the job: exit %d %r %r" % (kid, out.returncode, out.stdout, out.stderr))
+    r = h.execute(kc, "print('fresh')", timeout=60)
+    h.note(park_first_cell_stderr=r["stderr"])
+    expect(r["stdout"].strip() == "fresh" and "fresh kernel" in r["stderr"], "the first cell after the park: %r %r" % (r["stdout"], r["stderr"]))
 
 
 def next_kernel():
