@@ -164,10 +164,13 @@ def park_and_restart(km, kc):
     kid = kernel_id(km)
     out = subprocess.run([os.environ["E2E_TFGPU_BIN"], "stop", kid], capture_output=True, text=True, timeout=60)
     h.note(park_stop=out.stdout.strip(), park_stop_stderr=out.stderr.strip())
-    expect(out.returncode == 0 and "parked by its supervisor" in out.stdout, "stop %s inside the job: exit %d %r %r" % (kid, out.returncode, out.stdout, out.stderr))
+    if not expect(out.returncode == 0 and "parked by its supervisor" in out.stdout,
+                  "stop %s inside the job: exit %d %r %r" % (kid, out.returncode, out.stdout, out.stderr)):
+        raise RuntimeError(ERRORS[-1])  # ready.json says so, and the test fails
     r = h.execute(kc, "print('fresh')", timeout=60)
     h.note(park_first_cell_stderr=r["stderr"])
-    expect(r["stdout"].strip() == "fresh" and "fresh kernel" in r["stderr"], "the first cell after the park: %r %r" % (r["stdout"], r["stderr"]))
+    if not expect(r["stdout"].strip() == "fresh" and "fresh kernel" in r["stderr"], "the first cell after the park: %r %r" % (r["stdout"], r["stderr"])):
+        raise RuntimeError(ERRORS[-1])
 
 
 def next_kernel():
