@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -53,6 +54,18 @@ func writePrometheus(out io.Writer, rows []record.KernelStatus, gpuNote string, 
 		each(func(r record.KernelStatus, k string, emit func(string, float64)) { emit(k, float64(r.RSSBytes)) }))
 	family("tfgpu_kernel_processes", "Live processes in the kernel's tree.",
 		each(func(r record.KernelStatus, k string, emit func(string, float64)) { emit(k, float64(len(r.PIDs))) }))
+	family("tfgpu_kernel_role_rss_bytes", "Resident memory of the kernel's processes of one role (docs/design.md#processes): the tree's (kernel, tree) as above, the supervisor's and its helpers', the spare kept for the next restart (spare, standby, standby-watcher).",
+		each(func(r record.KernelStatus, k string, emit func(string, float64)) {
+			for _, role := range roleTotals(r) {
+				emit(k+`,role="`+labelValue(string(role.role))+`"`, float64(role.rss))
+			}
+		}))
+	family("tfgpu_kernel_role_processes", "Live processes of the kernel in one role (docs/design.md#processes).",
+		each(func(r record.KernelStatus, k string, emit func(string, float64)) {
+			for _, role := range roleTotals(r) {
+				emit(k+`,role="`+labelValue(string(role.role))+`"`, float64(role.n))
+			}
+		}))
 	family("tfgpu_kernel_busy", "1 while a cell runs, 0 when idle; absent when unknown.",
 		each(func(r record.KernelStatus, k string, emit func(string, float64)) {
 			switch r.ExecutionState {
@@ -75,6 +88,29 @@ func writePrometheus(out io.Writer, rows []record.KernelStatus, gpuNote string, 
 			}
 		}))
 	return w.Flush()
+}
+
+// roleTotal is what a kernel's processes of one role add up to.
+type roleTotal struct {
+	role record.Role
+	n    int
+	rss  int64
+}
+
+// roleTotals sums r's processes by role, each process once, in the order
+// the roles first appear.
+func roleTotals(r record.KernelStatus) []roleTotal {
+	var out []roleTotal
+	for _, m := range r.Processes {
+		i := slices.IndexFunc(out, func(t roleTotal) bool { return t.role == m.Role })
+		if i < 0 {
+			out = append(out, roleTotal{role: m.Role})
+			i = len(out) - 1
+		}
+		out[i].n++
+		out[i].rss += m.RSSBytes
+	}
+	return out
 }
 
 // idleFor is how long r has been idle (0 while busy); false when unknown.

@@ -47,6 +47,27 @@ func TestPrometheusLabelsSurviveAnyNotebookName(t *testing.T) {
 			t.Errorf("notebook %q: a figure NVML did not give (-1) was exported", n)
 		}
 	}
+	// Each process once, by its role: the spare as the spare.
+	b.Reset()
+	roles := []record.KernelStatus{{KernelID: "kr", User: "alice", State: record.PhaseRunning, PIDs: []int{20, 21}, RSSBytes: 300,
+		Processes: []record.Member{{PID: 9, Role: record.RoleStub, RSSBytes: 10}, {PID: 10, Role: record.RoleSupervisor, RSSBytes: 11},
+			{PID: 20, Role: record.RoleKernel, RSSBytes: 200}, {PID: 21, Role: record.RoleTree, RSSBytes: 100},
+			{PID: 30, Role: record.RoleStandby, RSSBytes: 12}, {PID: 31, Role: record.RoleSpare, RSSBytes: 70}}}}
+	if err := writePrometheus(&b, roles, "", now); err != nil {
+		t.Fatal(err)
+	}
+	fams = parseProm(t, b.String())
+	for role, want := range map[string][2]float64{"stub": {1, 10}, "supervisor": {1, 11}, "kernel": {1, 200}, "tree": {1, 100}, "standby": {1, 12}, "spare": {1, 70}} {
+		l := map[string]string{"kernel_id": "kr", "role": role}
+		n, ok1 := promValue(fams, "tfgpu_kernel_role_processes", l)
+		rss, ok2 := promValue(fams, "tfgpu_kernel_role_rss_bytes", l)
+		if !ok1 || !ok2 || n != want[0] || rss != want[1] {
+			t.Errorf("role %s: %v processes, %v bytes; want %v", role, n, rss, want)
+		}
+	}
+	if v, ok := promValue(fams, "tfgpu_kernel_processes", map[string]string{"kernel_id": "kr"}); !ok || v != 2 {
+		t.Errorf("tfgpu_kernel_processes counts %v, want the tree's 2", v)
+	}
 	b.Reset()
 	if err := writePrometheus(&b, nil, "no NVIDIA driver", now); err != nil {
 		t.Fatal(err)
