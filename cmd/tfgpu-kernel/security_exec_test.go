@@ -333,8 +333,9 @@ func TestSecurityRootFindsKernelsFromProcesses(t *testing.T) {
 		if !has(rows) {
 			t.Fatalf("with 3000 planted records, root's ps lost bob's kernel:\n%s", out)
 		}
-		if len(rows) > 1+16 {
-			t.Fatalf("root's ps read %d kernels: more than the running one and 16 of the planted", len(rows))
+		bobs := slices.DeleteFunc(rows, func(r record.KernelStatus) bool { return r.UID != bob.uid }) // other kernels may run on the host
+		if len(bobs) > 1+16 {
+			t.Fatalf("root's ps read %d of bob's kernels: more than the running one and 16 of the planted", len(bobs))
 		}
 		with = append(with, took)
 	}
