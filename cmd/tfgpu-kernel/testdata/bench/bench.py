@@ -432,11 +432,13 @@ class Kernel:
 
 
 def is_standby(pid):
+    """A standby supervisor: `tfgpu-kernel standby KERNEL_ID`."""
     try:
         with open("/proc/%d/cmdline" % pid, "rb") as f:
-            return b"\0run\0--standby\0" in f.read()
+            argv = f.read().split(b"\0")
     except OSError:
         return False
+    return len(argv) >= 3 and os.path.basename(argv[0]) == b"tfgpu-kernel" and argv[1] == b"standby"
 
 
 def kernel_id(conn):
