@@ -41,6 +41,9 @@ func (s *supervisor) sweep() (warning string) {
 	if n := s.dir.SweepSpares(s.id); n > 0 {
 		s.log.Debug("removed what killed standbys left", "files", n)
 	}
+	if n := s.dir.SweepIdentities(s.id, time.Now()); n > 0 {
+		s.log.Debug("removed routing identities no supervisor will take", "files", n)
+	}
 	for _, st := range states {
 		if st.SupervisorAlive() {
 			continue

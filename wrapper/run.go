@@ -72,6 +72,8 @@ type supervisor struct {
 	stub       *net.UnixConn   // a standby's: the process Jupyter started, once adopted
 	stubRef    *cgroup.ProcRef // that process, for the record
 	stubGone   chan struct{}   // closed when the stub's connection ends
+
+	identities *identityKeeper // who owns which routing identity, for the next supervisor (identities.go)
 }
 
 // Run supervises one kernel until it is shut down or dies, and returns the
@@ -225,10 +227,14 @@ func (s *supervisor) bind(ctx context.Context, ci *jmsg.ConnInfo, curve *zmtp.Cu
 		s.cfg.shared.UseCurve(curve)
 		s.log.Info("transport encryption: the outer sockets speak CurveZMQ")
 	}
+	// Who owns which routing identity, as the previous supervisor of this
+	// kernel knew it, before the first client can connect (identities.go).
+	s.keepIdentities()
 	if s.outer, err = relay.Bind(ctx, ci, s.cfg.shared, s.log); err != nil {
 		return s.usage("connection file %s: %v", cfg.ConnFile, err)
 	}
 	s.onExit(s.outer.Close)
+	s.startIdentityKeeper() // ends before the doors close
 	if s.inner, s.innerDir, err = writeInner(ci, s.id, cfg.InnerTransport, curve != nil); err != nil {
 		if errors.Is(err, ErrPlaintextInner) {
 			return s.usage("%v", err)

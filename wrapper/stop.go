@@ -59,8 +59,10 @@ const (
 // stop is the one stop path: kill every process of the tree → wait until
 // none is alive → answer the client if the kernel did not → confirm the
 // GPU release (or hand it to the next kernel) → tell the running cell if
-// the kernel died → let queued messages out. It returns the exit code: 0,
-// or the dead kernel's own so that Jupyter's restarter starts a fresh one.
+// the kernel died → let queued messages out → leave who owns which routing
+// identity for the next supervisor, while the doors are still open. It
+// returns the exit code: 0, or the dead kernel's own so that Jupyter's
+// restarter starts a fresh one.
 func (s *supervisor) stop(c cause) int {
 	s.reserve.release() // the descriptors the kill and the GPU check need
 	s.enter(stopping)
@@ -104,6 +106,10 @@ func (s *supervisor) stop(c cause) int {
 	if !s.outer.Drain(drain) {
 		s.log.Debug("clients did not take the last messages in time", "waited", drain)
 	}
+	// On every stop: a restart's next supervisor comes at once, a dead
+	// kernel's from Jupyter's restarter, and a shut-down kernel's file
+	// expires (identities.go).
+	s.leaveIdentities()
 	if c.died {
 		return c.code()
 	}

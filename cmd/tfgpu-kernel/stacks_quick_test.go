@@ -6,3 +6,7 @@ package main
 // has on Debian's stack only, which install.sh puts on the machine: no
 // venv to build from PyPI (docs/testing.md#running).
 var e2eStacks = []string{stackDebian}
+
+// fullSuite: whether this is the quick suite (tests that run more cases there
+// say which).
+const fullSuite = false

@@ -15,6 +15,8 @@
 //     the tree holds on the GPU → kill it through what the record names →
 //     remove its cgroups, inner directory and record → confirm the release.
 //   - The restart handoff (handoff.go) carries the GPU check from a
-//     restarted kernel's supervisor to the next one.
+//     restarted kernel's supervisor to the next one; the identities file
+//     (identities.go) carries who owns which routing identity, bounded
+//     per peer and in all, the kernel owner's first.
 //   - ps rows (ps.go) are what the records name, as it is now.
 package record

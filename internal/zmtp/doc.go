@@ -38,7 +38,12 @@
 //     last connection closed. The holder's own connections may share it,
 //     each in a slot of its own that zmq4 sees as its identity, so replies
 //     go to the connection that asked ([Door.Send]). Empty identities and
-//     those starting with a zero byte get a random one.
+//     those starting with a zero byte get a random one. What the doors
+//     know of who owns which identity outlives them (owned.go): [Shared.Owned]
+//     reports it, [Shared.OwnedChanged] says when the held ones changed,
+//     and [Shared.Keep], called before [Bind], has the next supervisor's
+//     doors refuse other peers' claims as the old ones would have, so a
+//     restart opens no window to take a client's identity.
 //   - CurveZMQ (RFC 26), when [Shared.UseCurve] has the server's key pair
 //     (curve.go, curve_conn.go): the handshake on the handshake goroutine,
 //     then every frame sealed on its way out (a sealer fed what the conn
@@ -59,7 +64,8 @@
 // never modify a frame after sending it (see conn). Dialed connections (to
 // the kernel) are trusted: their reads are not checked.
 //
-// [Bind], [Door.Send], [Link.Send] and [Drain] are safe for concurrent use; a
-// [Shared] is shared by the doors of one relay. Closing a door or a
-// connection twice is harmless.
+// [Bind], [Door.Send], [Link.Send], [Drain], [Shared.Owned] and
+// [Shared.OwnedChanged] are safe for concurrent use; a [Shared] is shared
+// by the doors of one relay; [Shared.Keep] and [Shared.UseCurve] are for
+// before [Bind]. Closing a door or a connection twice is harmless.
 package zmtp

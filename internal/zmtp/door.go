@@ -112,11 +112,16 @@ func Bind(sock zmq4.Socket, socketType, name, endpoint string, sh *Shared, hold 
 		ready: make(chan *conn, 64), done: make(chan struct{}),
 		conns: map[*conn]struct{}{}, shaking: map[net.Conn]*shakeInfo{}, ids: map[string]*conn{},
 		reserved: map[string]reservation{}, holders: map[string]holder{}}
+	if socketType == "ROUTER" {
+		sh.adopt(d) // what Keep left for this socket, before the first claim
+	}
 	reg := fmt.Sprintf("tfgpu-door%d-%s", doorSeq.Add(1), scheme)
 	if err := zmq4.RegisterTransport(reg, doorTransport{d, netOf(scheme)}); err != nil {
+		sh.disown(d)
 		return nil, err
 	}
 	if err := sock.Listen(reg + "://" + addr); err != nil {
+		sh.disown(d)
 		return nil, err
 	}
 	return d, nil
@@ -186,6 +191,7 @@ func (d *Door) Close() error {
 	}
 	d.closed = true
 	close(d.done)
+	d.sh.disown(d)
 	var err error
 	if d.ln != nil {
 		err = d.ln.Close()
@@ -555,7 +561,7 @@ func prelude(socketType, identity string, pub bool) []byte {
 // by a random one.
 //
 // An identity belongs to the peer (the user, see peer) whose connections
-// hold it, and for reserveFor after the last of them closes, to its
+// hold it, and for ReserveFor after the last of them closes, to its
 // reconnect: a claim from another peer is refused at once, so no other user
 // can take a client's replies, whether it races the client's reconnect or
 // not (attack B; ipykernel's ROUTER_HANDOVER would hand them over, and any
@@ -615,6 +621,9 @@ func (d *Door) claim(c *conn, id []byte) error {
 				d.holders = map[string]holder{}
 			}
 			d.holders[key] = holder{peer: c.peer.key, n: h.n + 1}
+			if h.n == 0 {
+				d.sh.ownedChanged()
+			}
 			return nil
 		}
 	}
@@ -664,11 +673,12 @@ type reservation struct {
 	until time.Time
 }
 
-// reserveFor is how long an identity waits for its holder's reconnect
-// (libzmq reconnects after 100 ms); maxReserved bounds the reservations of
-// one door, so that a peer making up identities cannot grow the map.
+// ReserveFor is how long an identity waits for its holder's reconnect
+// (libzmq reconnects after 100 ms), within one supervisor and, through
+// [Shared.Keep], across its restart; maxReserved bounds the reservations
+// of one door, so that a peer making up identities cannot grow the map.
 const (
-	reserveFor  = 30 * time.Second
+	ReserveFor  = 30 * time.Second
 	maxReserved = 4096
 )
 
@@ -687,7 +697,8 @@ func (d *Door) forget(c *conn, subs map[string]int) {
 				d.holders[c.claimed] = holder{peer: h.peer, n: h.n - 1}
 			} else {
 				delete(d.holders, c.claimed)
-				d.reserveLocked(c.claimed, c.peer.key)
+				d.reserveLocked(c.claimed, c.peer.key, time.Now().Add(ReserveFor))
+				d.sh.ownedChanged()
 			}
 		}
 	}
@@ -697,9 +708,10 @@ func (d *Door) forget(c *conn, subs map[string]int) {
 	}
 }
 
-// reserveLocked keeps id for peer. Past maxReserved, expired reservations
-// go, then those of the peer with the most. Called with d.mu held.
-func (d *Door) reserveLocked(id, peer string) {
+// reserveLocked keeps id for peer until until. Past maxReserved, expired
+// reservations go, then those of the peer with the most. Called with d.mu
+// held.
+func (d *Door) reserveLocked(id, peer string, until time.Time) {
 	now := time.Now()
 	if d.reserved == nil {
 		d.reserved = map[string]reservation{}
@@ -727,7 +739,7 @@ func (d *Door) reserveLocked(id, peer string) {
 			}
 		}
 	}
-	d.reserved[id] = reservation{peer: peer, until: now.Add(reserveFor)}
+	d.reserved[id] = reservation{peer: peer, until: until}
 }
 
 // hold1 counts a connection holding the writer up (+1) or letting go (-1).

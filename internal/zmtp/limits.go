@@ -134,6 +134,8 @@ type Shared struct {
 
 	idleMu sync.Mutex
 	idle   chan struct{} // closed when queued drops to 0, for Drain
+
+	own ownBook // who owns which routing identity, across the doors (owned.go)
 }
 
 // Dropped returns how many messages were dropped for peers that did not
@@ -146,7 +148,8 @@ func NewShared(lim Limits, lg *slog.Logger) *Shared {
 	if lg == nil {
 		lg = slog.New(slog.DiscardHandler)
 	}
-	return &Shared{lim: lim.withDefaults(), log: lg, rl: newRateLog(lg, 10*time.Second)}
+	return &Shared{lim: lim.withDefaults(), log: lg, rl: newRateLog(lg, 10*time.Second),
+		own: ownBook{changed: make(chan struct{}, 1)}}
 }
 
 // UseCurve has every door of s speak CurveZMQ as a server with keys, and

@@ -9,6 +9,12 @@ fill     conns size            conns connections, each sending a frame header
                                them, then holding; reconnecting when closed
 claim    identity              connects as a DEALER with identity again and
                                again; counts claims kept and frames received
+race     identity port...      claim on port and on each port after identity,
+                               pausing 1 ms between tries (a restart's ports
+                               are closed for a while): counts tries that
+                               found no port as "unreachable", frames with
+                               an input_request as "got_input"; prints
+                               "started" once each port was tried
 slowsub  bytes_per_s           a SUB subscribed to everything, reading at
                                that rate (never stalled)
 """
@@ -48,8 +54,8 @@ def recv_frame(s):
     return flags, recv_exact(s, size)
 
 
-def connect(ip, port, sock_type, identity=None, rcvbuf=None):
-    """A handshaken connection, or None."""
+def connect(ip, port, sock_type, identity=None, rcvbuf=None, failed="refused"):
+    """A handshaken connection, or None (counted as failed)."""
     try:
         s = socket.socket(socket.AF_INET6 if ":" in ip else socket.AF_INET)
         if rcvbuf:  # a small window: the writer sees the pace of the reads
@@ -64,7 +70,7 @@ def connect(ip, port, sock_type, identity=None, rcvbuf=None):
         s.settimeout(None)
         return s
     except (OSError, EOFError):
-        add("refused")
+        add(failed)
         return None
 
 
@@ -122,10 +128,19 @@ def fill(ip, port, size):
         forget(s)
 
 
-def claim(ip, port, identity):
+TRIED = threading.Semaphore(0)  # race: released once per port after its first try
+
+
+def claim(ip, port, identity, race=False):
+    first_try = race
     while not STOP.is_set():
-        s = connect(ip, port, b"DEALER", identity)
+        s = connect(ip, port, b"DEALER", identity, failed="unreachable" if race else "refused")
+        if first_try:
+            TRIED.release()
+            first_try = False
         if s is None:
+            if race:
+                time.sleep(0.001)
             continue  # hammer: the race is the attack
         closer(s)
         s.settimeout(0.5)  # a refused claim is closed at once
@@ -146,10 +161,14 @@ def claim(ip, port, identity):
                     add("got")
                     if b"SECRET" in body:
                         add("got_secret")
+                    if b"input_request" in body:
+                        add("got_input")
         except (OSError, EOFError):
             if first:
                 add("refused")
         forget(s)
+        if race:
+            time.sleep(0.001)
 
 
 def slowsub(ip, port, rate):
@@ -182,6 +201,9 @@ def main():
             threads.append(threading.Thread(target=fill, args=(ip, port, int(args[1]))))
     elif mode == "claim":
         threads.append(threading.Thread(target=claim, args=(ip, port, args[0].encode())))
+    elif mode == "race":
+        for p in [port] + [int(a) for a in args[1:]]:
+            threads.append(threading.Thread(target=claim, args=(ip, p, args[0].encode(), True)))
     elif mode == "slowsub":
         threads.append(threading.Thread(target=slowsub, args=(ip, port, int(args[0]))))
     else:
@@ -189,6 +211,9 @@ def main():
     for t in threads:
         t.daemon = True
         t.start()
+    if mode == "race":
+        for _ in threads:
+            TRIED.acquire()
     print("started", flush=True)
     sys.stdin.read()
     STOP.set()
