@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/tfgpu/tfgpu-kernel/internal/record"
+	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
 
 // Issue 32, item 4: a routing identity belongs to the user whose client
@@ -92,7 +93,7 @@ func identityRace(t *testing.T, bin, scripts string, alice, bob localUser, how s
 	argv = append(argv, "-f", "{connection_file}", "--", "/usr/bin/python3", "-m", "ipykernel_launcher", "-f", "{connection_file}")
 	spec, _ := json.Marshal(map[string]any{"argv": argv, "display_name": "tfgpu race", "language": "python"})
 	bob.own(t, filepath.Join(bob.mkdir(t, filepath.Join(jpath, "kernels", "tfgpu-race"), 0o755), "kernel.json"), spec, 0o644)
-	t.Cleanup(func() { killAllOf(bob.uid); killAllOf(alice.uid) })
+	t.Cleanup(func() { testutil.KillUID(bob.uid); testutil.KillUID(alice.uid) })
 
 	// Bob's client.
 	errPath := filepath.Join(t.TempDir(), "bob.stderr")
@@ -266,21 +267,6 @@ func waitIdentitiesOnDisk(t *testing.T, state, id, sid string) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("the supervisor never recorded bob's identity on its three sockets: %+v", ids)
-		}
-	}
-}
-
-// killAllOf SIGKILLs every process of uid, a user made for the test.
-func killAllOf(uid int) {
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		var st syscall.Stat_t
-		if syscall.Stat("/proc/"+e.Name(), &st) == nil && int(st.Uid) == uid {
-			syscall.Kill(pid, syscall.SIGKILL)
 		}
 	}
 }

@@ -99,14 +99,15 @@ func removeUser(t testing.TB, name string) {
 			return
 		}
 		if time.Now().Add(time.Second).After(deadline) {
-			killUID(uid)
+			KillUID(uid)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 }
 
-// killUID SIGKILLs every process owned by uid (a user made for one test).
-func killUID(uid int) {
+// KillUID SIGKILLs every process owned by uid, a user made for one test
+// (NewUser): whatever that user's processes started.
+func KillUID(uid int) {
 	ents, _ := os.ReadDir("/proc")
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
