@@ -6,3 +6,7 @@ package main
 // has on Debian's stack only, which install.sh puts on the machine: no
 // venv to build from PyPI (docs/testing.md#running).
 var e2eStacks = []string{stackDebian}
+
+// identitySpareModes: the quick suite walks a kernel through its states
+// (TestKernelIdentityAcrossStates) with the spare kernel on, the default.
+var identitySpareModes = []bool{true}
