@@ -150,18 +150,27 @@ func dirFDs(pid, owner int) []dirFD {
 
 // open opens the held directory through the descriptor of the first of
 // its holders that still holds it, checking again that it is its user's
-// and private. A holder may exit between the scan and the open (a user's
-// ps or doctor: once pids wrap, such a short-lived process may come
-// before the supervisors in pid order): its /proc/PID/fd/N is then gone
-// (ENOENT), and the directory is still the other holders', its
-// supervisors'. errHoldersGone when none holds it any more.
+// and private. A holder may end, or close the directory and reuse the
+// descriptor, between the scan and the open (a user's ps or doctor: once
+// pids wrap, such a short-lived process may come before the supervisors
+// in pid order): its /proc/PID/fd/N is then gone (ENOENT), or another
+// file (ENOTDIR, or a directory that is not this one), and the directory
+// is still the other holders', its supervisors'. errHoldersGone when
+// none holds it any more.
 func (h *heldDir) open() (*Dir, error) {
+	var refusal error
 	for _, link := range h.links {
 		d, err := h.openLink(link)
-		if errors.Is(err, unix.ENOENT) {
-			continue // this holder exited, or closed it, since the scan
+		switch {
+		case err == nil:
+			return d, nil
+		case errors.Is(err, unix.ENOENT), errors.Is(err, unix.ENOTDIR):
+		case refusal == nil:
+			refusal = err
 		}
-		return d, err
+	}
+	if refusal != nil {
+		return nil, refusal
 	}
 	return nil, errHoldersGone
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -13,11 +14,12 @@ import (
 
 // Root's discovery opens a state directory through a holder's
 // /proc/PID/fd/N. The first holder in pid order may be a user's ps or
-// doctor that ended since the scan (found by TestKernelIdentityAcrossStates
-// after the pids wrapped: the owner's doctor said "!! kernel record: no
-// such file or directory", and the directory was skipped): the directory
-// is opened through the next holder, and when none holds it any more it
-// is left without a refusal.
+// doctor that ended since the scan, or closed the directory and opened a
+// file with its descriptor (found by TestKernelIdentityAcrossStates after
+// the pids wrapped: the owner's doctor said "!! kernel record: no such
+// file or directory", then "not a directory", and skipped the directory):
+// the directory is opened through the next holder, and when none holds
+// it any more it is left without a refusal.
 func TestHeldDirOpensThroughAHolderThatStillHoldsIt(t *testing.T) {
 	dir := testutil.PrivateDir(t)
 	var st unix.Stat_t
@@ -33,16 +35,29 @@ func TestHeldDirOpensThroughAHolderThatStillHoldsIt(t *testing.T) {
 	}
 	holding, closeHolding := link()
 	defer closeHolding()
-	ended, end := link()
-	end() // the first holder closed it, as an exited process has
-	h := &heldDir{key: dirKey{uint64(st.Dev), st.Ino}, uid: os.Geteuid(), path: dir, links: []string{ended, holding}}
+	gone := exec.Command("/bin/true") // a holder that ended
+	if err := gone.Run(); err != nil {
+		t.Fatal(err)
+	}
+	ended := fmt.Sprintf("/proc/%d/fd/0", gone.Process.Pid)
+	reused, closeReused := link()
+	closeReused() // one that closed it and opened a file
+	f, err := os.Open("/proc/self/stat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), f.Fd()) != reused {
+		t.Fatalf("the file did not take the closed descriptor %s", reused)
+	}
+	h := &heldDir{key: dirKey{uint64(st.Dev), st.Ino}, uid: os.Geteuid(), path: dir, links: []string{ended, reused, holding}}
 	d, err := h.open()
 	if err != nil {
 		t.Fatalf("open through %v: %v", h.links, err)
 	}
 	d.Close()
-	h.links = h.links[:1]
+	h.links = h.links[:2]
 	if _, err := h.open(); !errors.Is(err, errHoldersGone) {
-		t.Fatalf("open through %s, which holds nothing: %v, want errHoldersGone", ended, err)
+		t.Fatalf("open through %v, which hold nothing: %v, want errHoldersGone", h.links, err)
 	}
 }
