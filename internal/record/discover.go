@@ -143,6 +143,13 @@ func dirFDs(pid, owner int) []dirFD {
 		if unix.Stat(link, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR || int(st.Uid) != owner || st.Mode&0o077 != 0 {
 			continue
 		}
+		// A process's /proc/PID/fd is its owner's and 0500: a tfgpu-kernel
+		// process reading another's descriptors holds one for a moment.
+		// No state directory is on procfs.
+		var fs unix.Statfs_t
+		if unix.Statfs(link, &fs) != nil || fs.Type == unix.PROC_SUPER_MAGIC {
+			continue
+		}
 		out = append(out, dirFD{key: dirKey{uint64(st.Dev), st.Ino}, link: link, path: target})
 	}
 	return out
@@ -153,39 +160,41 @@ func dirFDs(pid, owner int) []dirFD {
 // and private. A holder may end, or close the directory and reuse the
 // descriptor, between the scan and the open (a user's ps or doctor: once
 // pids wrap, such a short-lived process may come before the supervisors
-// in pid order): its /proc/PID/fd/N is then gone (ENOENT), or another
-// file (ENOTDIR, or a directory that is not this one), and the directory
-// is still the other holders', its supervisors'. errHoldersGone when
-// none holds it any more.
+// in pid order), and the directory is still the other holders', its
+// supervisors'. errHoldersGone when none holds it any more.
 func (h *heldDir) open() (*Dir, error) {
-	var refusal error
 	for _, link := range h.links {
 		d, err := h.openLink(link)
-		switch {
-		case err == nil:
-			return d, nil
-		case errors.Is(err, unix.ENOENT), errors.Is(err, unix.ENOTDIR):
-		case refusal == nil:
-			refusal = err
+		if errors.Is(err, errNotHeld) {
+			continue
 		}
-	}
-	if refusal != nil {
-		return nil, refusal
+		return d, err
 	}
 	return nil, errHoldersGone
 }
 
+// errNotHeld: a holder's descriptor is no longer the directory the scan
+// found: the holder ended (ENOENT), or closed it and reused the
+// descriptor for a file (ENOTDIR) or another directory.
+var errNotHeld = errors.New("no longer held")
+
 // openLink is open through one holder's descriptor.
 func (h *heldDir) openLink(link string) (*Dir, error) {
 	fd, err := unix.Open(link, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) {
+		return nil, errNotHeld
+	}
 	if err != nil {
 		return nil, err
 	}
 	var st unix.Stat_t
-	if unix.Fstat(fd, &st) != nil || int(st.Uid) != h.uid || st.Mode&0o077 != 0 ||
-		(dirKey{uint64(st.Dev), st.Ino}) != h.key {
+	switch {
+	case unix.Fstat(fd, &st) != nil || int(st.Uid) != h.uid || st.Mode&0o077 != 0:
 		unix.Close(fd)
 		return nil, fmt.Errorf("%w: %s changed while it was read", ErrRefused, h.path)
+	case dirKey{uint64(st.Dev), st.Ino} != h.key:
+		unix.Close(fd)
+		return nil, errNotHeld
 	}
 	return &Dir{path: h.path, f: os.NewFile(uintptr(fd), h.path), uid: h.uid}, nil
 }
