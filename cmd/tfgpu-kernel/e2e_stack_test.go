@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -49,10 +50,60 @@ func stackPython(t testing.TB, stack string) string {
 }
 
 // currentVenv builds the current stack's venv once per requirements file,
-// in the user's cache directory, and returns its python. A venv whose build
-// finished is marked complete and reused by later runs; a half-built one is
-// built again. A lock keeps two test binaries from building it at once.
+// in the user's cache directory, with the first python3 on PATH, and
+// returns its python.
 func currentVenv() (string, error) {
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		return "", err
+	}
+	base3, err := exec.LookPath("python3")
+	if err != nil {
+		return "", fmt.Errorf("no python3 on PATH to build the venv with: %w", err)
+	}
+	return stackVenv(filepath.Join(cache, "tfgpu-kernel"), "venv-current-", base3, 0o700, "-r")
+}
+
+var (
+	usersCurrentOnce sync.Once
+	usersCurrentPy   string
+	usersCurrentErr  error
+)
+
+// usersStackPython is a stack's Python that every user can run: root's
+// venv of the current stack lives under /root, which no one else may
+// enter (and so does the Python it was made from, pyenv's, say), so the
+// current stack's venv for users is another one, built once from
+// Debian's /usr/bin/python3 in a world-readable cache. Debian's Python
+// (3.11.2) is older than some of current.txt's pins ask for (soupsieve
+// 4.1 wants 3.11.5), so this one holds the kernel's side of the stack,
+// ipykernel and jupyter_client with what they need, at current.txt's
+// pins, as a user's `pip install ipykernel` into a venv does
+// (TestE2EInstall's venv user).
+func usersStackPython(t testing.TB, stack string) string {
+	t.Helper()
+	if stack == stackDebian {
+		return "/usr/bin/python3"
+	}
+	usersCurrentOnce.Do(func() {
+		usersCurrentPy, usersCurrentErr = stackVenv("/var/cache/tfgpu-kernel-tests", "venv-users-current-", "/usr/bin/python3", 0o755,
+			"-c", "ipykernel", "jupyter_client")
+	})
+	if usersCurrentErr != nil {
+		testutil.RequireOrSkip(t, "the %s stack's venv for users: %v", stack, usersCurrentErr)
+	}
+	return usersCurrentPy
+}
+
+// stackVenv builds a venv of the current stack once per requirements
+// file, as base/<prefix><hash of current.txt> (base made with mode), with
+// the Python base3, and returns its python. pip installs what pipArgs
+// says, testdata/stacks/current.txt after the first: "-r" (all of it),
+// or "-c" and the packages to install at its pins. A venv whose build
+// finished is marked complete and reused by later runs; a half-built one
+// is built again. A lock keeps two test binaries from building it at
+// once. With mode 0755 every user may read and run what it holds.
+func stackVenv(base, prefix, base3 string, mode os.FileMode, pipArgs ...string) (string, error) {
 	req, err := filepath.Abs(filepath.Join("testdata", "stacks", "current.txt"))
 	if err != nil {
 		return "", err
@@ -62,15 +113,10 @@ func currentVenv() (string, error) {
 		return "", err
 	}
 	sum := sha256.Sum256(b)
-	cache, err := os.UserCacheDir()
-	if err != nil {
+	if err := os.MkdirAll(base, mode); err != nil {
 		return "", err
 	}
-	base := filepath.Join(cache, "tfgpu-kernel")
-	if err := os.MkdirAll(base, 0o700); err != nil {
-		return "", err
-	}
-	venv := filepath.Join(base, "venv-current-"+hex.EncodeToString(sum[:6]))
+	venv := filepath.Join(base, prefix+hex.EncodeToString(sum[:6]))
 	py, done := filepath.Join(venv, "bin", "python"), filepath.Join(venv, ".complete")
 
 	lock, err := os.OpenFile(venv+".lock", os.O_CREATE|os.O_RDWR, 0o600)
@@ -85,18 +131,19 @@ func currentVenv() (string, error) {
 		return py, nil
 	}
 	os.RemoveAll(venv)
-	base3, err := exec.LookPath("python3")
-	if err != nil {
-		return "", fmt.Errorf("no python3 on PATH to build the venv with: %w", err)
-	}
 	if out, err := exec.Command(base3, "-m", "venv", venv).CombinedOutput(); err != nil {
 		return "", fmt.Errorf("%s -m venv %s: %v\n%s", base3, venv, err, out)
 	}
-	install := exec.Command(py, "-m", "pip", "install", "--disable-pip-version-check", "--no-input", "-q", "-r", req)
-	if out, err := install.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("pip install -r %s: %v\n%s", req, err, out)
+	args := append([]string{"-m", "pip", "install", "--disable-pip-version-check", "--no-input", "-q", pipArgs[0], req}, pipArgs[1:]...)
+	if out, err := exec.Command(py, args...).CombinedOutput(); err != nil {
+		return "", fmt.Errorf("pip install %s %s: %v\n%s", strings.Join(pipArgs, " "), req, err, out)
 	}
-	if err := os.WriteFile(done, b, 0o600); err != nil {
+	if mode&0o005 != 0 { // whatever umask pip ran under
+		if out, err := exec.Command("chmod", "-R", "a+rX", venv).CombinedOutput(); err != nil {
+			return "", fmt.Errorf("chmod -R a+rX %s: %v\n%s", venv, err, out)
+		}
+	}
+	if err := os.WriteFile(done, b, 0o644); err != nil {
 		return "", err
 	}
 	return py, nil

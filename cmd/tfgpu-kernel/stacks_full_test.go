@@ -9,3 +9,7 @@ var e2eStacks = []string{stackDebian, stackCurrent}
 // fullSuite: whether this is the full suite (tests that run more cases there
 // say which).
 const fullSuite = true
+
+// identitySpareModes: the full suite walks a kernel through its states
+// (TestKernelIdentityAcrossStates) with the spare kernel on and off.
+var identitySpareModes = []bool{true, false}

@@ -10,3 +10,7 @@ var e2eStacks = []string{stackDebian}
 // fullSuite: whether this is the quick suite (tests that run more cases there
 // say which).
 const fullSuite = false
+
+// identitySpareModes: the quick suite walks a kernel through its states
+// (TestKernelIdentityAcrossStates) with the spare kernel on, the default.
+var identitySpareModes = []bool{true}

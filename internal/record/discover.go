@@ -2,6 +2,7 @@ package record
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -58,10 +59,14 @@ type Supervisor struct {
 type heldDir struct {
 	key     dirKey
 	uid     int
-	link    string           // /proc/PID/fd/N of one holder
-	path    string           // what that link reads
+	links   []string         // /proc/PID/fd/N of each holder, in pid order
+	path    string           // what the first link reads
 	holders map[procKey]bool // the processes holding it
 }
+
+// errHoldersGone: every process found holding a state directory exited,
+// or closed it, before the directory was opened.
+var errHoldersGone = errors.New("no process holds the state directory any more")
 
 type dirKey struct{ dev, ino uint64 }
 
@@ -90,12 +95,13 @@ func heldDirs(sn *cgroup.Snapshot, uid int) []*heldDir {
 		for _, fd := range dirFDs(pid, owner) {
 			h := byKey[fd.key]
 			if h == nil {
-				h = &heldDir{key: fd.key, uid: owner, link: fd.link, path: fd.path, holders: map[procKey]bool{}}
+				h = &heldDir{key: fd.key, uid: owner, path: fd.path, holders: map[procKey]bool{}}
 				byKey[fd.key] = h
 				order = append(order, fd.key)
 			}
 			if h.uid == owner {
 				h.holders[procKey{pid, p.Start}] = true
+				h.links = append(h.links, fd.link)
 			}
 		}
 	}
@@ -137,23 +143,58 @@ func dirFDs(pid, owner int) []dirFD {
 		if unix.Stat(link, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR || int(st.Uid) != owner || st.Mode&0o077 != 0 {
 			continue
 		}
+		// A process's /proc/PID/fd is its owner's and 0500: a tfgpu-kernel
+		// process reading another's descriptors holds one for a moment.
+		// No state directory is on procfs.
+		var fs unix.Statfs_t
+		if unix.Statfs(link, &fs) != nil || fs.Type == unix.PROC_SUPER_MAGIC {
+			continue
+		}
 		out = append(out, dirFD{key: dirKey{uint64(st.Dev), st.Ino}, link: link, path: target})
 	}
 	return out
 }
 
-// open opens the held directory through its holder's descriptor, checking
-// again that it is its user's and private.
+// open opens the held directory through the descriptor of the first of
+// its holders that still holds it, checking again that it is its user's
+// and private. A holder may end, or close the directory and reuse the
+// descriptor, between the scan and the open (a user's ps or doctor: once
+// pids wrap, such a short-lived process may come before the supervisors
+// in pid order), and the directory is still the other holders', its
+// supervisors'. errHoldersGone when none holds it any more.
 func (h *heldDir) open() (*Dir, error) {
-	fd, err := unix.Open(h.link, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	for _, link := range h.links {
+		d, err := h.openLink(link)
+		if errors.Is(err, errNotHeld) {
+			continue
+		}
+		return d, err
+	}
+	return nil, errHoldersGone
+}
+
+// errNotHeld: a holder's descriptor is no longer the directory the scan
+// found: the holder ended (ENOENT), or closed it and reused the
+// descriptor for a file (ENOTDIR) or another directory.
+var errNotHeld = errors.New("no longer held")
+
+// openLink is open through one holder's descriptor.
+func (h *heldDir) openLink(link string) (*Dir, error) {
+	fd, err := unix.Open(link, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) {
+		return nil, errNotHeld
+	}
 	if err != nil {
 		return nil, err
 	}
 	var st unix.Stat_t
-	if unix.Fstat(fd, &st) != nil || int(st.Uid) != h.uid || st.Mode&0o077 != 0 ||
-		(dirKey{uint64(st.Dev), st.Ino}) != h.key {
+	switch {
+	case unix.Fstat(fd, &st) != nil || int(st.Uid) != h.uid || st.Mode&0o077 != 0:
 		unix.Close(fd)
 		return nil, fmt.Errorf("%w: %s changed while it was read", ErrRefused, h.path)
+	case dirKey{uint64(st.Dev), st.Ino} != h.key:
+		unix.Close(fd)
+		return nil, errNotHeld
 	}
 	return &Dir{path: h.path, f: os.NewFile(uintptr(fd), h.path), uid: h.uid}, nil
 }
@@ -182,7 +223,7 @@ func SupervisorDir(st State) (*Dir, error) {
 // s, and returns it open with the record.
 func (s Supervisor) stateDir() (*Dir, State, error) {
 	for _, fd := range dirFDs(s.PID, s.UID) {
-		h := &heldDir{key: fd.key, uid: s.UID, link: fd.link, path: fd.path}
+		h := &heldDir{key: fd.key, uid: s.UID, links: []string{fd.link}, path: fd.path}
 		d, err := h.open()
 		if err != nil {
 			continue
@@ -255,6 +296,9 @@ func Collect(dir string, allUsers bool) (states []State, refusals []error, err e
 			holding[k] = true
 		}
 		d, err := h.open()
+		if errors.Is(err, errHoldersGone) {
+			continue // all of them ended since the scan: no supervisor of it runs
+		}
 		if err != nil {
 			refusals = append(refusals, err)
 			continue
