@@ -90,7 +90,7 @@ func TestSecurityStopOrders(t *testing.T) {
 		t.Fatal(err)
 	}
 	os.Lchown(filepath.Join(bobState, bobID+".stop"), bob.uid, bob.gid)
-	code, out := runAs(t, nil, env, time.Minute, bin, "stop", "--message", "maintenance", bobID)
+	code, out := runAs(t, nil, env, time.Minute, bin, "stop", "--message", "maintenance", bob.name+":"+bobID) // ids are public: root names whose
 	if code != 0 || !strings.Contains(out, "parked by its supervisor") {
 		t.Fatalf("root's stop of bob's kernel (exit %d):\n%s\nbob's supervisor:\n%s", code, out, bobs.logText())
 	}
