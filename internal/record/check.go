@@ -166,8 +166,11 @@ func (st State) checkedInnerDir() (string, error) {
 // Printable replaces control characters, which a record could carry to a
 // terminal as escape sequences, and the characters that reorder or break
 // what a terminal shows (bidirectional overrides such as U+202E, line and
-// paragraph separators, other invisible format characters), with "?".
-func Printable(s string) string {
+// paragraph separators, other invisible format characters), with "?", and
+// cuts what is longer than MaxText bytes, visibly (Cut).
+func Printable(s string) string { return cut(printable(s), MaxText) }
+
+func printable(s string) string {
 	s = strings.ReplaceAll(s, "\n", "; ") // errors.Join's separator
 	return strings.Map(controlToQ, s)
 }

@@ -43,8 +43,10 @@ const maxUserRecords = 16
 const maxHeldRecords = 64
 
 // maxSupervisorFDs bounds the descriptors looked at per process for its
-// state directory (it opens it first thing, so its number is small).
-const maxSupervisorFDs = 64
+// state directory: a supervisor, standby or stub opens it first thing (its
+// number is below 10 after the runtime's own), so a process with more is
+// looked at no further than that.
+const maxSupervisorFDs = 32
 
 // Supervisor is a kernel's supervisor as its record names it.
 type Supervisor struct {
@@ -78,7 +80,7 @@ type procKey struct {
 // heldDirs finds the state directories the live tfgpu-kernel processes of
 // uid (every user's when uid < 0) hold open: directories of the process's
 // owner with no permission for others, each listed once.
-func heldDirs(sn *cgroup.Snapshot, uid int) []*heldDir {
+func heldDirs(sn *cgroup.Snapshot, uid int, spent budgets) []*heldDir {
 	byKey := map[dirKey]*heldDir{}
 	var order []dirKey
 	pids := sn.Pids()
@@ -89,12 +91,15 @@ func heldDirs(sn *cgroup.Snapshot, uid int) []*heldDir {
 			continue
 		}
 		owner := sn.Owner(pid)
-		if owner < 0 || (uid >= 0 && owner != uid) {
+		if owner < 0 || (uid >= 0 && owner != uid) || !spent.of(owner).proc() {
 			continue
 		}
 		for _, fd := range dirFDs(pid, owner) {
 			h := byKey[fd.key]
 			if h == nil {
+				if !spent.of(owner).dir() {
+					continue
+				}
 				h = &heldDir{key: fd.key, uid: owner, path: fd.path, holders: map[procKey]bool{}}
 				byKey[fd.key] = h
 				order = append(order, fd.key)
@@ -251,6 +256,9 @@ func (d *Dir) stateOf(id string) (State, error) {
 	if st.KernelID != id {
 		return State{}, refused("%s: holds kernel %s, not the kernel its name says", filepath.Join(d.path, name), Printable(st.KernelID))
 	}
+	if err := st.bound(); err != nil {
+		return State{}, refused("%s: %v", filepath.Join(d.path, name), err)
+	}
 	st.Owner, st.Dir = d.uid, d.path
 	if a, err := d.readActivity(st); err == nil {
 		st.Activity = &a
@@ -291,7 +299,9 @@ func Collect(dir string, allUsers bool) (states []State, refusals []error, err e
 	if !allUsers {
 		only = os.Geteuid()
 	}
-	for _, h := range heldDirs(sn, only) {
+	spent := budgets{}
+	defer func() { refusals = append(refusals, spent.refusals()...) }()
+	for _, h := range heldDirs(sn, only, spent) {
 		for k := range h.holders {
 			holding[k] = true
 		}
@@ -303,7 +313,7 @@ func Collect(dir string, allUsers bool) (states []State, refusals []error, err e
 			refusals = append(refusals, err)
 			continue
 		}
-		sts, ref, err := d.statesUpTo(maxHeldRecords)
+		sts, ref, err := d.statesUpTo(maxHeldRecords, spent.of(h.uid))
 		d.Close()
 		refusals = append(refusals, ref...)
 		if err != nil {
@@ -326,7 +336,7 @@ func Collect(dir string, allUsers bool) (states []State, refusals []error, err e
 	}
 	dirs, _ := filepath.Glob("/run/user/*/tfgpu-kernel")
 	for _, d := range uniqueDirs(dir, dirs)[1:] {
-		sts, ref, err := readUserStates(d)
+		sts, ref, err := readUserStates(d, spent)
 		refusals = append(refusals, ref...)
 		if err != nil {
 			refusals = append(refusals, err)
@@ -351,29 +361,38 @@ func Collect(dir string, allUsers bool) (states []State, refusals []error, err e
 }
 
 // readUserStates reads the records of another user's directory d, at most
-// maxUserRecords of them.
-func readUserStates(dir string) ([]State, []error, error) {
+// maxUserRecords of them, within what its owner's share (spent) leaves.
+func readUserStates(dir string, spent budgets) ([]State, []error, error) {
 	d, err := OpenDir(dir, false, true)
 	if err != nil {
 		return nil, nil, err
 	}
 	defer d.Close()
-	return d.statesUpTo(maxUserRecords)
+	return d.statesUpTo(maxUserRecords, spent.of(d.uid))
 }
 
-// statesUpTo is States, reading at most max records.
-func (d *Dir) statesUpTo(max int) ([]State, []error, error) {
-	names, err := d.namesUpTo(".json", max+1)
+// statesUpTo is States, reading at most max records, and no more than the
+// owner's share s leaves (nil: no share to keep).
+func (d *Dir) statesUpTo(max int, s *spend) ([]State, []error, error) {
+	limit := max
+	if s != nil {
+		limit = min(max, s.recordsLeft())
+	}
+	names, err := d.namesUpTo(".json", limit+1)
 	if err != nil {
 		return nil, nil, err
 	}
 	var ref []error
-	if len(names) > max {
+	if len(names) > limit {
 		// In the directory's order, the rest unread: a flood hides only its
 		// planter's own.
-		ref = append(ref, refused("%s: more than %d records, more than a user's kernels: read %d of them", d.path, max, max))
-		names = names[:max]
+		if limit == max {
+			ref = append(ref, refused("%s: more than %d records, more than a user's kernels: read %d of them", d.path, max, max))
+		} else if s != nil {
+			s.ranOut(fmt.Sprintf("%d records", uidMaxRecords))
+		}
+		names = names[:limit]
 	}
-	sts, r := d.statesNamed(names)
+	sts, r := d.statesNamed(names, s)
 	return sts, append(ref, r...), nil
 }

@@ -170,10 +170,15 @@ func ParseSpare(b []byte, id string) (*Spare, error) {
 		return nil, fmt.Errorf("%s: data after the record: %w", SpareName(id), ErrRefused)
 	case sp.KernelID != id:
 		return nil, fmt.Errorf("%s names kernel %q: %w", SpareName(id), Printable(sp.KernelID), ErrRefused)
-	case len(sp.Off) > spareMaxOff || len(sp.Preload) > spareMaxPreload:
+	case len(sp.Off) > spareMaxOff || len(sp.Preload) > spareMaxPreload || len(sp.Cgroup) > maxPath || len(sp.MemoryCgroup) > maxPath:
 		return nil, fmt.Errorf("%s: over its bounds: %w", SpareName(id), ErrRefused)
 	case sp.Off == "" && sp.GPU:
 		return nil, fmt.Errorf("%s: gpu without a reason: %w", SpareName(id), ErrRefused)
+	}
+	for _, m := range sp.Preload {
+		if len(m) > maxWord*4 { // run's --preload takes dotted names
+			return nil, fmt.Errorf("%s: a preloaded module's name over its bound: %w", SpareName(id), ErrRefused)
+		}
 	}
 	return &sp, nil
 }

@@ -154,22 +154,31 @@ func (d *Dir) States() ([]State, []error, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("read states: %w", err)
 	}
-	out, refusals := d.statesNamed(names)
+	out, refusals := d.statesNamed(names, nil)
 	return out, refusals, nil
 }
 
-// statesNamed reads the records of d named names, checked as States says.
-func (d *Dir) statesNamed(names []string) ([]State, []error) {
+// statesNamed reads the records of d named names, checked as States says,
+// each taken from the owner's share s as it is read (nil: none to keep);
+// once the share is spent the rest are not read.
+func (d *Dir) statesNamed(names []string, s *spend) ([]State, []error) {
 	var out []State
 	var refusals []error
 	for _, name := range names {
 		path := filepath.Join(d.path, name)
+		if !ValidKernelID(strings.TrimSuffix(name, ".json")) {
+			refusals = append(refusals, refused("%s: not named after a kernel id of the shape supervisors write", path))
+			continue
+		}
 		b, err := d.read(name)
 		if err != nil {
 			if !errors.Is(err, os.ErrNotExist) {
 				refusals = append(refusals, refusedFile(path, err))
 			}
 			continue
+		}
+		if s != nil && !s.record(len(b)) {
+			break
 		}
 		var st State
 		switch {
@@ -180,6 +189,10 @@ func (d *Dir) statesNamed(names []string) ([]State, []error) {
 			continue
 		case stateName(st.KernelID) != name:
 			refusals = append(refusals, refused("%s: holds kernel %s, not the kernel its name says", path, st.KernelID))
+			continue
+		}
+		if err := st.bound(); err != nil {
+			refusals = append(refusals, refused("%s: %v", path, err))
 			continue
 		}
 		st.Owner, st.Dir = d.uid, d.path
