@@ -162,7 +162,7 @@ say "building tfgpu-kernel $ver with $(go version | cut -d' ' -f3) and $cc"
 # start on hosts without libnvidia-ml (docs/design.md#gpu-confirmation).
 # nvml.h marks many functions deprecated; go-nvml's cgo would warn on each.
 CGO_ENABLED=1 CC="$cc" CGO_CFLAGS="${CGO_CFLAGS:--O2 -g} -Wno-deprecated-declarations" go build -trimpath \
-	-ldflags "-X main.version=$ver -extldflags=-Wl,-z,lazy" \
+	-ldflags "-X main.stamped=$ver -extldflags=-Wl,-z,lazy" \
 	-o "$build/tfgpu-kernel" ./cmd/tfgpu-kernel </dev/null
 
 # --- install ---------------------------------------------------------------
