@@ -28,7 +28,9 @@ Builds tfgpu-kernel (Go, cgo) and installs it with the Jupyter kernelspec
                   status bar, a notification after Restart and Shut Down):
                   'PYTHON -m pip install ./labextension' into the Python
                   that runs JupyterLab; builds with npm (needs npm and the
-                  npm registry, once). With --uninstall: pip uninstall.
+                  npm registry, once). Not as root: it says how to build the
+                  wheel as a user and install that. With --uninstall: pip
+                  uninstall.
   --no-deps       never run apt-get
   --uninstall     remove what that install wrote: the kernelspec (only one
                   tfgpu-kernel wrote) and the binary; give the same --user,
@@ -42,6 +44,11 @@ Builds tfgpu-kernel (Go, cgo) and installs it with the Jupyter kernelspec
 
 Running it again upgrades: the binary is rebuilt, and the kernelspec keeps
 its Python, run flags, --env and display name unless given again.
+
+The build uses go.sum's modules and the local Go only: no go.work, no
+GOFLAGS, GOPROXY or 'go env -w' settings (docs/design.md#install). As
+root it refuses a checkout, a directory above it, a Go cache or a
+toolchain another user could change, naming it.
 
 If no Python imports ipykernel: as root, Debian's packages are installed
 with apt-get for /usr/bin/python3 (never for a venv or conda env); otherwise
@@ -83,6 +90,16 @@ root=0
 [ "$(id -u)" -eq 0 ] && root=1
 if [ "$mode" = system ] && [ $root -eq 0 ]; then
 	die "--system installs for every user of this machine: run it as root (sudo ./install.sh --system)"
+fi
+# Building the extension runs code from PyPI (pip's build backends, at
+# whatever version is newest) and from npm (its packages' install scripts,
+# the builder): never as root. A wheel installs without running any code
+# of the package, so root installs the wheel a user built.
+lab_wheel_steps() {
+	printf "as yourself, in a checkout of yours: '%s -m pip wheel --no-deps -w ~/tfgpu-lab ./labextension' (npm builds it); then 'sudo %s -m pip install --only-binary :all: ~/tfgpu-lab/tfgpu_kernel_lab-*.whl'" "$1" "$1"
+}
+if [ -n "$lab" ] && [ $uninstall -eq 0 ] && [ $root -eq 1 ]; then
+	die "--lab as root would run npm's and PyPI's build code (packages' install scripts included) as root; nothing installed. Leave --lab out, and for the extension: $(lab_wheel_steps "$lab")"
 fi
 default_prefix="$HOME/.local"
 [ $root -eq 1 ] && default_prefix=/usr/local
@@ -138,6 +155,7 @@ if [ $uninstall -eq 1 ]; then
 fi
 
 cd "$(dirname "$(readlink -f "$0")")"
+src=$PWD
 
 # --- toolchain -------------------------------------------------------------
 if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then
@@ -153,16 +171,124 @@ sudo="sudo "
 [ $root -eq 1 ] && sudo=""
 [ -n "$cc" ] || die "no C compiler (cgo needs one for NVML); install it: ${sudo}apt-get install -y gcc"
 
+# --- what the build reads ----------------------------------------------------
+# Every go command runs in this environment and no other (issue 33): what is
+# built is this checkout and the modules go.sum pins, with the local Go.
+#   GOENV=off        no 'go env -w' file: its GOFLAGS, GOWORK, GOPROXY… are not read
+#   GOWORK=off       no go.work: Go looks for one in every directory above the
+#                    checkout, and anyone may write /tmp/go.work (its replace
+#                    directives would build another user's code into the binary)
+#   GOFLAGS empty    -mod=mod, -modfile and -overlay take sources from elsewhere;
+#                    -mod=readonly is given below: go.mod and go.sum as checked in
+#   GOTOOLCHAIN=local  no toolchain download, no go1.N found on PATH
+#   GOPROXY, GOSUMDB Go's defaults: a fresh box downloads the modules once;
+#                    what it gets must match go.sum whoever serves it
+#   CGO_CFLAGS       fixed: -include or -fplugin would add code
+# GOCACHE, GOMODCACHE and GOPATH (where the caches are) and CC are honoured;
+# as root the caches must be root's (checked below).
+goenv=(env -i "PATH=$PATH" "HOME=$HOME" GOENV=off GOWORK=off GOFLAGS= GOTOOLCHAIN=local
+	GOPROXY=https://proxy.golang.org,direct GOSUMDB=sum.golang.org)
+for k in GOCACHE GOMODCACHE GOPATH; do
+	[ -z "${!k:-}" ] || goenv+=("$k=${!k}")
+done
+gorun() { "${goenv[@]}" go "$@"; }
+ignored=()
+for k in $(compgen -e); do
+	case "$k" in
+	GOCACHE | GOMODCACHE | GOPATH) ;;
+	GO* | CGO_*) ignored+=("$k") ;;
+	esac
+done
+goenvfile=${GOENV:-${XDG_CONFIG_HOME:-$HOME/.config}/go/env}
+if [ "$goenvfile" != off ] && [ -s "$goenvfile" ]; then
+	ignored+=("$goenvfile (go env -w)")
+fi
+if [ ${#ignored[@]} -gt 0 ]; then
+	say "the build ignores $(printf '%s, ' "${ignored[@]}" | sed 's/, $//'): it builds this checkout with go.sum's modules and the local Go"
+fi
+
+# As root, whatever the build reads must be root's: the checkout and every
+# file in it, the Go toolchain and the caches, each writable by no one else,
+# and the directories above them writable by no one else but with the
+# sticky bit (/tmp: others may add files there, a go.work too, but cannot
+# replace root's). The user who ran sudo counts as root, as git's
+# safe.directory counts them: they can become root anyway.
+if [ $root -eq 1 ]; then
+	trusted=(0)
+	case "${SUDO_UID:-}" in "" | 0 | *[!0-9]*) ;; *) trusted+=("$SUDO_UID") ;; esac
+	trusted_uid() {
+		local u
+		for u in "${trusted[@]}"; do [ "$1" = "$u" ] && return 0; done
+		return 1
+	}
+	writers() { # who besides the owner may write under the octal mode $1
+		case $((8#$1 & 8#022)) in
+		$((8#022))) echo "its group and everyone" ;;
+		$((8#020))) echo "its group" ;;
+		*) echo "everyone" ;;
+		esac
+	}
+	refuse() { # refuse PATH ROLE WHY FIX
+		die "refusing to build as root: $1 ($2) $3, so another user could change what root builds and installs; $4"
+	}
+	fix_clone="build from a checkout of root's own (as root: git clone into /usr/local/src)"
+	# check_path P ROLE FIX: P and every directory above it, as written
+	# and with links resolved. P may not exist yet (a cache): then the
+	# nearest directory that does is P.
+	check_path() {
+		local p=$1 role=$2 fix=$3 self=1 uid mode
+		case "$p" in /*) ;; *) die "$role is '$p', not an absolute path" ;; esac
+		while [ ! -e "$p" ] && [ ! -L "$p" ]; do p=$(dirname -- "$p"); done
+		while :; do
+			read -r uid mode < <(stat -c '%u %a' -- "$p")
+			trusted_uid "$uid" || refuse "$p" "$role" "belongs to $(stat -c %U -- "$p") (uid $uid)" "$fix"
+			if [ ! -L "$p" ] && (((8#$mode & 8#022) != 0)); then
+				if [ $self -eq 1 ]; then
+					refuse "$p" "$role" "is writable by $(writers "$mode") (mode $(printf %04d "$mode"))" "chmod go-w $p, or $fix"
+				elif (((8#$mode & 8#1000) == 0)); then
+					refuse "$p" "a directory above $role" "is writable by $(writers "$mode") (mode $(printf %04d "$mode")) without the sticky bit" "chmod go-w $p, or $fix"
+				fi
+			fi
+			[ "$p" != / ] || break
+			p=$(dirname -- "$p")
+			self=0
+		done
+		local real
+		real=$(readlink -m -- "$1")
+		[ "$real" = "$1" ] || check_path "$real" "$role" "$fix"
+	}
+	check_path "$src" "the checkout" "$fix_clone"
+	notours=()
+	for u in "${trusted[@]}"; do notours+=(! -uid "$u"); done
+	bad=$(find "$src" \( "${notours[@]}" \) -print -quit)
+	[ -z "$bad" ] || refuse "$bad" "in the checkout" "belongs to $(stat -c %U -- "$bad") (uid $(stat -c %u -- "$bad"))" "$fix_clone"
+	bad=$(find "$src" ! -type l -perm /022 -print -quit)
+	[ -z "$bad" ] || refuse "$bad" "in the checkout" "is writable by $(writers "$(stat -c %a -- "$bad")") (mode $(printf %04d "$(stat -c %a -- "$bad")"))" "chmod -R go-w $src, or $fix_clone"
+	while IFS= read -r -d '' l; do
+		case "$(readlink -m -- "$l")" in
+		"$src"/*) ;;
+		*) refuse "$l" "in the checkout" "is a link out of it, to $(readlink -- "$l")" "$fix_clone" ;;
+		esac
+	done < <(find "$src" -type l -print0)
+	check_path "$(gorun env GOROOT)" "the Go toolchain, GOROOT" "install Go as root (https://go.dev/dl/ into /usr/local/go)"
+	check_path "$(gorun env GOCACHE)" "the Go build cache, GOCACHE" "set GOCACHE to a directory of root's (unset, it is ~/.cache/go-build)"
+	check_path "$(gorun env GOMODCACHE)" "the Go module cache, GOMODCACHE" "set GOMODCACHE to a directory of root's (unset, it is ~/go/pkg/mod)"
+fi
+
 # --- build -----------------------------------------------------------------
-ver=$(git describe --always --dirty 2>/dev/null || echo dev)
+# git looks for a repository in the directories above too (/tmp/.git is
+# anyone's): only this checkout's.
+ver=$(GIT_CEILING_DIRECTORIES=$(dirname "$src") git -C "$src" describe --always --dirty 2>/dev/null || echo dev)
 build=$(mktemp -d)
 trap 'rm -rf "$build"' EXIT
-say "building tfgpu-kernel $ver with $(go version | cut -d' ' -f3) and $cc"
+say "building tfgpu-kernel $ver with $(gorun version | cut -d' ' -f3) and $cc"
 # -z lazy: go-nvml resolves NVML symbols at first use, so the binary must
 # start on hosts without libnvidia-ml (docs/design.md#gpu-confirmation).
 # nvml.h marks many functions deprecated; go-nvml's cgo would warn on each.
-CGO_ENABLED=1 CC="$cc" CGO_CFLAGS="${CGO_CFLAGS:--O2 -g} -Wno-deprecated-declarations" go build -trimpath \
-	-ldflags "-X main.version=$ver -extldflags=-Wl,-z,lazy" \
+# -buildvcs=false: the version is git describe's, above.
+"${goenv[@]}" CGO_ENABLED=1 CC="$cc" CGO_CFLAGS="-O2 -g -Wno-deprecated-declarations" \
+	go build -mod=readonly -trimpath -buildvcs=false \
+	-ldflags "-X main.stamped=$ver -extldflags=-Wl,-z,lazy" \
 	-o "$build/tfgpu-kernel" ./cmd/tfgpu-kernel </dev/null
 
 # --- install ---------------------------------------------------------------
@@ -237,6 +363,8 @@ cat <<EOF
 Done. Next: run 'jupyter console --kernel tfgpu', or pick "TF-GPU (clean restart)"
 in Jupyter's kernel list. Upgrade: './install.sh$again' again. Remove: './install.sh --uninstall$again'.
 EOF
-if [ -z "$lab" ]; then
+if [ -z "$lab" ] && [ $root -eq 1 ]; then
+	echo "The GPU in JupyterLab's status bar: $(lab_wheel_steps PYTHON), PYTHON the one that runs JupyterLab."
+elif [ -z "$lab" ]; then
 	echo "The GPU in JupyterLab's status bar: './install.sh$again --lab PYTHON', PYTHON the one that runs JupyterLab (npm builds it)."
 fi

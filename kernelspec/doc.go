@@ -67,4 +67,13 @@
 // wrote; a missing directory is reported as an error wrapping
 // fs.ErrNotExist. Names are validated (and lower-cased) as jupyter_client
 // does: [a-z0-9._-]+, case-insensitive.
+//
+// A kernelspec for every user (Dest System, root only) is root's whole:
+// the supervisor, the Python or wrapped program (CheckSystemWide), a
+// wrapped kernel.json and the directory it and the copied logos,
+// kernel.js and kernel.css are in, every directory above (checkRootsAlone),
+// each file copied (checked on the file opened), and every absolute path in
+// the written argv and env values (checkSystemWidePaths: PYTHONPATH,
+// LD_LIBRARY_PATH…) must be root's and writable by no one else; checked in
+// plan, before anything is written, at install and at every upgrade.
 package kernelspec

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 )
 
@@ -95,6 +94,9 @@ func plan(o Options) (Result, map[string]specFile, error) {
 		if err := checkSystemWideKernel(*f); err != nil {
 			return Result{}, nil, err
 		}
+		if err := checkSystemWideSpec(*f); err != nil {
+			return Result{}, nil, err
+		}
 	}
 	name, err := NormalizeName(o.Name)
 	if err != nil {
@@ -108,7 +110,7 @@ func plan(o Options) (Result, map[string]specFile, error) {
 			return Result{}, nil, err
 		}
 		var other map[string]specFile
-		if logos, other, err = f.resources(); err != nil {
+		if logos, other, err = f.resources(o.Dest == System); err != nil {
 			return Result{}, nil, err
 		}
 		for n, b := range other {
@@ -116,6 +118,11 @@ func plan(o Options) (Result, map[string]specFile, error) {
 		}
 	} else if kj, err = KernelJSON(o, py); err != nil {
 		return Result{}, nil, err
+	}
+	if o.Dest == System {
+		if err := checkSystemWidePaths(kj); err != nil {
+			return Result{}, nil, err
+		}
 	}
 	files["kernel.json"] = specFile{data: kj, mode: 0o644}
 	if len(logos) == 0 {
@@ -196,39 +203,6 @@ func ourLogos() (map[string]specFile, error) {
 		m[n] = specFile{data: b, mode: 0o644}
 	}
 	return m, nil
-}
-
-// ErrNotRoot means a system-wide install was asked for by another user.
-var ErrNotRoot = errors.New("only root installs for every user")
-
-// checkSystemWideInstall refuses a system-wide install by anyone but root,
-// or of a binary a user could change (checked before anything is run).
-func checkSystemWideInstall(o Options) error {
-	if os.Geteuid() != 0 {
-		return fmt.Errorf("%w: --system writes %s (run it as root: sudo tfgpu-kernel install --system)",
-			ErrNotRoot, filepath.Join(SystemDataDir, "kernels"))
-	}
-	if err := CheckSystemWide(o.Binary); err != nil {
-		return invalid(nil, "the supervisor %s cannot serve every user: %v (install it in /usr/local/bin: ./install.sh --system)", o.Binary, err)
-	}
-	return nil
-}
-
-// checkSystemWideKernel refuses to wrap, for every user, a kernel whose
-// program a user could change (a venv or conda env in a home directory).
-func checkSystemWideKernel(f Foreign) error {
-	prog := f.Argv[0]
-	if f.Python != "" && barePython.MatchString(prog) {
-		prog = f.Python
-	}
-	abs, err := exec.LookPath(prog)
-	if err == nil {
-		err = CheckSystemWide(abs)
-	}
-	if err != nil {
-		return invalid(nil, "kernelspec %q runs %s, which cannot serve every user: %v", f.Name, prog, err)
-	}
-	return nil
 }
 
 // mkdirAll makes dir and its missing parents 0755 whatever the umask

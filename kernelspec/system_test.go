@@ -77,9 +77,9 @@ func TestCheckSystemWide(t *testing.T) {
 		{"a root link into a user's directory", toUsers, "owned by uid 65534"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := checkChain(tc.path, top)
+			err := checkChain(tc.path, top, true)
 			if real, rerr := filepath.EvalSymlinks(tc.path); err == nil && rerr == nil && real != tc.path {
-				err = checkChain(real, top)
+				err = checkChain(real, top, true)
 			}
 			if tc.want == "" {
 				if err != nil {
@@ -128,5 +128,38 @@ func TestInstallDirectoriesIgnoreTheUmask(t *testing.T) {
 	fi, err := os.Stat(filepath.Join(res.Dir, "kernel.json"))
 	if err != nil || fi.Mode().Perm() != 0o644 {
 		t.Errorf("kernel.json: %v %v, want 0644", fi.Mode(), err)
+	}
+}
+
+// Every absolute path in a system-wide kernelspec's argv and env values
+// (list elements, a flag's value after '=') is checked; other values are
+// not paths. /tmp, which everyone can write, stands for a user's place.
+func TestCheckSystemWidePaths(t *testing.T) {
+	if fi, err := os.Stat("/tmp"); err != nil || fi.Mode().Perm()&0o002 == 0 {
+		t.Skipf("needs a world-writable /tmp: %v", err)
+	}
+	for _, tc := range []struct {
+		value, want string // want: "" accepted, else the path refused
+	}{
+		{"0", ""},
+		{"true", ""},
+		{"lib:relative/dir", ""},
+		{"/usr/bin:/bin", ""},
+		{"/usr/lib/no-such-dir/lib64", ""}, // root's nearest directory: only root can make it
+		{"/usr/bin:/tmp/bob/lib", "/tmp is writable"},
+		{"--xla_gpu_cuda_data_dir=/tmp/cuda", "/tmp is writable"},
+		{"a,/tmp;b", "/tmp is writable"},
+	} {
+		err := checkPathsIn(tc.value)
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%q refused: %v", tc.value, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%q: err = %v, want %q", tc.value, err, tc.want)
+		}
+	}
+	kj := []byte(`{"argv": ["/usr/bin/python3", "-f", "{connection_file}"], "env": {"A": "1", "PYTHONPATH": "/usr/lib:/tmp/x"}}`)
+	if err := checkSystemWidePaths(kj); err == nil || !strings.Contains(err.Error(), "env PYTHONPATH=/usr/lib:/tmp/x cannot serve every user: /tmp is writable") {
+		t.Errorf("PYTHONPATH into /tmp: %v", err)
 	}
 }

@@ -263,8 +263,11 @@ const maxResource = 4 << 20
 // regular files are copied, never through a link (opened with O_NOFOLLOW:
 // a link planted as logo-64x64.png → /etc/shadow would have root copy the
 // secret into a kernelspec every user can read), and a copy is never
-// readable by more than its original (mode: theirs, at most 0644).
-func (f Foreign) resources() (logos, other map[string]specFile, err error) {
+// readable by more than its original (mode: theirs, at most 0644). With
+// rootsOnly (a kernelspec for every user) each file copied must be root's
+// and writable by no one else, judged on the file opened: kernel.js runs
+// in every user's Notebook page.
+func (f Foreign) resources(rootsOnly bool) (logos, other map[string]specFile, err error) {
 	ents, err := os.ReadDir(f.Dir)
 	if err != nil {
 		return nil, nil, fmt.Errorf("read kernelspec %q: %w", f.Name, err)
@@ -277,14 +280,19 @@ func (f Foreign) resources() (logos, other map[string]specFile, err error) {
 			continue
 		}
 		p := filepath.Join(f.Dir, n)
-		b, mode, err := readRegular(p)
+		b, fi, err := readRegular(p)
 		if errors.Is(err, errNotRegular) {
 			continue // a link, a directory, a fifo: not copied
 		}
 		if err != nil {
 			return nil, nil, fmt.Errorf("copy %s: %w", p, err)
 		}
-		sf := specFile{data: b, mode: mode.Perm() & 0o644}
+		if rootsOnly {
+			if err := rootsAlone(p, fi); err != nil {
+				return nil, nil, invalid(nil, "kernelspec %q cannot serve every user: %v", f.Name, err)
+			}
+		}
+		sf := specFile{data: b, mode: fi.Mode().Perm() & 0o644}
 		if isLogo {
 			logos[n] = sf
 		} else {
@@ -297,31 +305,31 @@ func (f Foreign) resources() (logos, other map[string]specFile, err error) {
 var errNotRegular = errors.New("not a regular file")
 
 // readRegular reads p, which must be a regular file (not a link to one),
-// of at most maxResource bytes, and returns its mode.
-func readRegular(p string) ([]byte, os.FileMode, error) {
+// of at most maxResource bytes, and returns what fstat says of it.
+func readRegular(p string) ([]byte, fs.FileInfo, error) {
 	fd, err := syscall.Open(p, syscall.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
 	if errors.Is(err, syscall.ELOOP) {
-		return nil, 0, errNotRegular
+		return nil, nil, errNotRegular
 	}
 	if err != nil {
-		return nil, 0, err
+		return nil, nil, err
 	}
 	file := os.NewFile(uintptr(fd), p)
 	defer file.Close()
 	fi, err := file.Stat()
 	switch {
 	case err != nil:
-		return nil, 0, err
+		return nil, nil, err
 	case !fi.Mode().IsRegular():
-		return nil, 0, errNotRegular
+		return nil, nil, errNotRegular
 	case fi.Size() > maxResource:
-		return nil, 0, fmt.Errorf("%d bytes, more than a kernelspec resource has (%d)", fi.Size(), maxResource)
+		return nil, nil, fmt.Errorf("%d bytes, more than a kernelspec resource has (%d)", fi.Size(), maxResource)
 	}
 	b, err := io.ReadAll(io.LimitReader(file, maxResource+1))
 	if err == nil && len(b) > maxResource {
 		err = fmt.Errorf("more than %d bytes", maxResource)
 	}
-	return b, fi.Mode(), err
+	return b, fi, err
 }
 
 // oneLine joins a multi-line message so an error stays one line on stderr.

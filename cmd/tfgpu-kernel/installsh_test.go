@@ -192,3 +192,35 @@ func TestInstallScriptAdvisesTheVenvsPip(t *testing.T) {
 		})
 	}
 }
+
+// copyRepo copies the repository's files (tracked, and new ones git does
+// not ignore) to dst, readable by everyone: what a user clones.
+func copyRepo(t *testing.T, dst string) {
+	t.Helper()
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("git", "-C", root, "ls-files", "-z", "--cached", "--others", "--exclude-standard").Output()
+	if err != nil {
+		t.Fatalf("git ls-files: %v", err)
+	}
+	for _, rel := range strings.Split(strings.TrimSuffix(string(out), "\x00"), "\x00") {
+		src := filepath.Join(root, rel)
+		fi, err := os.Lstat(src)
+		if err != nil || !fi.Mode().IsRegular() {
+			continue // deleted in the work tree, or a link
+		}
+		p := filepath.Join(dst, rel)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, b, fi.Mode().Perm()|0o444); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

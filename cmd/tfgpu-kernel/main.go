@@ -6,10 +6,14 @@ import (
 	"runtime/debug"
 )
 
-// version is set at build time with -ldflags "-X main.version=..."
-// (install.sh sets `git describe`); a plain `go build` in a checkout says
-// "dev" and the commit the toolchain recorded.
-var version = buildVersion("dev", debug.ReadBuildInfo)
+// stamped is set at build time with -ldflags "-X main.stamped=..."
+// (install.sh sets `git describe`). The linker sets only a variable
+// initialised with a constant, so version, which calls a function, cannot
+// be the one stamped: a plain `go build` in a checkout says "dev" and the
+// commit the toolchain recorded.
+var stamped = "dev"
+
+var version = buildVersion(stamped, debug.ReadBuildInfo)
 
 // buildVersion is v, or "dev (COMMIT[, modified])" from the build's VCS
 // stamp when v is "dev".
