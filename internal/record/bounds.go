@@ -40,8 +40,9 @@ func cut(s string, max int) string {
 	if len(s) <= max {
 		return s
 	}
-	mark := "…(+" + strconv.Itoa(len(s)-max) + " bytes)"
-	n := max - len(mark)
+	// The mark says how many bytes were left out; the count is made for
+	// the longest mark (fewest bytes kept), so the cut never passes max.
+	n := max - len("…(+"+strconv.Itoa(len(s))+" bytes)")
 	if n < 0 {
 		n = 0
 	}

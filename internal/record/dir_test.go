@@ -8,6 +8,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/tfgpu/tfgpu-kernel/cgroup"
 	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
@@ -283,5 +284,40 @@ func TestPrintable(t *testing.T) {
 		if got := Printable(in); got != want {
 			t.Errorf("Printable(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// What a user wrote is also cut to size, visibly, at a character
+// boundary, the mark within the size and saying how much was left out
+// (issue 33).
+func TestCut(t *testing.T) {
+	for _, tc := range []struct {
+		in  string
+		max int
+	}{
+		{"short", 10},
+		{"exactly10!", 10},
+		{strings.Repeat("a", 100), 30},
+		{strings.Repeat("a", 1000), 30},
+		{strings.Repeat("é", 50), 30},
+		{"x\u202e" + strings.Repeat("b", 100), 30},
+		{strings.Repeat("z", 5000), MaxName},
+	} {
+		got := Cut(tc.in, tc.max)
+		p := printable(tc.in)
+		if len(p) <= tc.max {
+			if got != p {
+				t.Errorf("Cut(%.20q, %d) = %q, want it whole", tc.in, tc.max, got)
+			}
+			continue
+		}
+		kept, mark, ok := strings.Cut(got, "…(+")
+		if !ok || len(got) > tc.max || !utf8.ValidString(got) || !strings.HasPrefix(p, kept) ||
+			mark != strconv.Itoa(len(p)-len(kept))+" bytes)" {
+			t.Errorf("Cut(%.20q…, %d) = %q (%d bytes): want a prefix, the bytes left out, within %d", tc.in, tc.max, got, len(got), tc.max)
+		}
+	}
+	if got := Printable(strings.Repeat("p", 5000)); len(got) > MaxText || !strings.HasSuffix(got, "bytes)") {
+		t.Errorf("Printable of 5000 bytes is %d bytes", len(got))
 	}
 }
