@@ -83,12 +83,25 @@ func (s *supervisor) startIdentityKeeper() {
 }
 
 // leaveIdentities is the stop's write: each identity held now is kept
-// for ReserveFor from now, for the next supervisor.
-func (s *supervisor) leaveIdentities() {
-	if k := s.identities; k != nil {
-		k.stop()
-		k.write(zmtp.ReserveFor, true)
+// for ReserveFor from now, for the next supervisor; or, when the kernel
+// ends for good (shut down, its server gone: no next supervisor comes),
+// the file is removed.
+func (s *supervisor) leaveIdentities(forGood bool) {
+	k := s.identities
+	if k == nil {
+		return
 	}
+	k.stop()
+	if forGood {
+		k.mu.Lock()
+		k.left = true
+		k.mu.Unlock()
+		if err := k.dir.WriteIdentities(k.id, nil, time.Now()); err != nil { // nothing: removed
+			k.log.Debug("cannot remove the routing identities file", "err", err)
+		}
+		return
+	}
+	k.write(zmtp.ReserveFor, true)
 }
 
 func (k *identityKeeper) run() {

@@ -145,7 +145,7 @@ func (s *supervisor) loop(ctx context.Context, exited <-chan cgroup.ExitStatus) 
 				s.interrupt()
 			case parentDeathSignal:
 				if parentGone() {
-					return s.stop(cause{reason: "the Jupyter server is gone", request: req})
+					return s.stop(cause{reason: "the Jupyter server is gone", request: req, serverGone: true})
 				}
 			case parkSignal:
 				if req == nil { // a shutdown being served goes on

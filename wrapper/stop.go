@@ -31,6 +31,9 @@ type cause struct {
 	died    bool               // the kernel exited unasked: tell its cell, exit with its code
 	gpuOver *gpuUse            // the tree was over its GPU memory limit
 	park    *record.Order      // keep the kernel's place: a fresh kernel on the next request (park.go)
+	// serverGone: the process that started the supervisor (Jupyter's
+	// server) is gone: nobody will start the kernel again.
+	serverGone bool
 }
 
 // code is the exit code of a stop whose kernel died: its own, or
@@ -43,6 +46,10 @@ func (c cause) code() int {
 }
 
 func (c cause) restart() bool { return c.request != nil && c.request.Restart }
+
+// forGood reports whether no next supervisor of the kernel comes: it was
+// shut down (not restarted), or its server is gone.
+func (c cause) forGood() bool { return (c.request != nil && !c.request.Restart) || c.serverGone }
 
 // jupyterKillAfter is when jupyter_client SIGKILLs a kernel process after
 // shutdown_request (its shutdown_wait_time, 5 s), less a margin.
@@ -106,10 +113,11 @@ func (s *supervisor) stop(c cause) int {
 	if !s.outer.Drain(drain) {
 		s.log.Debug("clients did not take the last messages in time", "waited", drain)
 	}
-	// On every stop: a restart's next supervisor comes at once, a dead
-	// kernel's from Jupyter's restarter, and a shut-down kernel's file
-	// expires (identities.go).
-	s.leaveIdentities()
+	// A restart's next supervisor comes at once, a dead kernel's from
+	// Jupyter's restarter, and after a signal one may (stop --exit); a
+	// shut-down kernel's, or one whose server is gone, never does
+	// (identities.go).
+	s.leaveIdentities(c.forGood())
 	if c.died {
 		return c.code()
 	}

@@ -240,23 +240,26 @@ func validPeerKey(k string) bool {
 
 // SweepIdentities removes the identities files no supervisor will take:
 // those of other kernels than keep (the caller's, read as it bound its
-// ports) whose supervisor is not alive, once every entry expired or the
-// file does not check out. Files that are not the directory owner's are
+// ports) that have neither a live supervisor nor a waiting standby here.
+// A kernel's next supervisor reads its file as it binds, before its own
+// sweep, within a second of the last one's end (jupyter_client launches
+// it at once; its restarter within 3 s of a death); so a sweep only takes
+// a file from that kernel when another kernel starts in this directory in
+// that very moment (then the next supervisor starts with no identities
+// kept, as before #32). What a kernel left as it ended for good (a SIGKILL
+// after a shutdown, a scancel) goes with the next start of any kernel
+// here, as its record does. Files that are not the directory owner's are
 // not its to judge. It returns how many went.
 func (d *Dir) SweepIdentities(keep string, now time.Time) int {
 	n := 0
 	names, _ := d.names(".identities")
 	for _, name := range names {
 		id := strings.TrimSuffix(name, ".identities")
-		if id == keep || !ValidKernelID(id) || d.liveRecord(id) {
+		if id == keep || !ValidKernelID(id) || d.liveRecord(id) || d.ReadSpare(id) != nil {
 			continue
 		}
-		b, err := d.read(name)
-		if err != nil {
-			continue
-		}
-		if ids, err := ParseIdentities(b, id, d.uid, now); err == nil && len(ids) > 0 {
-			continue // a restart of that kernel may still come
+		if _, err := d.read(name); err != nil {
+			continue // not the owner's regular file: not ours to judge
 		}
 		if d.remove(name) == nil {
 			n++

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tfgpu/tfgpu-kernel/cgroup"
 )
 
 const identitiesID = "5f1c7a0e-0b7e-4d1e-9c55-3d2b1f7a9e02"
@@ -238,25 +240,33 @@ func TestPlantedIdentitiesAreRefused(t *testing.T) {
 	}
 }
 
-// The sweep removes what no supervisor will take (expired or unreadable
-// files of kernels without a live supervisor) and leaves the rest.
+// The sweep removes what no supervisor will take: the files of kernels
+// with neither a live supervisor nor a waiting standby, expired or not
+// (a next supervisor reads its kernel's file before its own sweep), and
+// broken ones; the caller's own kernel's file is its to keep.
 func TestSweepIdentities(t *testing.T) {
 	d, dir := openTestDir(t)
 	now := time.Now()
-	keep, live, fresh, stale, broken := "k-keep", "k-live", "k-fresh", "k-stale", "k-broken"
+	keep, live, waiting, fresh, stale, broken := "k-keep", "k-live", "k-waiting", "k-fresh", "k-stale", "k-broken"
 	for _, id := range []string{keep, live, stale} {
 		if err := d.WriteIdentities(id, []Identity{{Socket: "shell", ID: "s", Peer: ownerKey(), Until: now.Add(time.Second)}}, now); err != nil {
 			t.Fatal(err)
 		}
 	}
-	d.WriteIdentities(fresh, []Identity{{Socket: "shell", ID: "s", Peer: ownerKey(), Until: now.Add(time.Minute)}}, now)
+	for _, id := range []string{fresh, waiting} {
+		d.WriteIdentities(id, []Identity{{Socket: "shell", ID: "s", Peer: ownerKey(), Until: now.Add(time.Minute)}}, now)
+	}
 	os.WriteFile(filepath.Join(dir, IdentitiesName(broken)), []byte("{"), 0o600)
 	writeStateIn(t, dir, State{KernelID: live, SupervisorPID: os.Getpid(), Owner: os.Geteuid()})
-	later := now.Add(2 * time.Second) // keep's, live's and stale's entries have expired
-	if n := d.SweepIdentities(keep, later); n != 2 {
-		t.Errorf("SweepIdentities = %d, want 2 (the stale and the broken file)", n)
+	self, _ := cgroup.StartTime(os.Getpid())
+	if err := d.WriteSpare(Spare{KernelID: waiting, StandbyPID: os.Getpid(), StandbyStart: self, PID: os.Getpid(), Start: self}); err != nil {
+		t.Fatal(err)
 	}
-	for id, want := range map[string]bool{keep: true, live: true, fresh: true, stale: false, broken: false} {
+	later := now.Add(2 * time.Second) // keep's, live's and stale's entries have expired
+	if n := d.SweepIdentities(keep, later); n != 3 {
+		t.Errorf("SweepIdentities = %d, want 3 (the fresh, the stale and the broken file)", n)
+	}
+	for id, want := range map[string]bool{keep: true, live: true, waiting: true, fresh: false, stale: false, broken: false} {
 		_, err := os.Lstat(filepath.Join(dir, IdentitiesName(id)))
 		if (err == nil) != want {
 			t.Errorf("%s: there after the sweep: %v, want %v", id, err == nil, want)

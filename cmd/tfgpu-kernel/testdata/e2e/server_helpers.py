@@ -240,7 +240,7 @@ def tree(srv, kernel_pid, what):
     under it but a waiting standby, all tracked."""
     sup = ppid(kernel_pid)
     cmd = h.cmdline(sup)
-    assert os.path.basename(cmd.split()[0]) == "tfgpu-kernel" and " run " in cmd, "%s: the kernel's parent %d is %r" % (what, sup, cmd)
+    assert os.path.basename(cmd.split()[0]) == "tfgpu-kernel" and (" run " in cmd or h.is_standby(sup)), "%s: the kernel's parent %d is %r" % (what, sup, cmd)
     # A standby that took over the start with its spare kernel is the
     # supervisor then; the server's child is the stub that forwards to it.
     assert ppid(sup) == srv.proc.pid or h.is_standby(sup), "%s: the supervisor %d is not the server's child" % (what, sup)
