@@ -18,5 +18,15 @@
 //     restarted kernel's supervisor to the next one; the identities file
 //     (identities.go) carries who owns which routing identity, bounded
 //     per peer and in all, the kernel owner's first.
+//   - A kernel is its owner and its id (Key), across all its processes and
+//     generations; which live processes are a kernel's, in which role, is
+//     answered only by Census (census.go), from its records, each pid
+//     checked against /proc; ps, stop, doctor, the metrics and uninstall ask
+//     it (docs/design.md#processes).
+//   - Root finds every user's kernels from the state directories running
+//     tfgpu-kernel processes hold open (Collect, discover.go), within a
+//     fixed share of each user's processes, directories and records
+//     (budget.go); what a user wrote is cut to size when read back
+//     (bounds.go) and Printable before it is shown.
 //   - ps rows (ps.go) are what the records name, as it is now.
 package record
