@@ -92,16 +92,11 @@ func (s *supervisor) leaveIdentities(forGood bool) {
 		return
 	}
 	k.stop()
+	horizon := zmtp.ReserveFor
 	if forGood {
-		k.mu.Lock()
-		k.left = true
-		k.mu.Unlock()
-		if err := k.dir.WriteIdentities(k.id, nil, time.Now()); err != nil { // nothing: removed
-			k.log.Debug("cannot remove the routing identities file", "err", err)
-		}
-		return
+		horizon = 0 // nothing kept: the file is removed
 	}
-	k.write(zmtp.ReserveFor, true)
+	k.write(horizon, true)
 }
 
 func (k *identityKeeper) run() {
@@ -150,12 +145,13 @@ func (k *identityKeeper) write(horizon time.Duration, final bool) (held bool) {
 	}
 	k.left = final
 	now := time.Now()
-	heldUntil := now.Add(horizon)
-	owned := k.sh.Owned(heldUntil)
-	ids := make([]record.Identity, len(owned))
-	for i, o := range owned {
-		ids[i] = record.Identity(o)
-		held = held || o.Until.Equal(heldUntil) // a reservation's own end is before it
+	var ids []record.Identity
+	if horizon > 0 { // 0: nothing is kept, and WriteIdentities removes the file
+		heldUntil := now.Add(horizon)
+		for _, o := range k.sh.Owned(heldUntil) {
+			ids = append(ids, record.Identity(o))
+			held = held || o.Until.Equal(heldUntil) // a reservation's own end is before it
+		}
 	}
 	if err := k.dir.WriteIdentities(k.id, ids, now); err != nil {
 		k.log.Debug("cannot leave the routing identities for the next supervisor", "err", err)

@@ -3,7 +3,6 @@ package record
 import (
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/tfgpu/tfgpu-kernel/cgroup"
@@ -54,9 +53,6 @@ type Key struct {
 	UID int
 	ID  string
 }
-
-// String is "UID:ID".
-func (k Key) String() string { return strconv.Itoa(k.UID) + ":" + k.ID }
 
 // Key is the kernel st records.
 func (st State) Key() Key { return Key{UID: st.Owner, ID: st.KernelID} }

@@ -204,17 +204,6 @@ func (h *heldDir) openLink(link string) (*Dir, error) {
 	return &Dir{path: h.path, f: os.NewFile(uintptr(fd), h.path), uid: h.uid}, nil
 }
 
-// Record reads s's record through the state directory s holds open, and
-// checks that it names s.
-func (s Supervisor) Record() (State, error) {
-	d, rec, err := s.stateDir()
-	if err != nil {
-		return State{}, err
-	}
-	d.Close()
-	return rec, nil
-}
-
 // SupervisorDir opens the state directory st's supervisor holds open (the
 // very directory, not a path that may have been swapped since), where its
 // record names it: what root writes an Order into.
