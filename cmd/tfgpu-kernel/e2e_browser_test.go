@@ -19,7 +19,9 @@ import (
 // menu, hold the fake GPU with an escaping holder,
 // restart through the menu and its dialog, a kernel killed from outside,
 // shut down; processes, NVML and ps checked after each step, and the GPU
-// extension's status item and notifications (labextension/). Screenshots
+// extension's status item and notifications (labextension/): Lab from
+// the wheel's venv (its kernelspec, binary and extension), Notebook with
+// the suite's kernelspec and pip install ./labextension. Screenshots
 // of each step go to $TFGPU_ARTIFACTS/browser (default: the test's temp
 // directory, kept in the log).
 func TestE2EBrowser(t *testing.T) {
@@ -37,9 +39,6 @@ func TestE2EBrowser(t *testing.T) {
 			testutil.RequireOrSkip(t, "need playwright-core: npm ci --prefix cmd/tfgpu-kernel/testdata/browser: %v\n%s", err, out)
 		}
 	}
-	// The extension (labextension/) the status item and the release
-	// notifications come from, installed as a user does (pip).
-	e2eLabExtension(t, s.python)
 	artifacts := t.TempDir()
 	if d := os.Getenv("TFGPU_ARTIFACTS"); d != "" {
 		artifacts = filepath.Join(d, "browser")
@@ -51,8 +50,20 @@ func TestE2EBrowser(t *testing.T) {
 		t.Run(ui, func(t *testing.T) {
 			f := gputest.New(t, 2, gputest.Full)
 			gs := *s
-			gs.env = append(append(append([]string{}, s.env...), f.Env()...),
-				"E2E_TFGPU_BIN="+s.bin, "E2E_ARTIFACTS="+artifacts, "E2E_UI="+ui)
+			gs.env = append(append([]string{}, s.env...), f.Env()...)
+			if ui == "lab" {
+				// JupyterLab from the wheel: a venv with the current stack
+				// and `pip install tfgpu_kernel-*.whl`, whose kernelspec,
+				// binary and extension are the ones Lab uses (JUPYTER_PATH
+				// no longer puts the suite's kernelspec first).
+				gs.python, gs.bin = e2eWheelVenv(t, s)
+				gs.env = append(gs.env, "JUPYTER_PATH=")
+			} else {
+				// Notebook 7 with the extension on its own, as install.sh
+				// --lab installs it: pip install ./labextension.
+				e2eLabExtension(t, s.python)
+			}
+			gs.env = append(gs.env, "E2E_TFGPU_BIN="+gs.bin, "E2E_ARTIFACTS="+artifacts, "E2E_UI="+ui)
 			res := gs.scenario(t, 300*time.Second, "browser.py")
 			t.Logf("screenshots %s-*.png in %s; facts: %v", ui, artifacts, res.Facts)
 		})
