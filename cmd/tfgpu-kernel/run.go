@@ -121,6 +121,10 @@ func runConfig(name string, args []string) (wrapper.Config, int, bool) {
 	case len(argv) == 0:
 		return wrapper.Config{}, usageError("run", "no kernel command given after --"), false
 	}
+	// A TFGPU_ variable run does not read is a typo that would be ignored.
+	if err := checkRunEnv(os.Environ()); err != nil {
+		return wrapper.Config{}, usageError("run", err.Error()), false
+	}
 	v, err := rf.check(src)
 	if err != nil {
 		return wrapper.Config{}, usageError("run", err.Error()), false
