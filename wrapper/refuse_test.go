@@ -17,7 +17,7 @@ import (
 // A supervisor given a Refusal (run's settings are bad) starts no kernel
 // but answers as one that is ready: kernel_info (with the line as its
 // banner), every cell with an error reply naming the setting and the line
-// on its stderr, any other request that needs a kernel with the same
+// on its stderr (and a count, as a kernel's), any other request that needs a kernel with the same
 // error, an interrupt; a shutdown_request is answered and Run returns 0.
 // Its argv is the fake kernel's: were a kernel started, the cell would be
 // echoed instead of refused.
@@ -73,6 +73,17 @@ func TestRefusingSupervisorAnswersEveryCellWithTheSettingsError(t *testing.T) {
 	}
 	if !strings.HasPrefix(stderr, "tfgpu-kernel: "+line+"\n") || !strings.Contains(stderr, "No kernel was started") {
 		t.Errorf("the cell's stderr: %q; want the line, then that no kernel was started", stderr)
+	}
+	// The harness's cells store no history; a client's do, and its
+	// prompt counts them (jupyter console does arithmetic on the count).
+	for want := 1.0; want <= 2; want++ {
+		h.send(h.shell, "execute_request", nil, map[string]any{"code": "1", "silent": false, "store_history": true,
+			"user_expressions": map[string]any{}, "allow_stdin": false, "stop_on_error": true})
+		typ, c := h.reply(h.shell, 5*time.Second)
+		refused("a cell that stores history", typ, c)
+		if c["execution_count"] != want {
+			t.Fatalf("execution_count %v; want %v, one more for each cell that stores history", c["execution_count"], want)
+		}
 	}
 	h.send(h.shell, "complete_request", nil, map[string]any{"code": "pri", "cursor_pos": 3})
 	typ, c := h.reply(h.shell, 5*time.Second)

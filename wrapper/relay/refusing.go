@@ -37,3 +37,26 @@ func NewRefusing(ctx context.Context, outer *Outer, signer *jmsg.Signer, events 
 	r.startOuter()
 	return r
 }
+
+// countCell is the execution_count a kernel's reply to request h would
+// carry: its counter, one more for each cell that stores history (the
+// messaging spec's execute_reply), as if every cell had failed in the
+// kernel. A client may do arithmetic on it: jupyter console 6.6 adds 1 to
+// it and ended its session on the null a held kernel's reply carries.
+// Nil for a request that is not a cell.
+func (r *Relay) countCell(h jmsg.MsgHeader, content []byte) any {
+	if h.MsgType != "execute_request" {
+		return nil
+	}
+	c := struct {
+		Silent       bool  `json:"silent"`
+		StoreHistory *bool `json:"store_history"`
+	}{}
+	_ = json.Unmarshal(content, &c)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !c.Silent && (c.StoreHistory == nil || *c.StoreHistory) {
+		r.cells++
+	}
+	return r.cells
+}

@@ -70,6 +70,7 @@ type Relay struct {
 	execs   []execRequest // execute_requests sent to the kernel, not yet answered
 	warning string        // for the next execute_request, on its stderr (warnNextCell)
 	warnID  string        // the kernel id for the warning's topic
+	cells   int           // refusing: the cells that stored history, its execution_count (refusing.go)
 
 	// shutdownRequested: a verified shutdown_request went to the kernel;
 	// shutdownBroadcast: the kernel then published its shutdown_reply on

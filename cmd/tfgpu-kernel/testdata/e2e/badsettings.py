@@ -36,6 +36,8 @@ def refused(kc, what):
     assert r["idle"], "%s: no idle status on iopub (got %s)" % (what, h.types(r))
     assert all(s in r["stderr"] for s in SAYS), "%s: the cell's stderr %r does not say %s" % (what, r["stderr"], SAYS)
     assert "ran here" not in r["stdout"], "%s: the cell ran: %r" % (what, r["stdout"])
+    # A kernel's counter, which clients do arithmetic on (jupyter console).
+    assert isinstance(rep.get("execution_count"), int), "%s: execution_count %r" % (what, rep.get("execution_count"))
     return r
 
 
