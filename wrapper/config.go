@@ -52,6 +52,12 @@ type Config struct {
 	Log            *slog.Logger
 	Stderr         io.Writer // where one-line usage errors go
 
+	// Refusal, when not empty, is why run's settings are unusable, in one
+	// line: no kernel is started, and every request that needs one is
+	// answered with it (refuse.go). Only ConnFile, Log and Stderr are
+	// read then.
+	Refusal string
+
 	// The spare kernel (docs/design.md#spare-kernel): with Spare, a
 	// supervisor whose kernel is ready starts a standby supervisor
 	// (StandbyProgram and the kernel id: this program's hidden `standby`

@@ -23,4 +23,8 @@
 //     code here must not call exec.Cmd.Wait or os.Process.Wait.
 //   - A watcher process (watcher.go) finishes the kernel should the
 //     supervisor be SIGKILLed.
+//   - Given a Config.Refusal (run's settings are bad), Run starts no
+//     kernel and nothing else that could be left behind: it binds the five
+//     ports and answers every cell with the refusal until a shutdown_request
+//     (refuse.go).
 package wrapper

@@ -142,31 +142,9 @@ func newHarness(t *testing.T, path string) *harness {
 
 // connect connects the clients and waits until the kernel answers.
 func (h *harness) connect() {
-	t, ci := h.t, h.ci
+	t := h.t
 	t.Helper()
-	cctx := context.Background()
-	id := zmq4.WithID(zmq4.SocketIdentity("client-" + t.Name()))
-	h.shell = zmq4.NewDealer(cctx, id)
-	h.stdin = zmq4.NewDealer(cctx, id)
-	h.control = zmq4.NewDealer(cctx)
-	h.hb = zmq4.NewReq(cctx)
-	h.iopub = zmq4.NewSub(cctx)
-	_ = h.iopub.SetOption(zmq4.OptionSubscribe, "")
-	for ch, s := range map[jmsg.Channel]zmq4.Socket{jmsg.Shell: h.shell, jmsg.Stdin: h.stdin,
-		jmsg.Control: h.control, jmsg.HB: h.hb, jmsg.IOPub: h.iopub} {
-		if err := s.Dial(ci.Endpoint(ch)); err != nil {
-			t.Fatalf("dial %s: %v; supervisor log:\n%s", ch, err, h.stderr)
-		}
-	}
-	go func() {
-		for {
-			m, err := h.iopub.Recv()
-			if err != nil {
-				return
-			}
-			h.iopubMsgs <- m
-		}
-	}()
+	h.dial()
 	// Wait until the kernel answers and iopub is subscribed end to end.
 	// Every request sent here is answered eventually (the relay queues them
 	// until the kernel is up), so every reply is consumed before the test
@@ -200,6 +178,36 @@ func (h *harness) connect() {
 			syncs++
 		}
 	}
+}
+
+// dial connects the clients' five sockets, as jupyter_client does, and
+// starts collecting iopub.
+func (h *harness) dial() {
+	t, ci := h.t, h.ci
+	t.Helper()
+	cctx := context.Background()
+	id := zmq4.WithID(zmq4.SocketIdentity("client-" + t.Name()))
+	h.shell = zmq4.NewDealer(cctx, id)
+	h.stdin = zmq4.NewDealer(cctx, id)
+	h.control = zmq4.NewDealer(cctx)
+	h.hb = zmq4.NewReq(cctx)
+	h.iopub = zmq4.NewSub(cctx)
+	_ = h.iopub.SetOption(zmq4.OptionSubscribe, "")
+	for ch, s := range map[jmsg.Channel]zmq4.Socket{jmsg.Shell: h.shell, jmsg.Stdin: h.stdin,
+		jmsg.Control: h.control, jmsg.HB: h.hb, jmsg.IOPub: h.iopub} {
+		if err := s.Dial(ci.Endpoint(ch)); err != nil {
+			t.Fatalf("dial %s: %v; supervisor log:\n%s", ch, err, h.stderr)
+		}
+	}
+	go func() {
+		for {
+			m, err := h.iopub.Recv()
+			if err != nil {
+				return
+			}
+			h.iopubMsgs <- m
+		}
+	}()
 }
 
 func (h *harness) discardReplies(s zmq4.Socket, n int) {

@@ -91,6 +91,9 @@ func Run(ctx context.Context, cfg Config) int {
 }
 
 func (s *supervisor) run(ctx context.Context) int {
+	if s.cfg.Refusal != "" {
+		return s.refuse(ctx) // refuse.go
+	}
 	if s.cfg.Standby {
 		return s.runStandby(ctx) // standby.go
 	}
@@ -155,22 +158,38 @@ func (s *supervisor) prepare(ctx context.Context) (int, bool) {
 // loadConn reads Jupyter's connection file: its key (s.signer) and its
 // CurveZMQ keys, if any.
 func (s *supervisor) loadConn() (*jmsg.ConnInfo, *zmtp.CurveKeys, int, bool) {
-	cfg := s.cfg
-	ci, err := jmsg.Load(cfg.ConnFile)
+	ci, signer, curve, err := readConn(s.cfg.ConnFile)
 	if err != nil {
 		code, _ := s.usage("%v", err)
 		return nil, nil, code, false
 	}
-	if s.signer, err = jmsg.NewSigner(ci.SignatureScheme, ci.Key); err != nil {
-		code, _ := s.usage("connection file %s: %v", cfg.ConnFile, err)
-		return nil, nil, code, false
+	s.signer = signer
+	return ci, curve, 0, true
+}
+
+// readConn reads and checks a connection file: its endpoints, its key's
+// signer and its CurveZMQ keys (nil when none). The error names the file.
+func readConn(path string) (*jmsg.ConnInfo, *jmsg.Signer, *zmtp.CurveKeys, error) {
+	ci, err := jmsg.Load(path)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	signer, err := jmsg.NewSigner(ci.SignatureScheme, ci.Key)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("connection file %s: %w", path, err)
 	}
 	curve, err := curveKeys(ci)
 	if err != nil {
-		code, _ := s.usage("connection file %s: %v", cfg.ConnFile, err)
-		return nil, nil, code, false
+		return nil, nil, nil, fmt.Errorf("connection file %s: %w", path, err)
 	}
-	return ci, curve, 0, true
+	return ci, signer, curve, nil
+}
+
+// CheckConnFile reports what makes the connection file at path unusable
+// (nil when Run could serve it), as Run would say it.
+func CheckConnFile(path string) error {
+	_, _, _, err := readConn(path)
+	return err
 }
 
 // identify names the kernel (from the connection file's name) and opens

@@ -43,15 +43,28 @@ func dashes(name string) string {
 // command line from its TFGPU_ variable. It prints one line and returns
 // exit code 2 on a usage error, 0 (with done) after --help.
 func parseFlags(fs *flag.FlagSet, args []string, example string) (src flagSource, code int, done bool) {
+	src, help, err := parseFlagsErr(fs, args)
+	switch {
+	case help:
+		printUsage(os.Stdout, fs, example)
+		return nil, 0, true
+	case err != nil:
+		fmt.Fprintf(os.Stderr, "tfgpu-kernel %s: %s\n", fs.Name(), usageLine(fs.Name(), err))
+		return nil, 2, true
+	}
+	return src, 0, false
+}
+
+// parseFlagsErr is parseFlags without a word: help after --help, else the
+// usage error (a cmdlineError when the command line's).
+func parseFlagsErr(fs *flag.FlagSet, args []string) (src flagSource, help bool, err error) {
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			printUsage(os.Stdout, fs, example)
-			return nil, 0, true
+			return nil, true, nil
 		}
-		fmt.Fprintf(os.Stderr, "tfgpu-kernel %s: %s (see 'tfgpu-kernel %s --help')\n", fs.Name(), flagError(err), fs.Name())
-		return nil, 2, true
+		return nil, false, cmdlineError{errors.New(flagError(err))}
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
@@ -71,10 +84,22 @@ func parseFlags(fs *flag.FlagSet, args []string, example string) (src flagSource
 		}
 	})
 	if bad != nil {
-		fmt.Fprintf(os.Stderr, "tfgpu-kernel %s: %v\n", fs.Name(), bad)
-		return nil, 2, true
+		return nil, false, bad
 	}
-	return src, 0, false
+	return src, false, nil
+}
+
+// A cmdlineError is a command line the flag package could not parse.
+type cmdlineError struct{ error }
+
+// usageLine is a usage error as cmd says it: one on the command line with
+// a pointer to its --help.
+func usageLine(cmd string, err error) string {
+	var c cmdlineError
+	if errors.As(err, &c) {
+		return fmt.Sprintf("%v (see 'tfgpu-kernel %s --help')", err, cmd)
+	}
+	return err.Error()
 }
 
 // The flag package's own error texts (flag.go), which name flags with one

@@ -86,6 +86,7 @@ func TestHelpAndErrorsAreGNUStyle(t *testing.T) {
 		{[]string{"ps", "--json=maybe"}, "", `tfgpu-kernel ps: --json "maybe": want true or false`},
 		{[]string{"run", "-f", "x", "--", "y"}, "TFGPU_GPU_MEMORY_LIMIT=abc", `tfgpu-kernel run: TFGPU_GPU_MEMORY_LIMIT "abc": want a size such as 8G or 300M`},
 		{[]string{"run", "-f", "x", "--", "y"}, "TFGPU_KILL_TIMEOUT=5", `tfgpu-kernel run: TFGPU_KILL_TIMEOUT="5": want a duration such as 1.5s, 500ms or 2h`},
+		{[]string{"run", "-f", "x", "--", "y"}, "TFGPU_MEMORY_LIMT=8G", `tfgpu-kernel run: TFGPU_MEMORY_LIMT: tfgpu-kernel run has no such setting (it reads TFGPU_CGROUP, TFGPU_MEMORY_LIMIT, `},
 		{[]string{"run", "-f", "x", "--memory-limit", "64M", "--", "y"}, "", `tfgpu-kernel run: --memory-limit "64M": too small for any kernel`},
 		{[]string{"install", "--kill-timeout", "5"}, "", `tfgpu-kernel install: --kill-timeout "5": want a duration such as 1.5s, 500ms or 2h`},
 	} {

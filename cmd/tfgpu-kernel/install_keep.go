@@ -89,16 +89,6 @@ func (c *installCmd) keep() (kept []string, prev *kernelspec.Previous, err error
 	return kept, prev, nil
 }
 
-// runFlagOfEnv is the run flag a TFGPU_ variable stands for.
-func runFlagOfEnv(k string) (string, bool) {
-	for _, name := range append(slices.Clone(kernelspecRunFlags), "state-dir") {
-		if envName(name) == k {
-			return name, true
-		}
-	}
-	return "", false
-}
-
 // checkEnv checks every TFGPU_ variable the kernelspec's env will carry as
 // run will read it at each start: a variable run does not know is a typo
 // that would be ignored, a bad value a kernel that never starts.
@@ -110,11 +100,7 @@ func (c *installCmd) checkEnv() error {
 		}
 		name, ok := runFlagOfEnv(k)
 		if !ok {
-			var known []string
-			for _, f := range kernelspecRunFlags {
-				known = append(known, envName(f))
-			}
-			return fmt.Errorf("--env %s: tfgpu-kernel run has no such setting (it reads %s and TFGPU_STATE_DIR)", k, strings.Join(known, ", "))
+			return noSuchSetting("--env " + k) // the line run says for it (envvars.go)
 		}
 		if c.set[name] && c.src[name] == "" {
 			return fmt.Errorf("--%s and --env %s are one setting; give one", name, k)

@@ -58,6 +58,11 @@ func cmdStandby(args []string) int {
 		return usageError("standby", fmt.Sprintf("the leash's first line is not run's arguments: %v", err))
 	}
 	cfg, code, ok := runConfig("run", runArgs)
+	if ok && cfg.Refusal != "" {
+		// Not expected: its supervisor took the same arguments and
+		// environment. A standby never refuses in a kernel's place.
+		code, ok = wrapper.ExitUsage, false
+	}
 	if !ok {
 		leash.Close()
 		return code
@@ -110,20 +115,27 @@ func runConfig(name string, args []string) (wrapper.Config, int, bool) {
 	rf.define(fs) // shared with install, which writes them into kernelspecs
 	stateDir := fs.String("state-dir", record.DefaultDir(), "`DIR` where the kernel's state file goes (read by 'tfgpu-kernel ps' and 'stop')")
 	example := "tfgpu-kernel run -f kernel-1.json -- /usr/bin/python3 -m ipykernel_launcher -f kernel-1.json"
-	src, code, done := parseFlags(fs, args, example)
-	if done {
-		return wrapper.Config{}, code, false
+	src, help, bad := parseFlagsErr(fs, args)
+	if help {
+		printUsage(os.Stdout, fs, example)
+		return wrapper.Config{}, 0, false
 	}
 	argv := fs.Args()
-	switch {
-	case *conn == "":
-		return wrapper.Config{}, usageError("run", "-f CONNECTION_FILE is required"), false
-	case len(argv) == 0:
-		return wrapper.Config{}, usageError("run", "no kernel command given after --"), false
+	var v runValues
+	if bad == nil {
+		switch {
+		case *conn == "":
+			return wrapper.Config{}, usageError("run", "-f CONNECTION_FILE is required"), false
+		case len(argv) == 0:
+			return wrapper.Config{}, usageError("run", "no kernel command given after --"), false
+		}
+		// A TFGPU_ variable run does not read is a typo that would be ignored.
+		if bad = checkRunEnv(os.Environ()); bad == nil {
+			v, bad = rf.check(src)
+		}
 	}
-	v, err := rf.check(src)
-	if err != nil {
-		return wrapper.Config{}, usageError("run", err.Error()), false
+	if bad != nil {
+		return refusingConfig(args, *conn, bad)
 	}
 	// One P: the relay is a chain of goroutine hand-offs (zmq4's reader →
 	// socket queue → pump), and on one P they are run-queue switches
@@ -153,7 +165,7 @@ func runConfig(name string, args []string) (wrapper.Config, int, bool) {
 	if !levelSet && isTerminal(os.Stderr) {
 		v.level = slog.LevelWarn
 	}
-	lg := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: v.level})).With("prog", "tfgpu-kernel")
+	lg := stderrLog(v.level)
 	return wrapper.Config{
 		Spare:          v.spare,
 		Preload:        v.preload,
@@ -174,6 +186,52 @@ func runConfig(name string, args []string) (wrapper.Config, int, bool) {
 		Limits:         zmtp.Limits{MaxMessage: v.maxMessage},
 		Log:            lg,
 	}, 0, true
+}
+
+// refusingConfig is run's answer to settings it cannot take (bad, the one
+// line that says why; docs/design.md#bad-settings): the line goes to
+// stderr, the server log, once, as it always did; then, if the connection
+// file is usable, the Config of a supervisor that starts no kernel and
+// answers every cell with the line, so that the user sees it in the
+// notebook; else exit 2, as before. conn is -f as parsed ("" when the
+// flags did not parse as far: connArg finds it).
+func refusingConfig(args []string, conn string, bad error) (wrapper.Config, int, bool) {
+	code := usageError("run", bad.Error())
+	if conn == "" {
+		conn = connArg(args)
+	}
+	if conn == "" || wrapper.CheckConnFile(conn) != nil {
+		return wrapper.Config{}, code, false
+	}
+	level := slog.LevelInfo
+	if isTerminal(os.Stderr) {
+		level = slog.LevelWarn
+	}
+	return wrapper.Config{ConnFile: conn, Refusal: bad.Error(), Log: stderrLog(level), Stderr: os.Stderr}, 0, true
+}
+
+// connArg is the value of -f in run's args, before "--", for when the
+// flag package stopped at an error before it (an unknown flag: a
+// kernelspec written for another version of this program).
+func connArg(args []string) string {
+	for i, a := range args {
+		switch {
+		case a == "--":
+			return ""
+		case (a == "-f" || a == "--f") && i+1 < len(args):
+			return args[i+1]
+		case strings.HasPrefix(a, "-f="), strings.HasPrefix(a, "--f="):
+			_, v, _ := strings.Cut(a, "=")
+			return v
+		}
+	}
+	return ""
+}
+
+// stderrLog is the supervisor's log: slog text lines on stderr, which
+// Jupyter puts in the server log.
+func stderrLog(level slog.Level) *slog.Logger {
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})).With("prog", "tfgpu-kernel")
 }
 
 // standbyProgram is how a supervisor starts its standby: wrapper runs

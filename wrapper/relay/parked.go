@@ -93,6 +93,9 @@ func (r *Relay) parked(ch jmsg.Channel, frames [][]byte) bool {
 			r.answerParked(ch, p, h, "usage_reply", b)
 		}
 		return false
+	case r.refusal != nil:
+		r.refuseWith(ch, p, h, r.refusal.Ename, r.refusal.Evalue, r.refusal.Text, r.countCell(h, p.Content))
+		return false
 	case !wakes[h.MsgType]:
 		r.refuse(ch, p, h, "KernelStopped", "the kernel is stopped; run a cell to start a fresh one")
 		return false
@@ -246,6 +249,12 @@ func (r *Relay) held() (string, bool) {
 // error reply with ename, between busy and idle; the cell is not counted
 // as running.
 func (r *Relay) refuse(ch jmsg.Channel, p jmsg.Parts, h jmsg.MsgHeader, ename, text string) {
+	r.refuseWith(ch, p, h, ename, strings.TrimSpace(text), text, nil)
+}
+
+// refuseWith is refuse with the reply's evalue apart from the cell's text,
+// and its execution_count (nil: none).
+func (r *Relay) refuseWith(ch jmsg.Channel, p jmsg.Parts, h jmsg.MsgHeader, ename, evalue, text string, count any) {
 	r.mu.Lock()
 	id := r.warnID
 	r.forgetExecLocked(h.MsgID)
@@ -260,6 +269,6 @@ func (r *Relay) refuse(ch jmsg.Channel, p jmsg.Parts, h jmsg.MsgHeader, ename, t
 	}
 	replyType := strings.TrimSuffix(h.MsgType, "_request") + "_reply"
 	_ = r.send(ch, p.Idents, replyType, p.Header, h.Session, map[string]any{"status": "error",
-		"ename": ename, "evalue": strings.TrimSpace(text), "traceback": []string{text}, "execution_count": nil})
+		"ename": ename, "evalue": evalue, "traceback": []string{text}, "execution_count": count})
 	_ = r.send(jmsg.IOPub, topic("status"), "status", p.Header, h.Session, map[string]any{"execution_state": "idle"})
 }

@@ -54,6 +54,9 @@ type Relay struct {
 	wanted   bool   // a KernelWanted event was sent since the last attach
 	kinfo    []byte // the content of the last kernel's kernel_info_reply
 	hold     *hold  // while parked: requests that need a kernel are refused (parked.go)
+	// refusal: no kernel will ever be attached (NewRefusing); set before
+	// the pumps start and never changed.
+	refusal *Refusal
 
 	// events reports verified requests the supervisor acts on.
 	events chan<- Event
@@ -67,6 +70,7 @@ type Relay struct {
 	execs   []execRequest // execute_requests sent to the kernel, not yet answered
 	warning string        // for the next execute_request, on its stderr (warnNextCell)
 	warnID  string        // the kernel id for the warning's topic
+	cells   int           // refusing: the cells that stored history, its execution_count (refusing.go)
 
 	// shutdownRequested: a verified shutdown_request went to the kernel;
 	// shutdownBroadcast: the kernel then published its shutdown_reply on
@@ -215,18 +219,29 @@ func closeAll(socks []zmq4.Socket) {
 // too short), until the kernel is detached. Verified requests the
 // supervisor acts on are sent to events.
 func New(ctx context.Context, outer *Outer, inner *jmsg.ConnInfo, signer *jmsg.Signer, events chan<- Event, hooks Hooks, lg *slog.Logger) *Relay {
+	r := newRelay(ctx, outer, signer, events, hooks, lg)
+	// The kernel first: a client's request that came before it would be
+	// answered as if the kernel were parked (parked.go).
+	r.Attach(inner)
+	r.startOuter()
+	return r
+}
+
+// newRelay is a relay with no kernel attached and no pump running.
+func newRelay(ctx context.Context, outer *Outer, signer *jmsg.Signer, events chan<- Event, hooks Hooks, lg *slog.Logger) *Relay {
 	ctx, cancel := context.WithCancel(ctx)
 	r := &Relay{log: lg, signer: signer, outer: outer, ctx: ctx, cancel: cancel, events: events, hooks: hooks,
 		attached: make(chan struct{}), history: newDigestHistory(digestHistorySize),
 		warnPeer: zmtp.RateLimitedWarn(lg, 10*time.Second)}
 	r.welcome = newWelcomer(r, outer.doors[jmsg.IOPub])
-	// The kernel first: a client's request that came before it would be
-	// answered as if the kernel were parked (parked.go).
-	r.Attach(inner)
+	return r
+}
+
+// startOuter starts reading the clients' messages.
+func (r *Relay) startOuter() {
 	for _, ch := range []jmsg.Channel{jmsg.Shell, jmsg.Control, jmsg.Stdin, jmsg.HB} {
 		go r.outerPump(ch, r.inspectIn(ch))
 	}
-	return r
 }
 
 // Attach starts talking to a kernel through the inner connection inner:

@@ -1,0 +1,107 @@
+package main
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/tfgpu/tfgpu-kernel/cgroup"
+	"github.com/tfgpu/tfgpu-kernel/internal/record"
+)
+
+// The TFGPU_ variables, in one place. Each setting of `run` has one,
+// TFGPU_<FLAG> (envName): the kernelspec's env or the Jupyter server's
+// environment can set it. Any other TFGPU_ name is a typo that would be
+// ignored (TFGPU_MEMORY_LIMT=8G: a kernel without the limit its user
+// asked for), so `run` refuses it (runConfig) and `install` refuses it in
+// a kernelspec's env (checkEnv), with the same line (noSuchSetting), but
+// for the names this program and its tests set for their own processes
+// (internalEnv), which `run` may find in its environment and takes
+// without a word.
+
+// runFlagOfEnv is the run flag a TFGPU_ variable stands for: one a
+// kernelspec's argv may carry (kernelspecRunFlags), or --state-dir.
+func runFlagOfEnv(k string) (string, bool) {
+	for _, name := range append(slices.Clone(kernelspecRunFlags), "state-dir") {
+		if envName(name) == k {
+			return name, true
+		}
+	}
+	return "", false
+}
+
+// noSuchSetting is the one line for a TFGPU_ variable that is no setting
+// of run's; name is the variable as the user gave it (install's
+// "--env TFGPU_MEMORY_LIMT", run's "TFGPU_MEMORY_LIMT").
+func noSuchSetting(name string) error {
+	var known []string
+	for _, f := range kernelspecRunFlags {
+		known = append(known, envName(f))
+	}
+	return fmt.Errorf("%s: tfgpu-kernel run has no such setting (it reads %s and TFGPU_STATE_DIR)", name, strings.Join(known, ", "))
+}
+
+// internalEnv are the TFGPU_ variables that set nothing of run's but that
+// run may find in its environment, because this program or its tests put
+// them there for a process of their own and what it starts inherits them.
+// TestEveryTFGPUNameIsKnown finds every TFGPU_ name the repository uses
+// (Go, Python, shell, docs) and fails on one that is in neither this list
+// nor run's settings.
+var internalEnv = map[string]string{
+	// This program's own.
+	cgroup.MarkerEnv:      "the marker of a kernel's tree (wrapper/spawn.go): whatever a kernel starts inherits it, a Jupyter server started from a notebook's terminal and its kernels included",
+	"TFGPU_SPARE_PRELOAD": "the modules a spare imports (wrapper/spare), for its Python, which removes it at once",
+	"TFGPU_WATCHER":       "a watcher started by a supervisor of an earlier version (main.go's hiddenRole)",
+
+	// The tests' and their scripts', read from the environment a developer
+	// runs them in and passed on to the kernels they start.
+	"TFGPU_TEST_HERMETIC":   "the test binary runs in its own mount namespace (internal/testutil/hermetic.go)",
+	"TFGPU_TEST_HIDE_DIRS":  "internal/testutil/hermetic.go",
+	"TFGPU_TEST_HIDE_FILES": "internal/testutil/hermetic.go",
+	"TFGPU_TEST_AS_COMMAND": "the test binary is the tfgpu-kernel command (main_test.go)",
+	"TFGPU_REAL_GPU":        "the real-GPU check (realgpu_test.go)",
+	"TFGPU_REAL_GPU_OUT":    "realgpu_test.go",
+	"TFGPU_REAL_GPU_PYTHON": "realgpu_test.go",
+	"TFGPU_E2E_KERNEL":      "the e2e scenarios against a stock kernelspec (e2e_test.go)",
+	"TFGPU_FIGURE_OUT":      "where the figure tests write (e2e_figure_test.go)",
+	"TFGPU_ARTIFACTS":       "where the browser tests write (e2e_browser_test.go)",
+	"TFGPU_BENCH_JSON":      "the benchmarks (bench_test.go, testdata/bench)",
+	"TFGPU_BENCH_QUICK":     "the benchmarks' smoke run",
+	"TFGPU_FUZZTIME":        "internal/testutil/fuzz.go",
+	"TFGPU_CHAOS_SEEDS":     "internal/zmtp's peers test",
+	"TFGPU_ZMTP_ATTACK":     "internal/zmtp's attacker process",
+	// The wrapper package's test binary, which plays the supervisor, the
+	// fake kernel and a sleeper by these.
+	"TFGPU_TEST_SUPERVISOR": "wrapper's tests",
+	"TFGPU_TEST_SECRET":     "wrapper's tests",
+	"TFGPU_FAKE_KERNEL":     "wrapper's tests",
+	"TFGPU_FAKE_SLEEPER":    "wrapper's tests",
+	"TFGPU_FAKE_SPAWN_FILE": "wrapper's tests",
+	"TFGPU_FAKE_DELAY":      "wrapper's tests",
+}
+
+// checkRunEnv refuses a TFGPU_ variable in environ (KEY=VALUE, as
+// os.Environ) that run would ignore: neither a setting nor internalEnv.
+// Empty ones too: TFGPU_MEMORY_LIMT= meant to clear a limit the server's
+// environment sets clears nothing. With several, the first in sorted order
+// is named.
+func checkRunEnv(environ []string) error {
+	var unknown []string
+	for _, kv := range environ {
+		k, _, _ := strings.Cut(kv, "=")
+		if !strings.HasPrefix(k, "TFGPU_") {
+			continue
+		}
+		if _, ok := runFlagOfEnv(k); ok {
+			continue
+		}
+		if _, ok := internalEnv[k]; ok {
+			continue
+		}
+		unknown = append(unknown, k)
+	}
+	if len(unknown) == 0 {
+		return nil
+	}
+	return noSuchSetting(record.Printable(slices.Min(unknown)))
+}
