@@ -182,7 +182,7 @@ func e2eWheel(t *testing.T, arch string) string {
 	c := exec.CommandContext(ctx, filepath.Join(tools, "python3"), "-m", "pip", "wheel", "-v", "--no-deps",
 		"--disable-pip-version-check", "--no-input", "--config-settings", "arch="+arch, "-w", tmp, repo)
 	c.Dir = repo
-	c.Env = []string{"PATH=" + tools, "HOME=" + os.Getenv("HOME"), "LANG=C.UTF-8", "TMPDIR=" + os.TempDir()}
+	c.Env = append(indexEnv(), "PATH="+tools, "HOME="+os.Getenv("HOME"), "LANG=C.UTF-8", "TMPDIR="+os.TempDir())
 	out, err := c.CombinedOutput()
 	if err != nil {
 		t.Fatalf("pip wheel . (arch %s, PATH with python3, git and sh only): %v\n%s", arch, err, e2eTail(string(out), 8000))
@@ -248,8 +248,23 @@ func realPython(t *testing.T, py string) string {
 func wheelUserEnv(dir, pyDir string) []string {
 	home := filepath.Join(dir, "home")
 	os.MkdirAll(home, 0o700)
-	return []string{"HOME=" + home, "PATH=" + pyDir + ":/usr/bin:/bin", "LANG=C.UTF-8", "TMPDIR=" + os.TempDir(),
-		"XDG_RUNTIME_DIR=" + filepath.Join(dir, "run")}
+	return append(indexEnv(), "HOME="+home, "PATH="+pyDir+":/usr/bin:/bin", "LANG=C.UTF-8", "TMPDIR="+os.TempDir(),
+		"XDG_RUNTIME_DIR="+filepath.Join(dir, "run"))
+}
+
+// indexEnv is what of this environment says how to reach the package
+// index (pip's settings, CA bundles, proxies): kept in the otherwise
+// minimal environments the wheel is built and installed with.
+func indexEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(k, "PIP_") || strings.HasPrefix(k, "SSL_CERT_") || k == "REQUESTS_CA_BUNDLE" ||
+			strings.HasSuffix(strings.ToLower(k), "_proxy") {
+			env = append(env, kv)
+		}
+	}
+	return env
 }
 
 func runWheelUser(t *testing.T, env []string, argv ...string) string {
