@@ -292,18 +292,25 @@ say "building tfgpu-kernel $ver with $(gorun version | cut -d' ' -f3) and $cc"
 	-o "$build/tfgpu-kernel" ./cmd/tfgpu-kernel </dev/null
 
 # --- install ---------------------------------------------------------------
+# What is asked is checked before anything is replaced: the new binary is
+# put beside the old one under a hidden name and runs 'install --dry-run'
+# with the same arguments (every setting checked as run checks it, the
+# Python found, --system's root's-whole checks, which need the binary in
+# its directory). Only then is it renamed over the old one and the
+# kernelspec written: a refused setting leaves the old binary and its
+# kernelspec as they were.
 fresh=1
 [ -e "$bin" ] && fresh=0
 if [ ! -d "$prefix/bin" ]; then
 	install -d -m 0755 "$prefix/bin" # 0755 whatever the umask: others run it
 fi
-# install(1) unlinks the old file first, so a running supervisor is not disturbed.
+stage="$prefix/bin/.tfgpu-kernel.new.$$"
+trap 'rm -rf "$build"; rm -f -- "$stage"' EXIT
 if [ "$mode" = system ]; then
-	install -m 0755 -o root -g root "$build/tfgpu-kernel" "$bin"
+	install -m 0755 -o root -g root "$build/tfgpu-kernel" "$stage"
 else
-	install -m 0755 "$build/tfgpu-kernel" "$bin"
+	install -m 0755 "$build/tfgpu-kernel" "$stage"
 fi
-say "installed $bin"
 
 args=(install --replace "${dest[@]}")
 [ -n "$python" ] && args+=(--python "$python")
@@ -311,7 +318,7 @@ args+=("${pass[@]}")
 # Exit 3: no Python imports ipykernel, and Debian's packages for
 # /usr/bin/python3 would give one (never said of a venv or conda env).
 rc=0
-"$bin" "${args[@]}" </dev/null || rc=$?
+"$stage" "${args[@]}" --dry-run </dev/null >/dev/null || rc=$?
 if [ $rc -eq 3 ] && [ $root -eq 1 ] && [ $deps -eq 1 ] && command -v apt-get >/dev/null 2>&1; then
 	pkgs=(python3-ipykernel python3-jupyter-client jupyter-client python3-jupyter-kernel-test
 		jupyter-notebook python3-nbclient jupyter-console python3-zmq)
@@ -326,8 +333,22 @@ if [ $rc -eq 3 ] && [ $root -eq 1 ] && [ $deps -eq 1 ] && command -v apt-get >/d
 	say "installing Debian's Jupyter packages for /usr/bin/python3: ${pkgs[*]}"
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${pkgs[@]}" </dev/null
 	rc=0
-	"$bin" "${args[@]}" </dev/null || rc=$?
+	"$stage" "${args[@]}" --dry-run </dev/null >/dev/null || rc=$?
 fi
+if [ $rc -ne 0 ]; then
+	if [ $fresh -eq 1 ]; then
+		say "nothing installed"
+	else
+		say "nothing changed: $bin and its kernelspec are as they were"
+	fi
+	exit 1
+fi
+# rename(2): the old file is unlinked, not written, so a running
+# supervisor is not disturbed.
+mv -f -- "$stage" "$bin"
+say "installed $bin"
+rc=0
+"$bin" "${args[@]}" </dev/null || rc=$?
 if [ $rc -ne 0 ]; then
 	if [ $fresh -eq 1 ]; then
 		rm -f -- "$bin" # nothing left behind by an install that did not happen

@@ -155,6 +155,66 @@ func TestInstallScript(t *testing.T) {
 	}
 }
 
+// A setting the kernel would refuse is refused before anything is
+// replaced (#34): the new binary is checked with 'install --dry-run'
+// beside the old one, so an upgrade given --memory-limit 1K leaves the old
+// binary (the same file) and its kernelspec, and a fresh install leaves
+// nothing, not even the staged binary.
+func TestInstallScriptChecksBeforeReplacing(t *testing.T) {
+	py := installJupyterPython(t)
+	sh, tmp := newInstallSh(t)
+	prefix := filepath.Join(tmp, "p")
+	bin := filepath.Join(prefix, "bin", "tfgpu-kernel")
+	spec := filepath.Join(tmp, "data", "kernels", "tfgpu")
+	if code, out, errOut := sh.run("--prefix", prefix, "--python", py, "--no-deps", "--", "--gpu-memory-limit", "40G"); code != 0 {
+		t.Fatalf("install.sh: exit %d\n%s%s", code, out, errOut)
+	}
+	// A second link holds the old file's inode: its number cannot be
+	// reused for a new file, so SameFile tells the old file from a new one.
+	old := filepath.Join(tmp, "old-binary")
+	if err := os.Link(bin, old); err != nil {
+		t.Fatal(err)
+	}
+	s := readInstalledSpec(t, spec)
+
+	code, out, errOut := sh.run("--prefix", prefix, "--no-deps", "--", "--memory-limit", "1K")
+	if code != 1 || !strings.Contains(errOut, "--memory-limit") || !strings.Contains(out, "nothing changed: "+bin) || strings.Contains(out, "installed "+bin) {
+		t.Errorf("an upgrade with --memory-limit 1K: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	if before, after := installStat(t, old), installStat(t, bin); !os.SameFile(before, after) {
+		t.Errorf("a refused upgrade replaced %s", bin)
+	}
+	if s2 := readInstalledSpec(t, spec); string(s2.raw) != string(s.raw) {
+		t.Errorf("a refused upgrade changed the kernelspec:\n%s", s2.raw)
+	}
+	if names := installDirNames(t, filepath.Dir(bin)); !slices.Equal(names, []string{"tfgpu-kernel"}) {
+		t.Errorf("left in %s: %q", filepath.Dir(bin), names)
+	}
+
+	fresh := filepath.Join(tmp, "fresh")
+	sh2 := *sh
+	sh2.env = append(slices.Clone(sh.env), "JUPYTER_DATA_DIR="+filepath.Join(tmp, "data2"))
+	code, out, errOut = sh2.run("--prefix", fresh, "--python", py, "--no-deps", "--", "--memory-limit", "1K")
+	if code != 1 || !strings.Contains(errOut, "--memory-limit") || !strings.Contains(out, "nothing installed") {
+		t.Errorf("a fresh install with --memory-limit 1K: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	if names := installDirNames(t, filepath.Join(fresh, "bin")); len(names) != 0 {
+		t.Errorf("a refused fresh install left %q in %s", names, filepath.Join(fresh, "bin"))
+	}
+	if _, err := os.Lstat(filepath.Join(tmp, "data2", "kernels", "tfgpu")); !os.IsNotExist(err) {
+		t.Errorf("a refused fresh install left a kernelspec: %v", err)
+	}
+}
+
+func installStat(t *testing.T, p string) os.FileInfo {
+	t.Helper()
+	fi, err := os.Stat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi
+}
+
 // A venv without ipykernel given with --python: the advice is that venv's
 // pip, never apt (it is not resolved to the interpreter it links to), and
 // nothing is left installed.
