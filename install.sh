@@ -14,7 +14,11 @@ Builds tfgpu-kernel (Go, cgo) and installs it with the Jupyter kernelspec
 
   --user          for you (the default): the binary in ~/.local/bin (as root,
                   /usr/local/bin), the kernelspec in your Jupyter data
-                  directory ($JUPYTER_DATA_DIR, ~/.local/share/jupyter)
+                  directory ($JUPYTER_DATA_DIR, ~/.local/share/jupyter).
+                  As root, say --user or --system when a kernelspec for
+                  every user is installed: without either, install.sh
+                  refuses to hide it behind root's own or to replace or
+                  remove the binary it runs
   --system        for every user of this machine (as root): the binary in
                   /usr/local/bin, the kernelspec in
                   /usr/local/share/jupyter/kernels, both root's and
@@ -84,6 +88,7 @@ while [ $# -gt 0 ]; do
 	*) usage_error "unknown argument '$1'" ;;
 	esac
 done
+given=$mode # --user or --system as said; "" when left out
 mode=${mode:-user}
 
 root=0
@@ -112,6 +117,64 @@ default_prefix=$(realpath -m -- "$default_prefix")
 bin="$prefix/bin/tfgpu-kernel"
 dest=()
 [ "$mode" = system ] && dest=(--system)
+system_kernels=/usr/local/share/jupyter/kernels # where 'tfgpu-kernel install --system' writes
+
+# --- kernelspecs of ours -------------------------------------------------------
+# Read without Python (uninstall needs none) as tfgpu-kernel writes
+# kernel.json (kernelspec.encodeSpec: two-space indent, "argv" first,
+# metadata.tfgpu an object), so argv[0] is the line after "argv" and is
+# compared as JSON writes it. ours KERNELS…: every kernelspec of ours in
+# the kernels directories KERNELS…, each once, its directory in
+# ours_dirs[] and its argv[0] in ours_bins[].
+json_str() { local s=${1//\\/\\\\}; printf '%s' "${s//\"/\\\"}"; }
+ours() {
+	ours_dirs=() ours_bins=()
+	local k d real
+	local -A seen=()
+	for k in "$@"; do
+		for d in "$k"/*/; do
+			d=${d%/}
+			real=$(realpath -e -- "$d" 2>/dev/null) || continue
+			[ -z "${seen[$real]:-}" ] || continue
+			seen[$real]=1
+			[ -f "$d/kernel.json" ] && grep -q '"tfgpu": {' "$d/kernel.json" || continue
+			ours_dirs+=("$d")
+			ours_bins+=("$(sed -n '/^  "argv": \[$/{n;s/^    "\(.*\)",$/\1/p;q;}' "$d/kernel.json")")
+		done
+	done
+}
+
+# As root, leaving out --user or --system is a slip when a kernelspec for
+# every user is there (#34): root's own kernelspec of the same name hides
+# it from root's Jupyter, and the binary in /usr/local/bin, which --user
+# puts there too, is the one it runs: replaced under it by an install,
+# removed by an uninstall (then no user's kernel starts). Say which.
+if [ $root -eq 1 ] && [ -z "$given" ]; then
+	name=tfgpu
+	for ((i = 0; i < ${#pass[@]}; i++)); do
+		case "${pass[$i]}" in
+		--name | -name) [ $((i + 1)) -lt ${#pass[@]} ] && name=${pass[$((i + 1))]} ;;
+		--name=* | -name=*) name=${pass[$i]#*=} ;;
+		esac
+	done
+	name=${name,,} # Jupyter's names are lower-case
+	ours "$system_kernels"
+	why=()
+	for i in "${!ours_dirs[@]}"; do
+		d=${ours_dirs[$i]}
+		runs_bin=0
+		[ "${ours_bins[$i]}" = "$(json_str "$bin")" ] && [ -e "$bin" ] && runs_bin=1
+		if [ $uninstall -eq 1 ]; then
+			[ $runs_bin -eq 0 ] || why+=("remove $bin, which the kernelspec for every user $d runs (no user's kernel would start)")
+		else
+			[ "${d##*/}" != "$name" ] || why+=("write root's own kernelspec \"$name\", which hides the one for every user, $d, from root's Jupyter")
+			[ $runs_bin -eq 0 ] || why+=("replace $bin, which $d runs, and not $d")
+		fi
+	done
+	if [ ${#why[@]} -gt 0 ]; then
+		usage_error "as root without --user or --system, this would $(printf '%s; and ' "${why[@]}" | sed 's/; and $//'): give --system for every user's, or --user for root's own"
+	fi
+fi
 
 # --- uninstall ---------------------------------------------------------------
 # Needs neither Go nor Python nor the jupyter command: the installed binary
@@ -378,6 +441,7 @@ if [ "$mode" = user ] && [ $root -eq 1 ]; then
 fi
 again=""
 [ "$mode" = system ] && again=" --system"
+[ "$mode" = user ] && [ $root -eq 1 ] && again=" --user" # as root, said: leaving it out may be refused
 [ "$prefix" = "$default_prefix" ] || again+=$(printf ' --prefix %q' "$prefix")
 cat <<EOF
 

@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
 
 // installSh runs ./install.sh as CI does (no stdin), with env, in dir.
@@ -103,7 +105,11 @@ func TestInstallScript(t *testing.T) {
 	bin := filepath.Join(prefix, "bin", "tfgpu-kernel")
 	spec := filepath.Join(data, "kernels", "tfgpu")
 	code, out, errOut := sh.run("--prefix", prefix, "--python", py, "--no-deps", "--", "--gpu-memory-limit", "40G", "--env", "CUDA_VISIBLE_DEVICES=0")
-	if code != 0 || !strings.Contains(out, "install.sh --uninstall --prefix "+prefix) || !strings.Contains(out, "python "+py) {
+	remove := "install.sh --uninstall --prefix " + prefix
+	if os.Geteuid() == 0 { // root is told to say --user
+		remove = "install.sh --uninstall --user --prefix " + prefix
+	}
+	if code != 0 || !strings.Contains(out, remove) || !strings.Contains(out, "python "+py) {
 		t.Fatalf("install.sh: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
 	}
 	s := readInstalledSpec(t, spec)
@@ -282,5 +288,81 @@ func copyRepo(t *testing.T, dst string) {
 		if err := os.WriteFile(p, b, fi.Mode().Perm()|0o444); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// asRootWithLocal is sh run as root in a mount namespace of its own, one
+// per run, where bin is /usr/local/bin and share is /usr/local/share:
+// --system writes there, never the machine's; bin and share (root's,
+// 0755, as /usr/local's) stay from one run to the next.
+func asRootWithLocal(t *testing.T, sh *installSh) (bin, share string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		testutil.RequireOrSkip(t, "needs root: install.sh --system")
+	}
+	if out, err := exec.Command("unshare", "--mount", "--propagation", "private", "true").CombinedOutput(); err != nil {
+		testutil.RequireOrSkip(t, "needs unshare --mount: %s", strings.TrimSpace(string(out)))
+	}
+	bin, share = sharedDir(t), sharedDir(t)
+	sh.wrap = []string{"unshare", "--mount", "--propagation", "private", "/bin/sh", "-c",
+		`mount --bind "$1" /usr/local/bin && mount --bind "$2" /usr/local/share && shift 2 && exec "$@"`, "sh", bin, share}
+	return bin, share
+}
+
+// As root, leaving out --user or --system is refused, in one line saying
+// what it would break, when a kernelspec for every user is installed
+// (#34): an uninstall would remove the binary it runs, an install would
+// hide it behind root's own kernelspec and replace its binary. Nothing is
+// built, replaced or removed then; said explicitly, --user goes ahead.
+func TestInstallScriptAsRootSaysUserOrSystem(t *testing.T) {
+	py := installJupyterPython(t)
+	sh, tmp := newInstallSh(t)
+	binDir, share := asRootWithLocal(t, sh)
+	const bin, sys = "/usr/local/bin/tfgpu-kernel", "/usr/local/share/jupyter/kernels/tfgpu"
+	if code, out, errOut := sh.run("--system", "--python", py, "--no-deps"); code != 0 {
+		t.Fatalf("install.sh --system: exit %d\n%s%s", code, out, errOut)
+	}
+	old := filepath.Join(tmp, "old-binary") // holds the inode: see TestInstallScriptChecksBeforeReplacing
+	if err := os.Link(filepath.Join(binDir, "tfgpu-kernel"), old); err != nil {
+		t.Fatal(err)
+	}
+	sysSpec := readInstalledSpec(t, filepath.Join(share, "jupyter", "kernels", "tfgpu"))
+	untouched := func(what string) {
+		t.Helper()
+		if !os.SameFile(installStat(t, old), installStat(t, filepath.Join(binDir, "tfgpu-kernel"))) {
+			t.Errorf("%s replaced or removed %s", what, bin)
+		}
+		if s := readInstalledSpec(t, filepath.Join(share, "jupyter", "kernels", "tfgpu")); string(s.raw) != string(sysSpec.raw) {
+			t.Errorf("%s changed %s", what, sys)
+		}
+		if _, err := os.Lstat(filepath.Join(tmp, "data", "kernels", "tfgpu")); !os.IsNotExist(err) {
+			t.Errorf("%s wrote root's own kernelspec: %v", what, err)
+		}
+	}
+
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"--uninstall"}, []string{"install.sh: as root without --user or --system, this would remove " + bin +
+			", which the kernelspec for every user " + sys + " runs (no user's kernel would start): give --system for every user's, or --user for root's own"}},
+		{[]string{"--python", py, "--no-deps"}, []string{"install.sh: as root without --user or --system, this would write root's own kernelspec \"tfgpu\", which hides the one for every user, " +
+			sys + ", from root's Jupyter; and replace " + bin + ", which " + sys + " runs, and not " + sys + ":", "--user for root's own"}},
+	} {
+		code, out, errOut := sh.run(tc.args...)
+		if code != 2 || out != "" || !isInstallErrLine(errOut, tc.want[0]) || !strings.Contains(errOut, tc.want[len(tc.want)-1]) {
+			t.Errorf("install.sh %q as root: exit %d, stdout %q\nstderr %q\nwant exit 2 and %q", tc.args, code, out, errOut, tc.want)
+		}
+		untouched(strings.Join(tc.args, " "))
+	}
+
+	// Said explicitly, --user is root's choice.
+	code, out, errOut := sh.run("--user", "--python", py, "--no-deps")
+	if code != 0 || !strings.Contains(out, "./install.sh --uninstall --user") {
+		t.Fatalf("install.sh --user as root: exit %d\n%s%s", code, out, errOut)
+	}
+	readInstalledSpec(t, filepath.Join(tmp, "data", "kernels", "tfgpu"))
+	if code, out, errOut := sh.run("--uninstall", "--user"); code != 0 || !strings.Contains(out, "removed "+bin) {
+		t.Errorf("install.sh --uninstall --user as root: exit %d\n%s%s", code, out, errOut)
 	}
 }
