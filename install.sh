@@ -7,7 +7,7 @@ set -euo pipefail
 usage() {
 	cat <<'EOF'
 usage: ./install.sh [--user | --system] [--prefix DIR] [--python PATH] [--lab PYTHON] [--no-deps] [-- INSTALL-FLAGS…]
-       ./install.sh --uninstall [--user | --system] [--prefix DIR] [--lab PYTHON] [-- --name NAME]
+       ./install.sh --uninstall [--with-wraps] [--user | --system] [--prefix DIR] [--lab PYTHON] [-- --name NAME]
 
 Builds tfgpu-kernel (Go, cgo) and installs it with the Jupyter kernelspec
 "tfgpu" ("TF-GPU (clean restart)").
@@ -39,8 +39,9 @@ Builds tfgpu-kernel (Go, cgo) and installs it with the Jupyter kernelspec
   --uninstall     remove what that install wrote: the kernelspec (only one
                   tfgpu-kernel wrote) and the binary; give the same --user,
                   --system or --prefix. Says which kernels still run on it.
-                  Kernelspecs made with 'tfgpu-kernel install --wrap' stay:
-                  remove them with 'tfgpu-kernel install --uninstall --wrap NAME'.
+                  Other kernelspecs that run the binary (made with
+                  'tfgpu-kernel install --wrap') are named and stay
+  --with-wraps    with --uninstall: remove those too
   -- FLAGS        passed to 'tfgpu-kernel install': run flags and --env,
                   e.g. -- --gpu-memory-limit 40G --env CUDA_VISIBLE_DEVICES=0
                   (see 'tfgpu-kernel install --help')
@@ -69,7 +70,7 @@ say() { echo "install.sh: $*"; }
 die() { echo "install.sh: $*" >&2; exit 1; }
 usage_error() { echo "install.sh: $* (see ./install.sh --help)" >&2; exit 2; }
 
-mode="" prefix="" python="" lab="" deps=1 uninstall=0 pass=()
+mode="" prefix="" python="" lab="" deps=1 uninstall=0 wraps=0 pass=()
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--user | --system)
@@ -83,6 +84,7 @@ while [ $# -gt 0 ]; do
 	--lab=*) lab=${1#*=}; shift ;;
 	--no-deps) deps=0; shift ;;
 	--uninstall) uninstall=1; shift ;;
+	--with-wraps) wraps=1; shift ;;
 	-h | --help) usage; exit 0 ;;
 	--) shift; pass=("$@"); break ;;
 	*) usage_error "unknown argument '$1'" ;;
@@ -90,6 +92,7 @@ while [ $# -gt 0 ]; do
 done
 given=$mode # --user or --system as said; "" when left out
 mode=${mode:-user}
+[ $wraps -eq 0 ] || [ $uninstall -eq 1 ] || usage_error "--with-wraps goes with --uninstall"
 
 root=0
 [ "$(id -u)" -eq 0 ] && root=1
@@ -118,6 +121,12 @@ bin="$prefix/bin/tfgpu-kernel"
 dest=()
 [ "$mode" = system ] && dest=(--system)
 system_kernels=/usr/local/share/jupyter/kernels # where 'tfgpu-kernel install --system' writes
+user_kernels="${JUPYTER_DATA_DIR:-${XDG_DATA_HOME:-$HOME/.local/share}/jupyter}/kernels"
+# The same install again, for the commands said: upgrade, remove.
+again=""
+[ "$mode" = system ] && again=" --system"
+[ "$mode" = user ] && [ $root -eq 1 ] && again=" --user" # as root, said: leaving it out may be refused
+[ "$prefix" = "$default_prefix" ] || again+=$(printf ' --prefix %q' "$prefix")
 
 # --- kernelspecs of ours -------------------------------------------------------
 # Read without Python (uninstall needs none) as tfgpu-kernel writes
@@ -186,35 +195,63 @@ if [ $uninstall -eq 1 ]; then
 		say "removed the JupyterLab extension from $lab"
 	fi
 	if [ -x "$bin" ]; then
-		if out=$("$bin" install --uninstall "${dest[@]}" "${pass[@]}" </dev/null 2>&1); then
-			while IFS= read -r l; do say "$l"; done <<<"$out"
-		else
-			case "$out" in
-			*"no kernelspec at "*) say "no kernelspec to remove: ${out#tfgpu-kernel install: }" ;;
-			*) say "kept the kernelspec: ${out#tfgpu-kernel install: }" ;; # not ours: someone else's to remove
-			esac
+		flags=("${dest[@]}")
+		# Its twins too, when the binary knows how (one older than
+		# --with-wraps leaves them to the search below).
+		if [ $wraps -eq 1 ] && "$bin" install --help 2>/dev/null | grep -q -- '--with-wraps'; then
+			flags+=(--with-wraps)
 		fi
+		out=$("$bin" install --uninstall "${flags[@]}" "${pass[@]}" </dev/null 2>&1) || true
+		while IFS= read -r l; do
+			case "$l" in
+			"tfgpu-kernel install: no kernelspec at "*) say "no kernelspec to remove: ${l#tfgpu-kernel install: }" ;;
+			"tfgpu-kernel install: "*) say "kept the kernelspec: ${l#tfgpu-kernel install: }" ;; # not ours: someone else's to remove
+			*) say "$l" ;;
+			esac
+		done <<<"$out"
 	else
 		# The binary is gone already: remove a kernelspec of ours by hand, so
 		# that no user is left with one that runs a missing program.
 		if [ "$mode" = system ]; then
-			kdir=/usr/local/share/jupyter/kernels/tfgpu
+			kdir=$system_kernels/tfgpu
 		else
-			kdir="${JUPYTER_DATA_DIR:-${XDG_DATA_HOME:-$HOME/.local/share}/jupyter}/kernels/tfgpu"
+			kdir=$user_kernels/tfgpu
 		fi
 		if [ -f "$kdir/kernel.json" ] && grep -q '"tfgpu": {' "$kdir/kernel.json"; then
 			rm -rf -- "$kdir"
 			say "removed kernelspec \"tfgpu\" from $kdir ($bin was gone already)"
 		else
-			say "$bin is not there, nor a kernelspec of ours in $kdir: nothing to remove"
-			exit 0
+			say "$bin is not there, nor a kernelspec of ours in $kdir"
 		fi
 	fi
 	if [ -e "$bin" ]; then
 		rm -f -- "$bin"
 		say "removed $bin"
 	fi
-	exit 0
+	# Kernelspecs of ours still running the binary (#34): --wrap twins, or
+	# one left in another directory. With --with-wraps they go; else they
+	# are named with the command that removes them, which works now that
+	# the binary is gone. Jupyter's directories as far as they are known
+	# without Python: JUPYTER_PATH's, the user's, the system's.
+	kernels=()
+	IFS=: read -ra jp <<<"${JUPYTER_PATH:-}"
+	for p in "${jp[@]}"; do [ -z "$p" ] || kernels+=("$p/kernels"); done
+	ours "${kernels[@]}" "$user_kernels" "$system_kernels" /usr/share/jupyter/kernels
+	left=() failed=0
+	for i in "${!ours_dirs[@]}"; do
+		[ "${ours_bins[$i]}" = "$(json_str "$bin")" ] || continue
+		d=${ours_dirs[$i]}
+		if [ $wraps -eq 1 ] && rm -rf -- "$d"; then
+			say "removed kernelspec \"${d##*/}\" from $d (it ran $bin)"
+			continue
+		fi
+		[ $wraps -eq 0 ] || failed=1
+		left+=("\"${d##*/}\" in $d")
+	done
+	if [ ${#left[@]} -gt 0 ]; then
+		say "left $(printf '%s, ' "${left[@]}" | sed 's/, $//'), which ran $bin and cannot start now; remove: ./install.sh --uninstall --with-wraps$again"
+	fi
+	exit $failed
 fi
 
 cd "$(dirname "$(readlink -f "$0")")"
@@ -439,10 +476,6 @@ esac
 if [ "$mode" = user ] && [ $root -eq 1 ]; then
 	say "note: the kernelspec is root's own; to install for every user of this machine: ./install.sh --system"
 fi
-again=""
-[ "$mode" = system ] && again=" --system"
-[ "$mode" = user ] && [ $root -eq 1 ] && again=" --user" # as root, said: leaving it out may be refused
-[ "$prefix" = "$default_prefix" ] || again+=$(printf ' --prefix %q' "$prefix")
 cat <<EOF
 
 Done. Next: run 'jupyter console --kernel tfgpu', or pick "TF-GPU (clean restart)"

@@ -366,3 +366,68 @@ func TestInstallScriptAsRootSaysUserOrSystem(t *testing.T) {
 		t.Errorf("install.sh --uninstall --user as root: exit %d\n%s%s", code, out, errOut)
 	}
 }
+
+// Uninstall names every other kernelspec of ours that runs the binary it
+// removes (a --wrap twin), with a command that removes it and still works
+// once the binary is gone; --with-wraps removes them with it (#34: the
+// twins were left running a missing binary, and the command the help
+// gave for them needed that binary).
+func TestInstallScriptUninstallsWraps(t *testing.T) {
+	py := installJupyterPython(t)
+	sh, tmp := newInstallSh(t)
+	prefix := filepath.Join(tmp, "p")
+	bin := filepath.Join(prefix, "bin", "tfgpu-kernel")
+	kernels := filepath.Join(tmp, "data", "kernels")
+	theirs := filepath.Join(tmp, "theirs", "mine")
+	installWriteSpec(t, theirs, `{"argv": ["`+py+`", "-m", "ipykernel_launcher", "-f", "{connection_file}"], "display_name": "Mine", "language": "python"}`, map[string]string{})
+	twin := filepath.Join(kernels, "mine-tfgpu")
+	install := func() {
+		t.Helper()
+		if code, out, errOut := sh.run("--prefix", prefix, "--python", py, "--no-deps"); code != 0 {
+			t.Fatalf("install.sh: exit %d\n%s%s", code, out, errOut)
+		}
+		if r := runInstallBin(t, sh.env, bin, "install", "--wrap", theirs); r.code != 0 {
+			t.Fatalf("install --wrap: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+		}
+	}
+	gone := func(what string, paths ...string) {
+		t.Helper()
+		for _, p := range paths {
+			if _, err := os.Lstat(p); !os.IsNotExist(err) {
+				t.Errorf("%s: %s still there: %v", what, p, err)
+			}
+		}
+	}
+
+	// Without --with-wraps the twin stays, named, with the command.
+	install()
+	code, out, errOut := sh.run("--uninstall", "--prefix", prefix)
+	again := "./install.sh --uninstall --with-wraps --prefix " + prefix
+	if os.Geteuid() == 0 { // root is told to say --user
+		again = "./install.sh --uninstall --with-wraps --user --prefix " + prefix
+	}
+	if code != 0 || !ownLines(out) || errOut != "" || !strings.Contains(out, `kernelspec "mine-tfgpu" in `+twin+" runs "+bin+" too and stays") ||
+		!strings.Contains(out, `install.sh: left "mine-tfgpu" in `+twin+", which ran "+bin+" and cannot start now; remove: "+again+"\n") {
+		t.Errorf("--uninstall with a twin: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	gone("--uninstall", bin, filepath.Join(kernels, "tfgpu"))
+	readInstalledSpec(t, twin)
+	// The command said, the binary gone.
+	code, out, errOut = sh.run(strings.Fields(again)[1:]...)
+	if code != 0 || !ownLines(out) || errOut != "" || !strings.Contains(out, `removed kernelspec "mine-tfgpu" from `+twin) {
+		t.Errorf("%s: exit %d\nstdout:\n%s\nstderr:\n%s", again, code, out, errOut)
+	}
+	gone(again, twin)
+
+	// With it, the binary removes its twins itself.
+	install()
+	code, out, errOut = sh.run("--uninstall", "--with-wraps", "--prefix", prefix)
+	if code != 0 || !ownLines(out) || errOut != "" || !strings.Contains(out, `removed kernelspec "mine-tfgpu" from `+twin+" (it ran "+bin+" too)") ||
+		strings.Contains(out, "left") {
+		t.Errorf("--uninstall --with-wraps: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	gone("--uninstall --with-wraps", bin, filepath.Join(kernels, "tfgpu"), twin)
+	if code, _, errOut := sh.run("--with-wraps"); code != 2 || !isInstallErrLine(errOut, "install.sh: --with-wraps goes with --uninstall") {
+		t.Errorf("--with-wraps without --uninstall: exit %d, stderr %q", code, errOut)
+	}
+}
