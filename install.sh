@@ -448,7 +448,8 @@ fi
 mv -f -- "$stage" "$bin"
 say "installed $bin"
 rc=0
-"$bin" "${args[@]}" </dev/null || rc=$?
+out=$("$bin" "${args[@]}" </dev/null) || rc=$?
+[ -z "$out" ] || printf '%s\n' "$out"
 if [ $rc -ne 0 ]; then
 	if [ $fresh -eq 1 ]; then
 		rm -f -- "$bin" # nothing left behind by an install that did not happen
@@ -476,10 +477,47 @@ esac
 if [ "$mode" = user ] && [ $root -eq 1 ]; then
 	say "note: the kernelspec is root's own; to install for every user of this machine: ./install.sh --system"
 fi
+# What to try next, with a Jupyter this user has (#34: a JupyterLab venv
+# has no 'jupyter console'). 'jupyter SUB' runs the program jupyter-SUB
+# found on PATH (or beside jupyter): each is looked for on PATH, then
+# beside the kernel's Python (a venv not activated). 'command -v' would
+# also take a file it cannot run.
+name=$(sed -n 's/^installed kernelspec "\([^"]*\)" .*/\1/p' <<<"$out")
+display=$(sed -n 's/^installed kernelspec "[^"]*" ("\(.*\)") in .*/\1/p' <<<"$out")
+kpy=$(sed -n 's/^installed kernelspec .*; python \(.*\) (ipykernel [^)]*)$/\1/p' <<<"$out")
+: "${name:=tfgpu}" "${display:=TF-GPU (clean restart)}"
+runnable() { [ -f "$1" ] && [ -x "$1" ]; }
+jupyter_cmd() { # jupyter_cmd SUB: how to run 'jupyter SUB' here, if one can
+	local d found="" dirs
+	IFS=: read -ra dirs <<<"$PATH"
+	for d in "${dirs[@]}"; do
+		runnable "${d:-.}/jupyter-$1" && found=1 && break
+	done
+	if [ -n "$found" ]; then
+		for d in "${dirs[@]}"; do
+			runnable "${d:-.}/jupyter" && echo "jupyter $1" && return 0
+		done
+	fi
+	d=$(dirname -- "${kpy:-/nonexistent/python}")
+	runnable "$d/jupyter" && runnable "$d/jupyter-$1" && printf '%q %s\n' "$d/jupyter" "$1"
+}
+if c=$(jupyter_cmd console); then
+	next="run '$c --kernel $name', or pick \"$display\" in Jupyter's kernel list"
+elif c=$(jupyter_cmd lab); then
+	next="run '$c' and pick \"$display\" in its launcher"
+elif c=$(jupyter_cmd notebook); then
+	next="run '$c' and pick \"$display\" for a new notebook"
+else
+	next="pick \"$display\" in the kernel list of the Jupyter you use (JupyterLab, Notebook, VS Code)"
+	if c=$(jupyter_cmd kernelspec); then
+		next+="; '$c list' shows it as $name"
+	fi
+fi
+[ "$mode" != system ] || next="every user's Jupyter lists \"$display\"; to try it: $next"
 cat <<EOF
 
-Done. Next: run 'jupyter console --kernel tfgpu', or pick "TF-GPU (clean restart)"
-in Jupyter's kernel list. Upgrade: './install.sh$again' again. Remove: './install.sh --uninstall$again'.
+Done. Next: $next.
+Upgrade: './install.sh$again' again. Remove: './install.sh --uninstall$again'.
 EOF
 if [ -z "$lab" ] && [ $root -eq 1 ]; then
 	echo "The GPU in JupyterLab's status bar: $(lab_wheel_steps PYTHON), PYTHON the one that runs JupyterLab."

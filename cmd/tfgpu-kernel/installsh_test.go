@@ -431,3 +431,71 @@ func TestInstallScriptUninstallsWraps(t *testing.T) {
 		t.Errorf("--with-wraps without --uninstall: exit %d, stderr %q", code, errOut)
 	}
 }
+
+// install.sh's last word suggests a Jupyter the user has (#34: it said
+// 'jupyter console', which a JupyterLab venv does not have): the console
+// where there is one, else JupyterLab first on PATH or beside the
+// kernel's Python, else the kernel list of whatever Jupyter they use.
+// Debian's jupyter programs are hidden (/dev/null bound over them, in a
+// mount namespace of the run's own) where a case has none.
+func TestInstallScriptSuggestsAJupyterYouHave(t *testing.T) {
+	py := installJupyterPython(t)
+	if os.Geteuid() != 0 {
+		testutil.RequireOrSkip(t, "needs root: mount namespaces hide Debian's jupyter programs")
+	}
+	sh, tmp := newInstallSh(t)
+	goroot, err := exec.Command("go", "env", "GOROOT").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(strings.TrimSpace(string(goroot)), "bin") + ":/usr/bin:/bin"
+	vpy := systemSiteVenv(t, py)
+	venvBin := filepath.Dir(vpy)
+	console := filepath.Join(tmp, "console")
+	for dir, progs := range map[string][]string{venvBin: {"jupyter", "jupyter-lab"}, console: {"jupyter", "jupyter-console"}} {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range progs { // never run: install.sh only looks for them
+			if err := os.WriteFile(filepath.Join(dir, p), []byte("#!/bin/sh\nexit 1\n"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	debians, _ := filepath.Glob("/usr/bin/jupyter*")
+	var frontends []string
+	for _, p := range debians {
+		switch filepath.Base(p) {
+		case "jupyter-console", "jupyter-lab", "jupyter-notebook":
+			frontends = append(frontends, p)
+		}
+	}
+	prefix := filepath.Join(tmp, "p")
+	for _, tc := range []struct {
+		name   string
+		path   string   // PATH's head
+		hide   []string // files that read as /dev/null
+		python string   // the kernel's
+		want   string
+	}{
+		{"a console on PATH", console, nil, vpy, "Done. Next: run 'jupyter console --kernel tfgpu', or pick \"TF-GPU (clean restart)\" in Jupyter's kernel list."},
+		{"a JupyterLab venv activated", venvBin, frontends, vpy, "Done. Next: run 'jupyter lab' and pick \"TF-GPU (clean restart)\" in its launcher."},
+		{"a JupyterLab venv beside the kernel's Python", "", frontends, vpy, "Done. Next: run '" + filepath.Join(venvBin, "jupyter") + " lab' and pick \"TF-GPU (clean restart)\" in its launcher."},
+		{"no jupyter at all", "", debians, py, "Done. Next: pick \"TF-GPU (clean restart)\" in the kernel list of the Jupyter you use (JupyterLab, Notebook, VS Code)."},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			run := *sh
+			p := path
+			if tc.path != "" {
+				p = tc.path + ":" + path
+			}
+			run.env = append(slices.Clone(sh.env), "PATH="+p)
+			run.wrap = append([]string{"unshare", "--mount", "--propagation", "private", "/bin/sh", "-c",
+				`while [ "$1" != -- ]; do mount --bind /dev/null "$1" || exit; shift; done; shift; exec "$@"`, "sh"}, append(tc.hide, "--")...)
+			code, out, errOut := run.run("--prefix", prefix, "--python", tc.python, "--no-deps")
+			if code != 0 || !strings.Contains(out, "\n"+tc.want+"\n") {
+				t.Errorf("exit %d, want %q\nstdout:\n%s\nstderr:\n%s", code, tc.want, out, errOut)
+			}
+		})
+	}
+}
