@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/tfgpu/tfgpu-kernel/kernelspec"
+	"golang.org/x/sys/unix"
 )
 
 const installUsage = `usage: tfgpu-kernel install [--user | --system | --sys-prefix | --prefix DIR] [flags] [run flags]
@@ -278,7 +279,10 @@ func (c *installCmd) uninstall(stderr io.Writer) int {
 // runningThisBinary are the kernelspecs of ours other than the one in dir
 // that run bin, in the directories Jupyter searches as the removed
 // kernelspec's Python (its sys.prefix: a --sys-prefix twin) and the
-// default ones see them, and in dir's own kernels directory.
+// default ones see them, and in dir's own kernels directory; only those
+// this user may remove: a user uninstalling their own kernelspec of the
+// system's binary is not told of root's, which --with-wraps could not
+// remove and which keep their binary.
 func (c *installCmd) runningThisBinary(bin, dir string, prev *kernelspec.Previous) []kernelspec.Spec {
 	var pythons []string
 	if prev != nil && prev.Python != "" {
@@ -293,6 +297,9 @@ func (c *installCmd) runningThisBinary(bin, dir string, prev *kernelspec.Previou
 	var out []kernelspec.Spec
 	for _, sp := range kernelspec.RunsBinary(context.Background(), bin, pythons, filepath.Dir(dir)) {
 		if fi, err := os.Stat(sp.Dir); sp.Dir == dir || err == nil && self != nil && os.SameFile(fi, self) {
+			continue
+		}
+		if unix.Access(filepath.Dir(sp.Dir), unix.W_OK) != nil {
 			continue
 		}
 		out = append(out, sp)
