@@ -197,10 +197,12 @@ if [ $uninstall -eq 1 ]; then
 	if [ -x "$bin" ]; then
 		flags=("${dest[@]}")
 		# Its twins too, when the binary knows how (one older than
-		# --with-wraps leaves them to the search below).
-		if [ $wraps -eq 1 ] && "$bin" install --help 2>/dev/null | grep -q -- '--with-wraps'; then
-			flags+=(--with-wraps)
-		fi
+		# --with-wraps leaves them to the search below). The help is read
+		# whole: grep -q ending the pipe early would SIGPIPE the binary.
+		help=$("$bin" install --help 2>/dev/null) || true
+		case "$help" in
+		*--with-wraps*) [ $wraps -eq 0 ] || flags+=(--with-wraps) ;;
+		esac
 		out=$("$bin" install --uninstall "${flags[@]}" "${pass[@]}" </dev/null 2>&1) || true
 		while IFS= read -r l; do
 			case "$l" in
