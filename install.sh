@@ -7,14 +7,18 @@ set -euo pipefail
 usage() {
 	cat <<'EOF'
 usage: ./install.sh [--user | --system] [--prefix DIR] [--python PATH] [--lab PYTHON] [--no-deps] [-- INSTALL-FLAGS…]
-       ./install.sh --uninstall [--user | --system] [--prefix DIR] [--lab PYTHON] [-- --name NAME]
+       ./install.sh --uninstall [--with-wraps] [--user | --system] [--prefix DIR] [--lab PYTHON] [-- --name NAME]
 
 Builds tfgpu-kernel (Go, cgo) and installs it with the Jupyter kernelspec
 "tfgpu" ("TF-GPU (clean restart)").
 
   --user          for you (the default): the binary in ~/.local/bin (as root,
                   /usr/local/bin), the kernelspec in your Jupyter data
-                  directory ($JUPYTER_DATA_DIR, ~/.local/share/jupyter)
+                  directory ($JUPYTER_DATA_DIR, ~/.local/share/jupyter).
+                  As root, say --user or --system when a kernelspec for
+                  every user is installed: without either, install.sh
+                  refuses to hide it behind root's own or to replace or
+                  remove the binary it runs
   --system        for every user of this machine (as root): the binary in
                   /usr/local/bin, the kernelspec in
                   /usr/local/share/jupyter/kernels, both root's and
@@ -35,8 +39,9 @@ Builds tfgpu-kernel (Go, cgo) and installs it with the Jupyter kernelspec
   --uninstall     remove what that install wrote: the kernelspec (only one
                   tfgpu-kernel wrote) and the binary; give the same --user,
                   --system or --prefix. Says which kernels still run on it.
-                  Kernelspecs made with 'tfgpu-kernel install --wrap' stay:
-                  remove them with 'tfgpu-kernel install --uninstall --wrap NAME'.
+                  Other kernelspecs that run the binary (made with
+                  'tfgpu-kernel install --wrap') are named and stay
+  --with-wraps    with --uninstall: remove those too
   -- FLAGS        passed to 'tfgpu-kernel install': run flags and --env,
                   e.g. -- --gpu-memory-limit 40G --env CUDA_VISIBLE_DEVICES=0
                   (see 'tfgpu-kernel install --help')
@@ -65,7 +70,7 @@ say() { echo "install.sh: $*"; }
 die() { echo "install.sh: $*" >&2; exit 1; }
 usage_error() { echo "install.sh: $* (see ./install.sh --help)" >&2; exit 2; }
 
-mode="" prefix="" python="" lab="" deps=1 uninstall=0 pass=()
+mode="" prefix="" python="" lab="" deps=1 uninstall=0 wraps=0 pass=()
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--user | --system)
@@ -79,12 +84,15 @@ while [ $# -gt 0 ]; do
 	--lab=*) lab=${1#*=}; shift ;;
 	--no-deps) deps=0; shift ;;
 	--uninstall) uninstall=1; shift ;;
+	--with-wraps) wraps=1; shift ;;
 	-h | --help) usage; exit 0 ;;
 	--) shift; pass=("$@"); break ;;
 	*) usage_error "unknown argument '$1'" ;;
 	esac
 done
+given=$mode # --user or --system as said; "" when left out
 mode=${mode:-user}
+[ $wraps -eq 0 ] || [ $uninstall -eq 1 ] || usage_error "--with-wraps goes with --uninstall"
 
 root=0
 [ "$(id -u)" -eq 0 ] && root=1
@@ -112,6 +120,70 @@ default_prefix=$(realpath -m -- "$default_prefix")
 bin="$prefix/bin/tfgpu-kernel"
 dest=()
 [ "$mode" = system ] && dest=(--system)
+system_kernels=/usr/local/share/jupyter/kernels # where 'tfgpu-kernel install --system' writes
+user_kernels="${JUPYTER_DATA_DIR:-${XDG_DATA_HOME:-$HOME/.local/share}/jupyter}/kernels"
+# The same install again, for the commands said: upgrade, remove.
+again=""
+[ "$mode" = system ] && again=" --system"
+[ "$mode" = user ] && [ $root -eq 1 ] && again=" --user" # as root, said: leaving it out may be refused
+[ "$prefix" = "$default_prefix" ] || again+=$(printf ' --prefix %q' "$prefix")
+
+# --- kernelspecs of ours -------------------------------------------------------
+# Read without Python (uninstall needs none) as tfgpu-kernel writes
+# kernel.json (kernelspec.encodeSpec: two-space indent, "argv" first,
+# metadata.tfgpu an object), so argv[0] is the line after "argv" and is
+# compared as JSON writes it. ours KERNELS…: every kernelspec of ours in
+# the kernels directories KERNELS…, each once, its directory in
+# ours_dirs[] and its argv[0] in ours_bins[].
+json_str() { local s=${1//\\/\\\\}; printf '%s' "${s//\"/\\\"}"; }
+ours() {
+	ours_dirs=() ours_bins=()
+	local k d real
+	local -A seen=()
+	for k in "$@"; do
+		for d in "$k"/*/; do
+			d=${d%/}
+			real=$(realpath -e -- "$d" 2>/dev/null) || continue
+			[ -z "${seen[$real]:-}" ] || continue
+			seen[$real]=1
+			[ -f "$d/kernel.json" ] && grep -q '"tfgpu": {' "$d/kernel.json" || continue
+			ours_dirs+=("$d")
+			ours_bins+=("$(sed -n '/^  "argv": \[$/{n;s/^    "\(.*\)",$/\1/p;q;}' "$d/kernel.json")")
+		done
+	done
+}
+
+# As root, leaving out --user or --system is a slip when a kernelspec for
+# every user is there (#34): root's own kernelspec of the same name hides
+# it from root's Jupyter, and the binary in /usr/local/bin, which --user
+# puts there too, is the one it runs: replaced under it by an install,
+# removed by an uninstall (then no user's kernel starts). Say which.
+if [ $root -eq 1 ] && [ -z "$given" ]; then
+	name=tfgpu
+	for ((i = 0; i < ${#pass[@]}; i++)); do
+		case "${pass[$i]}" in
+		--name | -name) [ $((i + 1)) -lt ${#pass[@]} ] && name=${pass[$((i + 1))]} ;;
+		--name=* | -name=*) name=${pass[$i]#*=} ;;
+		esac
+	done
+	name=${name,,} # Jupyter's names are lower-case
+	ours "$system_kernels"
+	why=()
+	for i in "${!ours_dirs[@]}"; do
+		d=${ours_dirs[$i]}
+		runs_bin=0
+		[ "${ours_bins[$i]}" = "$(json_str "$bin")" ] && [ -e "$bin" ] && runs_bin=1
+		if [ $uninstall -eq 1 ]; then
+			[ $runs_bin -eq 0 ] || why+=("remove $bin, which the kernelspec for every user $d runs (no user's kernel would start)")
+		else
+			[ "${d##*/}" != "$name" ] || why+=("write root's own kernelspec \"$name\", which hides the one for every user, $d, from root's Jupyter")
+			[ $runs_bin -eq 0 ] || why+=("replace $bin, which $d runs, and not $d")
+		fi
+	done
+	if [ ${#why[@]} -gt 0 ]; then
+		usage_error "as root without --user or --system, this would $(printf '%s; and ' "${why[@]}" | sed 's/; and $//'): give --system for every user's, or --user for root's own"
+	fi
+fi
 
 # --- uninstall ---------------------------------------------------------------
 # Needs neither Go nor Python nor the jupyter command: the installed binary
@@ -123,35 +195,65 @@ if [ $uninstall -eq 1 ]; then
 		say "removed the JupyterLab extension from $lab"
 	fi
 	if [ -x "$bin" ]; then
-		if out=$("$bin" install --uninstall "${dest[@]}" "${pass[@]}" </dev/null 2>&1); then
-			while IFS= read -r l; do say "$l"; done <<<"$out"
-		else
-			case "$out" in
-			*"no kernelspec at "*) say "no kernelspec to remove: ${out#tfgpu-kernel install: }" ;;
-			*) say "kept the kernelspec: ${out#tfgpu-kernel install: }" ;; # not ours: someone else's to remove
+		flags=("${dest[@]}")
+		# Its twins too, when the binary knows how (one older than
+		# --with-wraps leaves them to the search below). The help is read
+		# whole: grep -q ending the pipe early would SIGPIPE the binary.
+		help=$("$bin" install --help 2>/dev/null) || true
+		case "$help" in
+		*--with-wraps*) [ $wraps -eq 0 ] || flags+=(--with-wraps) ;;
+		esac
+		out=$("$bin" install --uninstall "${flags[@]}" "${pass[@]}" </dev/null 2>&1) || true
+		while IFS= read -r l; do
+			case "$l" in
+			"tfgpu-kernel install: no kernelspec at "*) say "no kernelspec to remove: ${l#tfgpu-kernel install: }" ;;
+			"tfgpu-kernel install: "*) say "kept the kernelspec: ${l#tfgpu-kernel install: }" ;; # not ours: someone else's to remove
+			*) say "$l" ;;
 			esac
-		fi
+		done <<<"$out"
 	else
 		# The binary is gone already: remove a kernelspec of ours by hand, so
 		# that no user is left with one that runs a missing program.
 		if [ "$mode" = system ]; then
-			kdir=/usr/local/share/jupyter/kernels/tfgpu
+			kdir=$system_kernels/tfgpu
 		else
-			kdir="${JUPYTER_DATA_DIR:-${XDG_DATA_HOME:-$HOME/.local/share}/jupyter}/kernels/tfgpu"
+			kdir=$user_kernels/tfgpu
 		fi
 		if [ -f "$kdir/kernel.json" ] && grep -q '"tfgpu": {' "$kdir/kernel.json"; then
 			rm -rf -- "$kdir"
 			say "removed kernelspec \"tfgpu\" from $kdir ($bin was gone already)"
 		else
-			say "$bin is not there, nor a kernelspec of ours in $kdir: nothing to remove"
-			exit 0
+			say "$bin is not there, nor a kernelspec of ours in $kdir"
 		fi
 	fi
 	if [ -e "$bin" ]; then
 		rm -f -- "$bin"
 		say "removed $bin"
 	fi
-	exit 0
+	# Kernelspecs of ours still running the binary (#34): --wrap twins, or
+	# one left in another directory. With --with-wraps they go; else they
+	# are named with the command that removes them, which works now that
+	# the binary is gone. Jupyter's directories as far as they are known
+	# without Python: JUPYTER_PATH's, the user's, the system's.
+	kernels=()
+	IFS=: read -ra jp <<<"${JUPYTER_PATH:-}"
+	for p in "${jp[@]}"; do [ -z "$p" ] || kernels+=("$p/kernels"); done
+	ours "${kernels[@]}" "$user_kernels" "$system_kernels" /usr/share/jupyter/kernels
+	left=() failed=0
+	for i in "${!ours_dirs[@]}"; do
+		[ "${ours_bins[$i]}" = "$(json_str "$bin")" ] || continue
+		d=${ours_dirs[$i]}
+		if [ $wraps -eq 1 ] && rm -rf -- "$d"; then
+			say "removed kernelspec \"${d##*/}\" from $d (it ran $bin)"
+			continue
+		fi
+		[ $wraps -eq 0 ] || failed=1
+		left+=("\"${d##*/}\" in $d")
+	done
+	if [ ${#left[@]} -gt 0 ]; then
+		say "left $(printf '%s, ' "${left[@]}" | sed 's/, $//'), which ran $bin and cannot start now; remove: ./install.sh --uninstall --with-wraps$again"
+	fi
+	exit $failed
 fi
 
 cd "$(dirname "$(readlink -f "$0")")"
@@ -292,18 +394,25 @@ say "building tfgpu-kernel $ver with $(gorun version | cut -d' ' -f3) and $cc"
 	-o "$build/tfgpu-kernel" ./cmd/tfgpu-kernel </dev/null
 
 # --- install ---------------------------------------------------------------
+# What is asked is checked before anything is replaced: the new binary is
+# put beside the old one under a hidden name and runs 'install --dry-run'
+# with the same arguments (every setting checked as run checks it, the
+# Python found, --system's root's-whole checks, which need the binary in
+# its directory). Only then is it renamed over the old one and the
+# kernelspec written: a refused setting leaves the old binary and its
+# kernelspec as they were.
 fresh=1
 [ -e "$bin" ] && fresh=0
 if [ ! -d "$prefix/bin" ]; then
 	install -d -m 0755 "$prefix/bin" # 0755 whatever the umask: others run it
 fi
-# install(1) unlinks the old file first, so a running supervisor is not disturbed.
+stage="$prefix/bin/.tfgpu-kernel.new.$$"
+trap 'rm -rf "$build"; rm -f -- "$stage"' EXIT
 if [ "$mode" = system ]; then
-	install -m 0755 -o root -g root "$build/tfgpu-kernel" "$bin"
+	install -m 0755 -o root -g root "$build/tfgpu-kernel" "$stage"
 else
-	install -m 0755 "$build/tfgpu-kernel" "$bin"
+	install -m 0755 "$build/tfgpu-kernel" "$stage"
 fi
-say "installed $bin"
 
 args=(install --replace "${dest[@]}")
 [ -n "$python" ] && args+=(--python "$python")
@@ -311,7 +420,7 @@ args+=("${pass[@]}")
 # Exit 3: no Python imports ipykernel, and Debian's packages for
 # /usr/bin/python3 would give one (never said of a venv or conda env).
 rc=0
-"$bin" "${args[@]}" </dev/null || rc=$?
+"$stage" "${args[@]}" --dry-run </dev/null >/dev/null || rc=$?
 if [ $rc -eq 3 ] && [ $root -eq 1 ] && [ $deps -eq 1 ] && command -v apt-get >/dev/null 2>&1; then
 	pkgs=(python3-ipykernel python3-jupyter-client jupyter-client python3-jupyter-kernel-test
 		jupyter-notebook python3-nbclient jupyter-console python3-zmq)
@@ -326,8 +435,23 @@ if [ $rc -eq 3 ] && [ $root -eq 1 ] && [ $deps -eq 1 ] && command -v apt-get >/d
 	say "installing Debian's Jupyter packages for /usr/bin/python3: ${pkgs[*]}"
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${pkgs[@]}" </dev/null
 	rc=0
-	"$bin" "${args[@]}" </dev/null || rc=$?
+	"$stage" "${args[@]}" --dry-run </dev/null >/dev/null || rc=$?
 fi
+if [ $rc -ne 0 ]; then
+	if [ $fresh -eq 1 ]; then
+		say "nothing installed"
+	else
+		say "nothing changed: $bin and its kernelspec are as they were"
+	fi
+	exit 1
+fi
+# rename(2): the old file is unlinked, not written, so a running
+# supervisor is not disturbed.
+mv -f -- "$stage" "$bin"
+say "installed $bin"
+rc=0
+out=$("$bin" "${args[@]}" </dev/null) || rc=$?
+[ -z "$out" ] || printf '%s\n' "$out"
 if [ $rc -ne 0 ]; then
 	if [ $fresh -eq 1 ]; then
 		rm -f -- "$bin" # nothing left behind by an install that did not happen
@@ -355,13 +479,47 @@ esac
 if [ "$mode" = user ] && [ $root -eq 1 ]; then
 	say "note: the kernelspec is root's own; to install for every user of this machine: ./install.sh --system"
 fi
-again=""
-[ "$mode" = system ] && again=" --system"
-[ "$prefix" = "$default_prefix" ] || again+=$(printf ' --prefix %q' "$prefix")
+# What to try next, with a Jupyter this user has (#34: a JupyterLab venv
+# has no 'jupyter console'). 'jupyter SUB' runs the program jupyter-SUB
+# found on PATH (or beside jupyter): each is looked for on PATH, then
+# beside the kernel's Python (a venv not activated). 'command -v' would
+# also take a file it cannot run.
+name=$(sed -n 's/^installed kernelspec "\([^"]*\)" .*/\1/p' <<<"$out")
+display=$(sed -n 's/^installed kernelspec "[^"]*" ("\(.*\)") in .*/\1/p' <<<"$out")
+kpy=$(sed -n 's/^installed kernelspec .*; python \(.*\) (ipykernel [^)]*)$/\1/p' <<<"$out")
+: "${name:=tfgpu}" "${display:=TF-GPU (clean restart)}"
+runnable() { [ -f "$1" ] && [ -x "$1" ]; }
+jupyter_cmd() { # jupyter_cmd SUB: how to run 'jupyter SUB' here, if one can
+	local d found="" dirs
+	IFS=: read -ra dirs <<<"$PATH"
+	for d in "${dirs[@]}"; do
+		runnable "${d:-.}/jupyter-$1" && found=1 && break
+	done
+	if [ -n "$found" ]; then
+		for d in "${dirs[@]}"; do
+			runnable "${d:-.}/jupyter" && echo "jupyter $1" && return 0
+		done
+	fi
+	d=$(dirname -- "${kpy:-/nonexistent/python}")
+	runnable "$d/jupyter" && runnable "$d/jupyter-$1" && printf '%q %s\n' "$d/jupyter" "$1"
+}
+if c=$(jupyter_cmd console); then
+	next="run '$c --kernel $name', or pick \"$display\" in Jupyter's kernel list"
+elif c=$(jupyter_cmd lab); then
+	next="run '$c' and pick \"$display\" in its launcher"
+elif c=$(jupyter_cmd notebook); then
+	next="run '$c' and pick \"$display\" for a new notebook"
+else
+	next="pick \"$display\" in the kernel list of the Jupyter you use (JupyterLab, Notebook, VS Code)"
+	if c=$(jupyter_cmd kernelspec); then
+		next+="; '$c list' shows it as $name"
+	fi
+fi
+[ "$mode" != system ] || next="every user's Jupyter lists \"$display\"; to try it: $next"
 cat <<EOF
 
-Done. Next: run 'jupyter console --kernel tfgpu', or pick "TF-GPU (clean restart)"
-in Jupyter's kernel list. Upgrade: './install.sh$again' again. Remove: './install.sh --uninstall$again'.
+Done. Next: $next.
+Upgrade: './install.sh$again' again. Remove: './install.sh --uninstall$again'.
 EOF
 if [ -z "$lab" ] && [ $root -eq 1 ]; then
 	echo "The GPU in JupyterLab's status bar: $(lab_wheel_steps PYTHON), PYTHON the one that runs JupyterLab."

@@ -65,7 +65,9 @@
 // Replace is idempotent. Uninstall removes NAME only when its kernel.json
 // carries metadata.tfgpu, so it never deletes a kernelspec someone else
 // wrote; a missing directory is reported as an error wrapping
-// fs.ErrNotExist. Names are validated (and lower-cased) as jupyter_client
+// fs.ErrNotExist. RunsBinary finds the kernelspecs of ours that run a
+// given binary (what stops working when it is removed: --wrap twins), and
+// UninstallDir removes one by its directory, under the same rule. Names are validated (and lower-cased) as jupyter_client
 // does: [a-z0-9._-]+, case-insensitive.
 //
 // A kernelspec for every user (Dest System, root only) is root's whole:

@@ -295,22 +295,29 @@ func Uninstall(o Options) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	return dir, UninstallDir(dir)
+}
+
+// UninstallDir removes the kernelspec directory dir if its kernel.json
+// carries metadata.tfgpu (Uninstall's rule, for a kernelspec found by its
+// directory: RunsBinary's).
+func UninstallDir(dir string) error {
 	kj := filepath.Join(dir, "kernel.json")
 	data, err := os.ReadFile(kj)
 	if errors.Is(err, fs.ErrNotExist) {
 		if _, statErr := os.Lstat(dir); errors.Is(statErr, fs.ErrNotExist) {
-			return dir, fmt.Errorf("no kernelspec at %s: %w", dir, fs.ErrNotExist)
+			return fmt.Errorf("no kernelspec at %s: %w", dir, fs.ErrNotExist)
 		}
-		return dir, fmt.Errorf("refusing to remove %s: %w (it has no kernel.json)", dir, ErrNotOurs)
+		return fmt.Errorf("refusing to remove %s: %w (it has no kernel.json)", dir, ErrNotOurs)
 	}
 	if err != nil {
-		return dir, fmt.Errorf("refusing to remove %s: read kernel.json: %w", dir, err)
+		return fmt.Errorf("refusing to remove %s: read kernel.json: %w", dir, err)
 	}
 	if !isOurs(data) {
-		return dir, fmt.Errorf("refusing to remove %s: %w (no metadata.tfgpu in kernel.json)", dir, ErrNotOurs)
+		return fmt.Errorf("refusing to remove %s: %w (no metadata.tfgpu in kernel.json)", dir, ErrNotOurs)
 	}
 	if err := os.RemoveAll(dir); err != nil {
-		return dir, fmt.Errorf("remove %s: %w", dir, err)
+		return fmt.Errorf("remove %s: %w", dir, err)
 	}
-	return dir, nil
+	return nil
 }

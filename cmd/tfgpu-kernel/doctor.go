@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -106,8 +107,25 @@ func diagnoseKernelspecs() []doctor.Finding {
 			f.Text += ", " + spareSetting(sp.Argv)
 		}
 		out = append(out, f)
+		if len(sp.Hides) > 0 {
+			out = append(out, hidingFinding(sp))
+		}
 	}
 	return out
+}
+
+// hidingFinding says that sp hides kernelspecs of the same name in
+// Jupyter's later directories (#34: root's install without --system
+// wrote a root's own "tfgpu" that hid the one for every user): Jupyter
+// lists and starts only sp, whichever was meant.
+func hidingFinding(sp kernelspec.Spec) doctor.Finding {
+	f := doctor.Finding{Topic: "kernelspec", Problem: true,
+		Text: fmt.Sprintf("%s in %s hides %s of the same name: your Jupyter lists and starts only the first", sp.Name, sp.Dir, strings.Join(sp.Hides, ", ")),
+		Fix:  "remove the one you do not mean, or install it under another --name"}
+	if user, err := kernelspec.UserDataDir(); err == nil && filepath.Dir(sp.Dir) == filepath.Join(user, "kernels") {
+		f.Fix = "tfgpu-kernel install --uninstall --name " + sp.Name + " removes yours (or install yours under another --name)"
+	}
+	return f
 }
 
 // spareSetting says whether a kernelspec's restarts use a spare kernel

@@ -99,3 +99,32 @@ func TestDoctorKernelspecs(t *testing.T) {
 		t.Fatalf("doctor with two kernelspecs: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 }
+
+// doctor says, in one line naming both, that a user's own kernelspec hides
+// one of the same name in a later Jupyter directory (#34: root's own
+// "tfgpu", written without --system, hid the one for every user): here a
+// venv's sys-prefix one, the venv's python3 first on PATH.
+func TestDoctorSaysWhichKernelspecHides(t *testing.T) {
+	testutil.RequireHermetic(t)
+	py := installJupyterPython(t)
+	bin := buildInstallTestBinary(t)
+	vpy := systemSiteVenv(t, py)
+	home, data := t.TempDir(), t.TempDir()
+	env := append(e2eCleanEnv(), "HOME="+home, "JUPYTER_DATA_DIR="+data, "JUPYTER_PATH=", "XDG_DATA_HOME=",
+		"TFGPU_STATE_DIR="+testutil.PrivateDir(t), "PATH="+filepath.Dir(vpy)+":"+os.Getenv("PATH"))
+	venvSpec := filepath.Join(filepath.Dir(filepath.Dir(vpy)), "share", "jupyter", "kernels", "tfgpu")
+	if r := runInstallBin(t, env, bin, "install", "--sys-prefix", "--python", vpy); r.code != 0 {
+		t.Fatalf("install --sys-prefix: exit %d\n%s", r.code, r.stderr)
+	}
+	if r := runInstallBin(t, env, bin, "doctor"); strings.Contains(r.stdout, "hides") || !strings.Contains(r.stdout, "ok kernelspec:   tfgpu in "+venvSpec) {
+		t.Errorf("doctor with the venv's kernelspec alone (exit %d):\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if r := runInstallBin(t, env, bin, "install", "--user", "--python", vpy); r.code != 0 {
+		t.Fatalf("install --user: exit %d\n%s", r.code, r.stderr)
+	}
+	r := runInstallBin(t, env, bin, "doctor")
+	want := "!! kernelspec:   tfgpu in " + filepath.Join(data, "kernels", "tfgpu") + " hides " + venvSpec + " of the same name"
+	if r.code != 1 || !strings.Contains(r.stdout, want) || !strings.Contains(r.stdout, "fix:          tfgpu-kernel install --uninstall --name tfgpu removes yours") {
+		t.Errorf("doctor with the user's kernelspec hiding the venv's: exit %d, want %q\n%s%s", r.code, want, r.stdout, r.stderr)
+	}
+}

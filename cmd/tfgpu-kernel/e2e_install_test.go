@@ -420,6 +420,33 @@ exec sleep 3600`, scratch)
 		t.Errorf("upgrade --system: exit %d\n%s%s", code, stdout, stderr)
 	}
 
+	// Root leaving out --system is refused, naming what it would break,
+	// and nothing is removed (#34).
+	code, stdout, stderr = root(rootEnv, "./install.sh", "--uninstall")
+	if code != 2 || !strings.Contains(stderr, "this would remove "+bin+", which the kernelspec for every user "+specDir+" runs") {
+		t.Errorf("root's --uninstall without --system: exit %d\n%s%s", code, stdout, stderr)
+	}
+	if code, _, _ := root(rootEnv, "test", "-x", bin); code != 0 {
+		t.Errorf("root's refused --uninstall removed %s", bin)
+	}
+
+	// The user's own "tfgpu" (the system's binary, their data directory)
+	// hides the one for every user: their doctor names both (#34). Their
+	// uninstall does not name root's kernelspec, which is not theirs to
+	// remove.
+	own := filepath.Join(u.home, ".local", "share", "jupyter", "kernels", "tfgpu")
+	if code, stdout, stderr := u.run(u.env, bin, "install", "--python", "/usr/bin/python3"); code != 0 {
+		t.Fatalf("%s's install --user: exit %d\n%s%s", u.name, code, stdout, stderr)
+	}
+	code, stdout, stderr = u.run(u.env, bin, "doctor")
+	if code != 1 || !strings.Contains(stdout, "!! kernelspec:   tfgpu in "+own+" hides "+specDir+" of the same name") {
+		t.Errorf("%s's doctor with their own tfgpu: exit %d\n%s%s", u.name, code, stdout, stderr)
+	}
+	code, stdout, stderr = u.run(u.env, bin, "install", "--uninstall")
+	if code != 0 || stdout != "removed kernelspec \"tfgpu\" from "+own+"\n" {
+		t.Errorf("%s's install --uninstall: exit %d\n%s%s", u.name, code, stdout, stderr)
+	}
+
 	// Uninstall with the user's kernel running: named, with its user.
 	stop := u.holdKernel(u.env, "/usr/bin/python3", "tfgpu")
 	code, stdout, stderr = root(rootEnv, "./install.sh", "--uninstall", "--system")

@@ -1,23 +1,24 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 
 	"github.com/tfgpu/tfgpu-kernel/kernelspec"
+	"golang.org/x/sys/unix"
 )
 
 const installUsage = `usage: tfgpu-kernel install [--user | --system | --sys-prefix | --prefix DIR] [flags] [run flags]
        tfgpu-kernel install --wrap KERNELSPEC [flags] [run flags]
-       tfgpu-kernel install --uninstall [--name NAME | --wrap KERNELSPEC] [--user | --system | --sys-prefix | --prefix DIR]
+       tfgpu-kernel install --uninstall [--name NAME | --wrap KERNELSPEC] [--with-wraps] [--user | --system | --sys-prefix | --prefix DIR]
 
 Write the Jupyter kernelspec that runs ipykernel under tfgpu-kernel, so
 "Restart Kernel" really gives the GPU back. The kernelspec refers to this
@@ -47,6 +48,7 @@ Examples:
   jupyter console --kernel condaenv-tfgpu
 
   tfgpu-kernel install --uninstall --wrap condaenv      # removes condaenv-tfgpu only
+  tfgpu-kernel install --uninstall --with-wraps         # tfgpu and every twin that runs this binary
 
 flags:
 `
@@ -92,6 +94,7 @@ type installCmd struct {
 	src     flagSource // how each run flag was given, for errors
 	dryRun  bool
 	reset   bool
+	wraps   bool // --with-wraps
 	stdout  io.Writer
 	display string // o.DisplayName as given
 }
@@ -113,7 +116,8 @@ func installMain(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&o.Replace, "replace", false, "install over an existing kernelspec of the same name, keeping what it was configured with")
 	fs.BoolVar(&c.reset, "reset", false, "with --replace: keep nothing of the installed kernelspec")
 	fs.BoolVar(&c.dryRun, "dry-run", false, "say what would be installed and kept; write nothing")
-	uninstall := fs.Bool("uninstall", false, "remove the kernelspec (only one written by tfgpu-kernel; with --wrap, only the wrapper) and say which kernels still run on it")
+	uninstall := fs.Bool("uninstall", false, "remove the kernelspec (only one written by tfgpu-kernel; with --wrap, only the wrapper) and say which kernels still run on it, and which other kernelspecs run this binary")
+	fs.BoolVar(&c.wraps, "with-wraps", false, "with --uninstall: also remove every other kernelspec of ours that runs this binary (its --wrap twins), wherever Jupyter finds them")
 	c.rf.define(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -141,6 +145,10 @@ func installMain(args []string, stdout, stderr io.Writer) int {
 		return installFail(stderr, 2, errors.New("--prefix needs a directory"))
 	case c.reset && !o.Replace:
 		return installFail(stderr, 2, errors.New("--reset goes with --replace"))
+	case c.wraps && !*uninstall:
+		return installFail(stderr, 2, errors.New("--with-wraps goes with --uninstall"))
+	case c.wraps && o.Wrap != "":
+		return installFail(stderr, 2, errors.New("--with-wraps removes every twin with the main kernelspec; --wrap removes one twin: give one of them"))
 	case *sysPrefix:
 		o.Dest = kernelspec.SysPrefix
 	case *system:
@@ -204,31 +212,126 @@ func (c *installCmd) install(stderr io.Writer) int {
 	return 0
 }
 
-// uninstall removes the kernelspec and says which kernels still run on it.
+// uninstall removes the kernelspec and says which kernels still run on
+// it. Removing the main kernelspec (not a --wrap twin), it names the other
+// kernelspecs of ours that run this binary: they stop working when the
+// binary goes, as install.sh --uninstall removes it next (#34), and
+// --with-wraps removes them too.
 func (c *installCmd) uninstall(stderr io.Writer) int {
 	dir, err := kernelspec.SpecDir(context.Background(), c.o)
 	if err != nil {
 		return installFail(stderr, installExitCode(err), err)
 	}
 	prev, prevErr := kernelspec.ReadPrevious(dir)
-	if c.dryRun {
-		if prevErr != nil || prev == nil {
-			return installFail(stderr, 1, fmt.Errorf("would remove nothing: %v", cmp.Or(prevErr, fmt.Errorf("no kernelspec at %s", dir))))
+	var bin string
+	var others []kernelspec.Spec
+	if c.o.Wrap == "" {
+		if bin, err = installSelfPath(); err != nil {
+			return installFail(stderr, 1, err)
 		}
-		fmt.Fprintf(c.stdout, "would remove kernelspec %q from %s\n", filepath.Base(dir), dir)
+		others = c.runningThisBinary(bin, dir, prev)
+	}
+	if c.dryRun {
+		switch {
+		case prevErr != nil:
+			return installFail(stderr, 1, fmt.Errorf("would remove nothing: %v", prevErr))
+		case prev == nil && !(c.wraps && len(others) > 0):
+			return installFail(stderr, 1, fmt.Errorf("would remove nothing: no kernelspec at %s", dir))
+		case prev != nil:
+			fmt.Fprintf(c.stdout, "would remove kernelspec %q from %s\n", filepath.Base(dir), dir)
+		}
+		if !c.wraps {
+			c.nameOthers(bin, others)
+			return 0
+		}
+		for _, sp := range others {
+			fmt.Fprintf(c.stdout, "would remove kernelspec %q from %s (it runs %s too)\n", sp.Name, sp.Dir, bin)
+		}
 		return 0
 	}
-	if dir, err = kernelspec.Uninstall(c.o); err != nil {
+	switch dir, err = kernelspec.Uninstall(c.o); {
+	case err == nil:
+		fmt.Fprintf(c.stdout, "removed kernelspec %q from %s\n", filepath.Base(dir), dir)
+		sayRunning(c.stdout, prev)
+	case c.wraps && errors.Is(err, fs.ErrNotExist) && len(others) > 0:
+		fmt.Fprintf(c.stdout, "no kernelspec %q at %s\n", filepath.Base(dir), dir) // gone already: its twins still go
+	default:
 		return installFail(stderr, installExitCode(err), err)
 	}
-	fmt.Fprintf(c.stdout, "removed kernelspec %q from %s\n", filepath.Base(dir), dir)
-	if prev != nil {
-		if running := kernelsRunningOn(prev); len(running) > 0 {
-			fmt.Fprintf(c.stdout, "%d kernel(s) still running on it: %s; they run until shut down, but a restart of one fails now that its kernelspec is gone\n",
-				len(running), strings.Join(running, ", "))
+	if !c.wraps {
+		c.nameOthers(bin, others)
+		return 0
+	}
+	code := 0
+	for _, sp := range others {
+		p, _ := kernelspec.ReadPrevious(sp.Dir)
+		if err := kernelspec.UninstallDir(sp.Dir); err != nil {
+			installFail(stderr, 1, err)
+			code = 1
+			continue
+		}
+		fmt.Fprintf(c.stdout, "removed kernelspec %q from %s (it ran %s too)\n", sp.Name, sp.Dir, bin)
+		sayRunning(c.stdout, p)
+	}
+	return code
+}
+
+// runningThisBinary are the kernelspecs of ours other than the one in dir
+// that run bin, in the directories Jupyter searches as the removed
+// kernelspec's Python (its sys.prefix: a --sys-prefix twin) and the
+// default ones see them, and in dir's own kernels directory; only those
+// this user may remove: a user uninstalling their own kernelspec of the
+// system's binary is not told of root's, which --with-wraps could not
+// remove and which keep their binary.
+func (c *installCmd) runningThisBinary(bin, dir string, prev *kernelspec.Previous) []kernelspec.Spec {
+	var pythons []string
+	if prev != nil && prev.Python != "" {
+		pythons = append(pythons, prev.Python)
+	}
+	for _, p := range kernelspec.Candidates() {
+		if !slices.Contains(pythons, p) {
+			pythons = append(pythons, p)
 		}
 	}
-	return 0
+	self, _ := os.Stat(dir)
+	var out []kernelspec.Spec
+	for _, sp := range kernelspec.RunsBinary(context.Background(), bin, pythons, filepath.Dir(dir)) {
+		if fi, err := os.Stat(sp.Dir); sp.Dir == dir || err == nil && self != nil && os.SameFile(fi, self) {
+			continue
+		}
+		if unix.Access(filepath.Dir(sp.Dir), unix.W_OK) != nil {
+			continue
+		}
+		out = append(out, sp)
+	}
+	return out
+}
+
+// nameOthers says, in one line, which other kernelspecs run bin.
+func (c *installCmd) nameOthers(bin string, others []kernelspec.Spec) {
+	if len(others) == 0 {
+		return
+	}
+	names := make([]string, len(others))
+	for i, sp := range others {
+		names[i] = fmt.Sprintf("%q in %s", sp.Name, sp.Dir)
+	}
+	if len(others) == 1 {
+		fmt.Fprintf(c.stdout, "kernelspec %s runs %s too and stays (--with-wraps removes it with this one)\n", names[0], bin)
+		return
+	}
+	fmt.Fprintf(c.stdout, "kernelspecs %s run %s too and stay (--with-wraps removes them with this one)\n", strings.Join(names, ", "), bin)
+}
+
+// sayRunning names the kernels still running on a removed kernelspec.
+func sayRunning(w io.Writer, prev *kernelspec.Previous) {
+	if prev == nil {
+		return
+	}
+	if running := kernelsRunningOn(prev); len(running) > 0 {
+		fmt.Fprintf(w, "%d kernel(s) still running on it: %s; they run until shut down, but a restart of one fails now that its kernelspec is gone\n",
+			len(running), strings.Join(running, ", "))
+	}
 }
 
 // installRunArgv turns the run flags given on the command line (and not

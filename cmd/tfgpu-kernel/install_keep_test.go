@@ -175,6 +175,51 @@ func TestInstallUninstallSaysWhichKernelsRun(t *testing.T) {
 	}
 }
 
+// Uninstall names the other kernelspecs of ours that run the same binary
+// wherever Jupyter finds them, a --wrap twin in a venv's sys.prefix
+// included (only the venv's Python knows that directory), and leaves
+// them; --with-wraps removes them, also once the main one is gone (#34).
+func TestInstallUninstallWithWraps(t *testing.T) {
+	testutil.RequireHermetic(t)
+	py := installJupyterPython(t)
+	bin := buildInstallTestBinary(t)
+	realBin, _ := filepath.EvalSymlinks(bin)
+	vpy := systemSiteVenv(t, py)
+	env, tmp := installEnv(t, "JUPYTER_PATH=")
+	data := filepath.Join(tmp, "data")
+	env = append(env, "JUPYTER_DATA_DIR="+data, "PATH="+filepath.Dir(vpy)+":"+os.Getenv("PATH")) // the venv activated
+	theirs := filepath.Join(tmp, "theirs", "mine")
+	installWriteSpec(t, theirs, `{"argv": ["python", "-m", "ipykernel_launcher", "-f", "{connection_file}"], "display_name": "Mine", "language": "python"}`, map[string]string{})
+	twin := filepath.Join(filepath.Dir(filepath.Dir(vpy)), "share", "jupyter", "kernels", "mine-tfgpu")
+	mainSpec := filepath.Join(data, "kernels", "tfgpu")
+	for _, args := range [][]string{{"--python", vpy}, {"--wrap", theirs, "--sys-prefix", "--python", vpy}} {
+		if r := runInstallBin(t, env, bin, append([]string{"install"}, args...)...); r.code != 0 {
+			t.Fatalf("install %q: exit %d\n%s", args, r.code, r.stderr)
+		}
+	}
+	named := `kernelspec "mine-tfgpu" in ` + twin + " runs " + realBin + " too and stays (--with-wraps removes it with this one)\n"
+	r := runInstallBin(t, env, bin, "install", "--uninstall", "--dry-run")
+	if r.code != 0 || r.stdout != `would remove kernelspec "tfgpu" from `+mainSpec+"\n"+named {
+		t.Errorf("uninstall --dry-run: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	r = runInstallBin(t, env, bin, "install", "--uninstall")
+	if r.code != 0 || r.stdout != `removed kernelspec "tfgpu" from `+mainSpec+"\n"+named {
+		t.Errorf("uninstall: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	readInstalledSpec(t, twin)
+	r = runInstallBin(t, env, bin, "install", "--uninstall", "--with-wraps")
+	want := `no kernelspec "tfgpu" at ` + mainSpec + "\n" + `removed kernelspec "mine-tfgpu" from ` + twin + " (it ran " + realBin + " too)\n"
+	if r.code != 0 || r.stdout != want {
+		t.Errorf("uninstall --with-wraps: exit %d, want\n%s\ngot\n%s%s", r.code, want, r.stdout, r.stderr)
+	}
+	if _, err := os.Lstat(twin); !os.IsNotExist(err) {
+		t.Errorf("the twin is still there: %v", err)
+	}
+	if r = runInstallBin(t, env, bin, "install", "--uninstall", "--with-wraps"); r.code != 1 || !isInstallErrLine(r.stderr, "tfgpu-kernel install: no kernelspec at "+mainSpec) {
+		t.Errorf("uninstall --with-wraps of nothing: exit %d, stderr %q", r.code, r.stderr)
+	}
+}
+
 // holdKernel starts cmd, which runs testdata/install/hold.py (perhaps
 // through setpriv and nsenter), in a process group of its own, and returns
 // once the kernel answers, with the pid jupyter_client launched (the

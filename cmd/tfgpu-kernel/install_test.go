@@ -186,6 +186,8 @@ func TestInstallFlags(t *testing.T) {
 		{"empty wrap", []string{"--wrap", "", "--prefix", t.TempDir()}, 2},
 		{"wrap of a directory without kernel.json", []string{"--wrap", t.TempDir(), "--prefix", t.TempDir()}, 2},
 		{"missing python", []string{"--python", "/nonexistent/python3", "--prefix", t.TempDir()}, 1},
+		{"with-wraps without uninstall", []string{"--with-wraps", "--prefix", t.TempDir()}, 2},
+		{"with-wraps and wrap", []string{"--uninstall", "--with-wraps", "--wrap", "python3", "--prefix", t.TempDir()}, 2},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -197,7 +199,7 @@ func TestInstallFlags(t *testing.T) {
 	}
 	r := runInstallBin(t, env, bin, "install", "--help")
 	for _, want := range []string{"Examples:", "--replace", "--wrap KERNELSPEC", "tfgpu-kernel install --wrap condaenv",
-		"install --uninstall --wrap", "run flags", "--confirm-timeout", "--cgroup", "--log-level", "--shutdown-grace",
+		"install --uninstall --wrap", "--with-wraps", "run flags", "--confirm-timeout", "--cgroup", "--log-level", "--shutdown-grace",
 		"--kill-timeout", "--inner-transport", "--nvml-library", "--memory-limit", "--max-message-size"} {
 		if r.code != 0 || !strings.Contains(r.stdout, want) {
 			t.Errorf("--help: exit %d, stdout lacks %q:\n%s", r.code, want, r.stdout)
