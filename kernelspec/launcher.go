@@ -1,10 +1,16 @@
 package kernelspec
 
 import (
+	"bytes"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 )
 
 // The wheel's kernelspec (docs/design.md#wheel). A wheel cannot know where
@@ -65,4 +71,124 @@ func WriteLauncherSpec(dir, version string) error {
 		return fmt.Errorf("wheel kernelspec: %w", err)
 	}
 	return populate(dir, files)
+}
+
+// The wheel's kernelspec belongs to pip: an upgrade rewrites its
+// kernel.json and an uninstall removes it. What an admin configures for it
+// (run flags, env) lives in a Jupyter config file of the same prefix,
+// PREFIX/etc/jupyter/tfgpu-kernel.json, which pip never touches: the
+// launcher passes it to `run --settings`, and `install` writes it when its
+// destination holds the wheel's kernelspec (docs/design.md#the-wheel).
+
+// SettingsName is the settings file's name in PREFIX/etc/jupyter.
+const SettingsName = "tfgpu-kernel.json"
+
+// maxSettings bounds the settings file read back.
+const maxSettings = 64 << 10
+
+// Settings are what a settings file holds: run flags as argv words
+// ("--memory-limit", "8G", …) and the kernel's extra environment.
+type Settings struct {
+	RunFlags []string          `json:"run_flags"`
+	Env      map[string]string `json:"env"`
+}
+
+// SettingsPath is the settings file of the kernelspec in dir
+// (PREFIX/share/jupyter/kernels/NAME): PREFIX/etc/jupyter/tfgpu-kernel.json.
+func SettingsPath(dir string) string {
+	prefix := filepath.Dir(filepath.Dir(filepath.Dir(filepath.Dir(dir))))
+	return filepath.Join(prefix, "etc", "jupyter", SettingsName)
+}
+
+// IsLauncherSpec reports whether dir holds the wheel's kernelspec.
+func IsLauncherSpec(dir string) bool {
+	data, err := os.ReadFile(filepath.Join(dir, "kernel.json"))
+	if err != nil || !isOurs(data) {
+		return false
+	}
+	var s struct {
+		Argv []string `json:"argv"`
+	}
+	return json.Unmarshal(data, &s) == nil && IsLauncherArgv(s.Argv)
+}
+
+// ReadSettings reads a settings file: nil and no error when there is none.
+// It is refused whole if it is not the shape WriteSettings writes: run
+// flags as --name value pairs, env names without '=' or NUL.
+func ReadSettings(path string) (*Settings, error) {
+	f, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxSettings+1))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	if len(data) > maxSettings {
+		return nil, fmt.Errorf("%s: larger than %d bytes", path, maxSettings)
+	}
+	var s Settings
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&s); err != nil {
+		return nil, fmt.Errorf("%s: %v", path, err)
+	}
+	if len(s.RunFlags)%2 != 0 {
+		return nil, fmt.Errorf("%s: run_flags %q are not --flag value pairs", path, s.RunFlags)
+	}
+	for i := 0; i < len(s.RunFlags); i += 2 {
+		if !strings.HasPrefix(s.RunFlags[i], "--") || strings.Contains(s.RunFlags[i], "=") {
+			return nil, fmt.Errorf("%s: run_flags %q are not --flag value pairs", path, s.RunFlags)
+		}
+	}
+	if _, err := mergeEnv(nil, s.Env); err != nil {
+		return nil, fmt.Errorf("%s: %v", path, err)
+	}
+	return &s, nil
+}
+
+// WriteSettings replaces the settings file at path (0644, its directories
+// made 0755): written beside it and renamed over it. Empty settings remove
+// it.
+func WriteSettings(path string, s Settings) error {
+	if len(s.RunFlags) == 0 && len(s.Env) == 0 {
+		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		return nil
+	}
+	if s.Env == nil {
+		s.Env = map[string]string{}
+	}
+	if s.RunFlags == nil {
+		s.RunFlags = []string{}
+	}
+	data, err := json.MarshalIndent(s, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := mkdirAll(filepath.Dir(path)); err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+SettingsName+".*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(append(data, '\n')); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Chmod(0o644); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
 }

@@ -32,6 +32,10 @@ type Previous struct {
 	// Kernel is the argv after "--": what the supervisor runs, the
 	// connection file argument included.
 	Kernel []string
+	// Launcher says dir holds the wheel's kernelspec (pip's): its run
+	// flags and env are its settings file's (SettingsPath), and Binary,
+	// Python and Kernel are empty.
+	Launcher bool
 }
 
 // ReadPrevious reads the kernelspec in dir. It returns nil and no error
@@ -67,6 +71,20 @@ func ReadPrevious(dir string) (*Previous, error) {
 	}
 	bad := func(why string) (*Previous, error) {
 		return nil, fmt.Errorf("%s: %s; reinstall it from scratch (install --reset)", kj, why)
+	}
+	if IsLauncherArgv(s.Argv) {
+		set, err := ReadSettings(SettingsPath(dir))
+		if err != nil {
+			return nil, err
+		}
+		p := &Previous{Dir: dir, DisplayName: s.DisplayName, DisplayDefault: true, Env: map[string]string{}, Launcher: true}
+		if set != nil {
+			for i := 0; i+1 < len(set.RunFlags); i += 2 {
+				p.RunFlags = append(p.RunFlags, [2]string{set.RunFlags[i], set.RunFlags[i+1]})
+			}
+			maps.Copy(p.Env, set.Env)
+		}
+		return p, nil
 	}
 	// <binary> run [--flag value]… -f {connection_file} -- <kernel argv…>
 	dd := slices.Index(s.Argv, "--")

@@ -17,6 +17,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -304,12 +305,14 @@ func checkWheelUser(t *testing.T, out, venv, whl string) map[string]any {
 			}
 		}
 	}
-	var facts struct {
+	type result struct {
 		Python                  string   `json:"python"`
 		ResourceDir             string   `json:"resource_dir"`
 		DisplayName             string   `json:"display_name"`
 		SpecVersion             string   `json:"spec_version"`
 		KernelPython            string   `json:"kernel_python"`
+		KernelEnv               string   `json:"kernel_env"`
+		SupervisorCmdline       []string `json:"supervisor_cmdline"`
 		Argv                    []string `json:"argv"`
 		Cell1                   []string `json:"cell1"`
 		Cell2                   []string `json:"cell2"`
@@ -318,43 +321,65 @@ func checkWheelUser(t *testing.T, out, venv, whl string) map[string]any {
 		OldKernelAfterRestart   *string  `json:"old_kernel_after_restart"`
 		SupervisorAfterShutdown *string  `json:"supervisor_after_shutdown"`
 	}
+	// Two runs of wheel_check.py: as pip installed it, and once an admin
+	// configured it (install --sys-prefix) and pip upgraded it.
 	res := lines["WHEEL-RESULT"]
-	if len(res) != 1 {
-		fail("no WHEEL-RESULT line")
+	if len(res) != 2 {
+		fail("%d WHEEL-RESULT lines, want 2", len(res))
 	}
 	var raw map[string]any
-	if err := json.Unmarshal([]byte(res[0]), &facts); err != nil || json.Unmarshal([]byte(res[0]), &raw) != nil {
-		fail("WHEEL-RESULT: %v", err)
+	var runs [2]result
+	for i := range runs {
+		if err := json.Unmarshal([]byte(res[i]), &runs[i]); err != nil {
+			fail("WHEEL-RESULT: %v", err)
+		}
 	}
+	json.Unmarshal([]byte(res[1]), &raw)
 	stamp := strings.TrimPrefix(strings.Join(lines["WHEEL-VERSION"], ""), "tfgpu-kernel ")
+	settings := filepath.Join(venv, "etc", "jupyter", "tfgpu-kernel.json")
+	for i, facts := range runs {
+		switch {
+		case stamp == "" || strings.HasPrefix(stamp, "dev"):
+			fail("tfgpu-kernel --version says %q, not the build", stamp)
+		case stamp != facts.SpecVersion:
+			fail("the binary says %q and the kernelspec's metadata %q", stamp, facts.SpecVersion)
+		case !strings.Contains(filepath.Base(whl), strings.TrimPrefix(stampHash(stamp), "g")):
+			fail("the wheel %s is not of the build %q", filepath.Base(whl), stamp)
+		case strings.Join(lines["WHEEL-WHICH"], "") != filepath.Join(venv, "bin", "tfgpu-kernel"):
+			fail("tfgpu-kernel on PATH is %v, not the venv's", lines["WHEEL-WHICH"])
+		case facts.ResourceDir != filepath.Join(venv, "share", "jupyter", "kernels", "tfgpu"):
+			fail("Jupyter finds tfgpu in %s, not in the venv", facts.ResourceDir)
+		case facts.DisplayName != "TF-GPU (clean restart)":
+			fail("display name %q", facts.DisplayName)
+		case facts.KernelPython != filepath.Join(venv, "bin", "python") && facts.KernelPython != filepath.Join(venv, "bin", "python3"):
+			fail("the kernel ran on %s, not the venv's Python", facts.KernelPython)
+		case len(facts.Cell1) != 2 || facts.Cell1[0] != "ok" || facts.WorkerBefore == nil:
+			fail("first cell %v, worker %v", facts.Cell1, facts.WorkerBefore)
+		case facts.WorkerAfterRestart != nil:
+			fail("the setsid'd worker is still there after the restart (state %s)", *facts.WorkerAfterRestart)
+		case facts.OldKernelAfterRestart != nil:
+			fail("the old kernel is still there after the restart (state %s)", *facts.OldKernelAfterRestart)
+		case len(facts.Cell2) != 2 || facts.Cell2[0] != "ok" || strings.TrimSpace(facts.Cell2[1]) != "42":
+			fail("the restarted kernel's cell: %v", facts.Cell2)
+		case facts.SupervisorAfterShutdown != nil:
+			fail("the supervisor is still there after shutdown (state %s)", *facts.SupervisorAfterShutdown)
+		case len(facts.SupervisorCmdline) < 2 || filepath.Base(facts.SupervisorCmdline[0]) != "tfgpu-kernel" || facts.SupervisorCmdline[1] != "run":
+			fail("the launcher did not exec the supervisor: its pid runs %q", facts.SupervisorCmdline)
+		case i == 0 && (slices.Contains(facts.SupervisorCmdline, "--settings") || facts.KernelEnv != ""):
+			fail("unconfigured, the supervisor ran %q, WHEEL_SETTING=%q", facts.SupervisorCmdline, facts.KernelEnv)
+		case i == 1 && (!slices.Equal(facts.SupervisorCmdline[2:4], []string{"--settings", settings}) || facts.KernelEnv != "kept"):
+			fail("configured and upgraded, the supervisor ran %q, WHEEL_SETTING=%q", facts.SupervisorCmdline, facts.KernelEnv)
+		}
+	}
 	switch {
-	case stamp == "" || strings.HasPrefix(stamp, "dev"):
-		fail("tfgpu-kernel --version says %q, not the build", stamp)
-	case stamp != facts.SpecVersion:
-		fail("the binary says %q and the kernelspec's metadata %q", stamp, facts.SpecVersion)
-	case !strings.Contains(filepath.Base(whl), strings.TrimPrefix(stampHash(stamp), "g")):
-		fail("the wheel %s is not of the build %q", filepath.Base(whl), stamp)
-	case strings.Join(lines["WHEEL-WHICH"], "") != filepath.Join(venv, "bin", "tfgpu-kernel"):
-		fail("tfgpu-kernel on PATH is %v, not the venv's", lines["WHEEL-WHICH"])
-	case facts.ResourceDir != filepath.Join(venv, "share", "jupyter", "kernels", "tfgpu"):
-		fail("Jupyter finds tfgpu in %s, not in the venv", facts.ResourceDir)
-	case facts.DisplayName != "TF-GPU (clean restart)":
-		fail("display name %q", facts.DisplayName)
-	case facts.KernelPython != filepath.Join(venv, "bin", "python") && facts.KernelPython != filepath.Join(venv, "bin", "python3"):
-		fail("the kernel ran on %s, not the venv's Python", facts.KernelPython)
-	case len(facts.Cell1) != 2 || facts.Cell1[0] != "ok" || facts.WorkerBefore == nil:
-		fail("first cell %v, worker %v", facts.Cell1, facts.WorkerBefore)
-	case facts.WorkerAfterRestart != nil:
-		fail("the setsid'd worker is still there after the restart (state %s)", *facts.WorkerAfterRestart)
-	case facts.OldKernelAfterRestart != nil:
-		fail("the old kernel is still there after the restart (state %s)", *facts.OldKernelAfterRestart)
-	case len(facts.Cell2) != 2 || facts.Cell2[0] != "ok" || strings.TrimSpace(facts.Cell2[1]) != "42":
-		fail("the restarted kernel's cell: %v", facts.Cell2)
-	case facts.SupervisorAfterShutdown != nil:
-		fail("the supervisor is still there after shutdown (state %s)", *facts.SupervisorAfterShutdown)
+	case !strings.Contains(strings.Join(lines["WHEEL-CONFIGURED"], ""), "configured kernelspec \"tfgpu\" in "+runs[0].ResourceDir+" (the tfgpu-kernel wheel's; pip upgrades keep its settings) in "+settings+": --max-message-size 2G --env WHEEL_SETTING=kept"):
+		fail("install --sys-prefix said %q", lines["WHEEL-CONFIGURED"])
+	case !strings.Contains(strings.Join(lines["WHEEL-UNCONFIGURED"], ""), "removed "+settings):
+		fail("install --uninstall --sys-prefix said %q", lines["WHEEL-UNCONFIGURED"])
 	case len(lines["WHEEL-LEFT"]) > 0:
 		fail("pip uninstall left %v", lines["WHEEL-LEFT"])
 	}
+	facts := runs[0]
 	var specs struct {
 		Kernelspecs map[string]struct {
 			ResourceDir string `json:"resource_dir"`

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -171,6 +172,9 @@ func (c *installCmd) install(stderr io.Writer) int {
 		return installFail(stderr, 1, err)
 	}
 	o.Binary = bin
+	if dir, err := kernelspec.SpecDir(context.Background(), *o); err == nil && kernelspec.IsLauncherSpec(dir) {
+		return c.configureLauncher(stderr, dir)
+	}
 	kept, prev, err := c.keep()
 	if err != nil {
 		return installFail(stderr, installExitCode(err), err)
@@ -212,6 +216,57 @@ func (c *installCmd) install(stderr io.Writer) int {
 	return 0
 }
 
+// configureLauncher configures the wheel's kernelspec in dir, which is
+// pip's: its settings (run flags, --env) go into its settings file,
+// PREFIX/etc/jupyter/tfgpu-kernel.json, which pip upgrades keep; what the
+// file held is kept unless given again, as an upgrade keeps a kernelspec's
+// (docs/design.md#the-wheel).
+func (c *installCmd) configureLauncher(stderr io.Writer, dir string) int {
+	o := &c.o
+	switch {
+	case o.Wrap != "":
+		return installFail(stderr, 2, fmt.Errorf("%s is the tfgpu-kernel wheel's kernelspec, not one to wrap into; give --name for the twin", dir))
+	case c.set["display-name"]:
+		return installFail(stderr, 2, fmt.Errorf("%s is the tfgpu-kernel wheel's kernelspec: pip writes its kernel.json, display name included; for another name install a kernelspec of your own with --name NAME", dir))
+	}
+	o.Replace = true // its settings file, read back as a kernelspec's
+	kept, _, err := c.keep()
+	if err != nil {
+		return installFail(stderr, installExitCode(err), err)
+	}
+	if _, err := c.rf.check(c.src); err != nil {
+		return installFail(stderr, 2, err)
+	}
+	if err := c.checkEnv(); err != nil {
+		return installFail(stderr, 2, err)
+	}
+	if o.RunFlags, err = installRunArgv(c.fs, c.set); err != nil {
+		return installFail(stderr, 2, err)
+	}
+	path := kernelspec.SettingsPath(dir)
+	set := kernelspec.Settings{RunFlags: o.RunFlags, Env: c.env}
+	var words []string
+	for _, k := range slices.Sorted(maps.Keys(c.env)) {
+		words = append(words, "--env "+k+"="+c.env[k])
+	}
+	what := strings.Join(append(slices.Clone(o.RunFlags), words...), " ")
+	if what == "" {
+		what = "none (the defaults)"
+	}
+	if len(kept) > 0 {
+		fmt.Fprintf(c.stdout, "kept from %s: %s\n", path, strings.Join(kept, ", "))
+	}
+	if c.dryRun {
+		fmt.Fprintf(c.stdout, "would configure kernelspec %q in %s (the tfgpu-kernel wheel's) in %s: %s\n", filepath.Base(dir), dir, path, what)
+		return 0
+	}
+	if err := kernelspec.WriteSettings(path, set); err != nil {
+		return installFail(stderr, 1, err)
+	}
+	fmt.Fprintf(c.stdout, "configured kernelspec %q in %s (the tfgpu-kernel wheel's; pip upgrades keep its settings) in %s: %s\n", filepath.Base(dir), dir, path, what)
+	return 0
+}
+
 // uninstall removes the kernelspec and says which kernels still run on
 // it. Removing the main kernelspec (not a --wrap twin), it names the other
 // kernelspecs of ours that run this binary: they stop working when the
@@ -223,6 +278,9 @@ func (c *installCmd) uninstall(stderr io.Writer) int {
 		return installFail(stderr, installExitCode(err), err)
 	}
 	prev, prevErr := kernelspec.ReadPrevious(dir)
+	if prev != nil && prev.Launcher {
+		return c.unconfigureLauncher(stderr, dir)
+	}
 	var bin string
 	var others []kernelspec.Spec
 	if c.o.Wrap == "" {
@@ -411,4 +469,26 @@ func installCountTrue(bs ...bool) int {
 		}
 	}
 	return n
+}
+
+// unconfigureLauncher is uninstall for the wheel's kernelspec: pip
+// uninstall removes the kernelspec; this removes only its settings file.
+func (c *installCmd) unconfigureLauncher(stderr io.Writer, dir string) int {
+	path := kernelspec.SettingsPath(dir)
+	_, err := os.Stat(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		fmt.Fprintf(c.stdout, "kernelspec %q in %s is the tfgpu-kernel wheel's, with no settings of its own; 'pip uninstall tfgpu-kernel' removes it\n", filepath.Base(dir), dir)
+		return 0
+	case err != nil:
+		return installFail(stderr, 1, err)
+	case c.dryRun:
+		fmt.Fprintf(c.stdout, "would remove %s, the settings of kernelspec %q in %s (the tfgpu-kernel wheel's; 'pip uninstall tfgpu-kernel' removes it)\n", path, filepath.Base(dir), dir)
+		return 0
+	}
+	if err := os.Remove(path); err != nil {
+		return installFail(stderr, 1, err)
+	}
+	fmt.Fprintf(c.stdout, "removed %s, the settings of kernelspec %q in %s (the tfgpu-kernel wheel's; 'pip uninstall tfgpu-kernel' removes it)\n", path, filepath.Base(dir), dir)
+	return 0
 }

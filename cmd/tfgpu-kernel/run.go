@@ -3,17 +3,22 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strings"
 
 	"github.com/tfgpu/tfgpu-kernel/internal/jmsg"
 	"github.com/tfgpu/tfgpu-kernel/internal/record"
 	"github.com/tfgpu/tfgpu-kernel/internal/zmtp"
+	"github.com/tfgpu/tfgpu-kernel/kernelspec"
 	"github.com/tfgpu/tfgpu-kernel/wrapper"
 	"golang.org/x/sys/unix"
 )
@@ -109,6 +114,8 @@ func readLine(f *os.File, max int) ([]byte, error) {
 // runConfig parses run's arguments into the supervisor's Config; ok is
 // false after a usage error, with the exit code.
 func runConfig(name string, args []string) (wrapper.Config, int, bool) {
+	given := args
+	args, settingsErr := withSettings(args)
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	conn := fs.String("f", "", "the connection `FILE` Jupyter wrote (required)")
 	var rf runFlags
@@ -116,6 +123,9 @@ func runConfig(name string, args []string) (wrapper.Config, int, bool) {
 	stateDir := fs.String("state-dir", record.DefaultDir(), "`DIR` where the kernel's state file goes (read by 'tfgpu-kernel ps' and 'stop')")
 	example := "tfgpu-kernel run -f kernel-1.json -- /usr/bin/python3 -m ipykernel_launcher -f kernel-1.json"
 	src, help, bad := parseFlagsErr(fs, args)
+	if bad == nil && settingsErr != nil {
+		bad = settingsErr
+	}
 	if help {
 		printUsage(os.Stdout, fs, example)
 		return wrapper.Config{}, 0, false
@@ -171,7 +181,7 @@ func runConfig(name string, args []string) (wrapper.Config, int, bool) {
 		Preload:        v.preload,
 		SpareMaxAge:    rf.spareMaxAge,
 		StandbyProgram: standbyProgram(),
-		StandbyArgs:    args,
+		StandbyArgs:    given, // its settings file read again, as the next start reads it
 		ConnFile:       *conn,
 		Argv:           argv,
 		ShutdownGrace:  rf.grace,
@@ -258,4 +268,40 @@ func usageError(cmd, msg string) int {
 func isTerminal(f *os.File) bool {
 	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
 	return err == nil
+}
+
+// withSettings expands `--settings FILE`, which only the wheel's launcher
+// gives, as run's first flag (docs/design.md#the-wheel): the file's run
+// flags go first, as a kernelspec's argv carries them (a flag after them
+// wins, and either wins over its TFGPU_ variable), and its env is set for
+// the supervisor and the kernel, as a kernelspec's env is. A file that is
+// gone since the launcher looked means the defaults. An error is the one
+// line run's refusal says in the notebook.
+func withSettings(args []string) ([]string, error) {
+	if len(args) == 0 || args[0] != "--settings" && !strings.HasPrefix(args[0], "--settings=") {
+		return args, nil
+	}
+	path, rest := strings.TrimPrefix(args[0], "--settings="), args[1:]
+	if args[0] == "--settings" {
+		if len(args) < 2 {
+			return args[1:], errors.New("--settings needs the settings file's path")
+		}
+		path, rest = args[1], args[2:]
+	}
+	if !filepath.IsAbs(path) {
+		return rest, fmt.Errorf("--settings %q: want an absolute path", path)
+	}
+	set, err := kernelspec.ReadSettings(path)
+	if err != nil || set == nil {
+		return rest, err
+	}
+	for i := 0; i < len(set.RunFlags); i += 2 {
+		if !slices.Contains(kernelspecRunFlags, strings.TrimPrefix(set.RunFlags[i], "--")) {
+			return rest, fmt.Errorf("%s: %s is no run flag a kernelspec may carry; fix it with 'tfgpu-kernel install'", path, set.RunFlags[i])
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(set.Env)) {
+		os.Setenv(k, set.Env[k])
+	}
+	return append(slices.Clone(set.RunFlags), rest...), nil
 }

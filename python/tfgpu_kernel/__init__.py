@@ -10,9 +10,18 @@ supervisor itself is Go (docs/design.md#wheel).
 
 import os
 
-from ._version import __version__, build  # noqa: F401  (written by the build)
+try:
+    from ._version import __version__, build  # noqa: F401  (written by the build)
+except ImportError:  # a checkout, not a built wheel
+    __version__, build = "0.0.0+unknown", "dev"
 
-__all__ = ["__version__", "binary", "BinaryNotFound"]
+__all__ = ["__version__", "binary", "settings", "BinaryNotFound"]
+
+# Where the admin's settings for the wheel's kernelspec live, relative to
+# the prefix of its share/jupyter: a Jupyter config file pip never writes,
+# so that upgrades keep it (tfgpu-kernel install writes it).
+SETTINGS = ("etc", "jupyter", "tfgpu-kernel.json")
+KERNELSPEC = ("share", "jupyter", "kernels", "tfgpu", "kernel.json")
 
 
 class BinaryNotFound(RuntimeError):
@@ -26,12 +35,7 @@ def binary():
     directory (a venv's bin/, ~/.local/bin for --user, /usr/local/bin ...);
     pip's RECORD says where, relative to site-packages, whatever the scheme.
     """
-    from importlib.metadata import PackageNotFoundError, distribution
-
-    try:
-        dist = distribution("tfgpu-kernel")
-    except PackageNotFoundError as e:
-        raise BinaryNotFound("the tfgpu-kernel package is not installed in this Python (%s)" % e) from None
+    dist = _dist()
     named = []
     for f in dist.files or ():
         if f.name == "tfgpu-kernel" and f.parent.name in ("bin", "Scripts"):
@@ -43,3 +47,30 @@ def binary():
         "the tfgpu-kernel binary of this package is missing (pip's record names %s); "
         "reinstall it: pip install --force-reinstall tfgpu-kernel" % (", ".join(named) or "none")
     )
+
+
+def _dist():
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    try:
+        return distribution("tfgpu-kernel")
+    except PackageNotFoundError as e:
+        raise BinaryNotFound("the tfgpu-kernel package is not installed in this Python (%s)" % e) from None
+
+
+def settings():
+    """The settings file of the kernelspec this package installed, if there is one.
+
+    pip's RECORD says where the kernelspec went (PREFIX/share/jupyter/
+    kernels/tfgpu); its settings are PREFIX/etc/jupyter/tfgpu-kernel.json.
+    """
+    dist = _dist()
+    for f in dist.files or ():
+        if tuple(f.parts[-len(KERNELSPEC):]) == KERNELSPEC:
+            spec = os.path.abspath(str(dist.locate_file(f)))
+            prefix = spec
+            for _ in KERNELSPEC:
+                prefix = os.path.dirname(prefix)
+            path = os.path.join(prefix, *SETTINGS)
+            return path if os.path.isfile(path) else None
+    return None

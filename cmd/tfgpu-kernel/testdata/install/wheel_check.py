@@ -75,6 +75,9 @@ def main():
         worker, kernel = int(worker), int(kernel)
         facts["kernel_python"] = kernel_python
         facts["worker_before"] = state(worker)
+        with open("/proc/%d/cmdline" % facts["supervisor"], "rb") as f:
+            facts["supervisor_cmdline"] = [a.decode() for a in f.read().split(b"\0")[:-1]]
+        facts["kernel_env"] = run_cell(kc, "import os; print(os.environ.get('WHEEL_SETTING', ''))")[1].strip()
         km.restart_kernel()
         kc.wait_for_ready(timeout=TIMEOUT)
         # The restart has returned: the old tree must be gone already.
