@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 )
 
 // The wheel's kernelspec (docs/design.md#wheel). A wheel cannot know where
@@ -137,13 +136,8 @@ func ReadSettings(path string) (*Settings, error) {
 	if err := dec.Decode(&s); err != nil {
 		return nil, fmt.Errorf("%s: %v", path, err)
 	}
-	if len(s.RunFlags)%2 != 0 {
+	if _, err := RunFlagPairs(s.RunFlags); err != nil {
 		return nil, fmt.Errorf("%s: run_flags %q are not --flag value pairs", path, s.RunFlags)
-	}
-	for i := 0; i < len(s.RunFlags); i += 2 {
-		if !strings.HasPrefix(s.RunFlags[i], "--") || strings.Contains(s.RunFlags[i], "=") {
-			return nil, fmt.Errorf("%s: run_flags %q are not --flag value pairs", path, s.RunFlags)
-		}
 	}
 	if _, err := mergeEnv(nil, s.Env); err != nil {
 		return nil, fmt.Errorf("%s: %v", path, err)

@@ -79,9 +79,7 @@ func ReadPrevious(dir string) (*Previous, error) {
 		}
 		p := &Previous{Dir: dir, DisplayName: s.DisplayName, DisplayDefault: true, Env: map[string]string{}, Launcher: true}
 		if set != nil {
-			for i := 0; i+1 < len(set.RunFlags); i += 2 {
-				p.RunFlags = append(p.RunFlags, [2]string{set.RunFlags[i], set.RunFlags[i+1]})
-			}
+			p.RunFlags, _ = RunFlagPairs(set.RunFlags) // ReadSettings checked them
 			maps.Copy(p.Env, set.Env)
 		}
 		return p, nil
@@ -94,14 +92,8 @@ func ReadPrevious(dir string) (*Previous, error) {
 	p := &Previous{Dir: dir, Binary: s.Argv[0], DisplayName: s.DisplayName, Env: map[string]string{},
 		Wraps: s.Metadata.TFGPU.Wraps, WrapsDir: s.Metadata.TFGPU.WrapsDir, Kernel: slices.Clone(s.Argv[dd+1:])}
 	flags := s.Argv[2 : dd-2]
-	if len(flags)%2 != 0 {
+	if p.RunFlags, err = RunFlagPairs(flags); err != nil {
 		return bad(fmt.Sprintf("its run flags %q are not --flag value pairs", flags))
-	}
-	for i := 0; i < len(flags); i += 2 {
-		if !strings.HasPrefix(flags[i], "--") {
-			return bad(fmt.Sprintf("its run flags %q are not --flag value pairs", flags))
-		}
-		p.RunFlags = append(p.RunFlags, [2]string{flags[i], flags[i+1]})
 	}
 	if p.Wraps == "" {
 		p.Python = s.Metadata.TFGPU.Python
@@ -126,4 +118,27 @@ func ReadPrevious(dir string) (*Previous, error) {
 		}
 	}
 	return p, nil
+}
+
+// RunFlagPairs splits run flags as install writes them into {flag, value}
+// pairs: "--name value", or one word "--name=value" (a boolean is written
+// so: "--spare false" would end run's flags).
+func RunFlagPairs(words []string) ([][2]string, error) {
+	var out [][2]string
+	for i := 0; i < len(words); i++ {
+		w := words[i]
+		if !strings.HasPrefix(w, "--") || len(w) < 3 {
+			return nil, fmt.Errorf("%q is not a --flag", w)
+		}
+		if name, v, ok := strings.Cut(w, "="); ok {
+			out = append(out, [2]string{name, v})
+			continue
+		}
+		if i+1 >= len(words) {
+			return nil, fmt.Errorf("%s has no value", w)
+		}
+		out = append(out, [2]string{w, words[i+1]})
+		i++
+	}
+	return out, nil
 }

@@ -22,8 +22,11 @@ func TestReadPrevious(t *testing.T) {
 		}
 		return dir
 	}
+	// A boolean is one word, --flag=value, as install writes it: an upgrade
+	// of a kernelspec installed with --no-spare was refused as "not --flag
+	// value pairs" (#34).
 	o := Options{Binary: "/usr/local/bin/tfgpu-kernel", DisplayName: "GPU box", Env: map[string]string{"CUDA_VISIBLE_DEVICES": "0"},
-		RunFlags: []string{"--memory-limit", "8G", "--gpu-memory-limit", "40G"}}
+		RunFlags: []string{"--memory-limit", "8G", "--no-spare=true", "--gpu-memory-limit", "40G"}}
 	data, err := KernelJSON(o, py)
 	if err != nil {
 		t.Fatal(err)
@@ -33,7 +36,7 @@ func TestReadPrevious(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := &Previous{Dir: p.Dir, Binary: o.Binary, Python: py.Executable, DisplayName: "GPU box",
-		RunFlags: [][2]string{{"--memory-limit", "8G"}, {"--gpu-memory-limit", "40G"}},
+		RunFlags: [][2]string{{"--memory-limit", "8G"}, {"--no-spare", "true"}, {"--gpu-memory-limit", "40G"}},
 		Env:      map[string]string{"CUDA_VISIBLE_DEVICES": "0", "TF_FORCE_GPU_ALLOW_GROWTH": "true"},
 		Kernel:   []string{"/v/bin/python3", "-Xfrozen_modules=off", "-m", "ipykernel_launcher", "-f", "{connection_file}"}}
 	if !reflect.DeepEqual(p, want) {

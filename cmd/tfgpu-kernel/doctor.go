@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -82,6 +83,8 @@ func diagnoseKernelspecs() []doctor.Finding {
 	for _, sp := range specs {
 		f := doctor.Finding{Topic: "kernelspec", Text: fmt.Sprintf("%s in %s", sp.Name, sp.Dir)}
 		switch {
+		case kernelspec.IsLauncherArgv(sp.Argv):
+			f = launcherFinding(ctx, sp, f)
 		case len(sp.Argv) == 0:
 			f.Problem, f.Text, f.Fix = true, f.Text+": no argv", "tfgpu-kernel install --replace --name "+sp.Name
 		case !executable(sp.Argv[0]):
@@ -112,6 +115,54 @@ func diagnoseKernelspecs() []doctor.Finding {
 		}
 	}
 	return out
+}
+
+// launcherFinding checks the wheel's kernelspec (docs/design.md#the-wheel):
+// its launcher runs PREFIX/bin/tfgpu-kernel, pip's script beside the
+// kernelspec's share/jupyter, with the Jupyter server's Python, whose
+// ipykernel is PREFIX/bin/python's when the server runs from that
+// environment; its settings are PREFIX/etc/jupyter/tfgpu-kernel.json.
+func launcherFinding(ctx context.Context, sp kernelspec.Spec, f doctor.Finding) doctor.Finding {
+	prefix := filepath.Dir(filepath.Dir(filepath.Dir(filepath.Dir(sp.Dir))))
+	bin := filepath.Join(prefix, "bin", "tfgpu-kernel")
+	if !executable(bin) {
+		f.Problem, f.Text = true, f.Text+" (the tfgpu-kernel wheel's): its supervisor "+bin+" is missing or not executable"
+		f.Fix = "pip install --force-reinstall tfgpu-kernel, with " + filepath.Join(prefix, "bin", "python")
+		return f
+	}
+	f.Text += " (the tfgpu-kernel wheel's, " + bin + ")"
+	py := filepath.Join(prefix, "bin", "python")
+	switch kpy, err := kernelspec.ProbePython(ctx, py); {
+	case errors.Is(err, kernelspec.ErrNotRootsProgram):
+		f.Text += ", the server's Python: " + py + " not run as root (" + err.Error() + "); its owner's 'tfgpu-kernel doctor' checks it"
+	case kpy.Executable == "":
+		f.Text += ", the Jupyter server's Python (as \"Python 3\")"
+	case err != nil:
+		f.Problem, f.Text = true, fmt.Sprintf("%s: Python %s %s cannot import ipykernel", f.Text, kpy.Version, kpy.Executable)
+		f.Fix = kpy.InstallAdvice()
+		return f
+	default:
+		f.Text += fmt.Sprintf(", the server's Python: %s %s with ipykernel %s", kpy.Version, kpy.Executable, kpy.IPykernel)
+	}
+	path := kernelspec.SettingsPath(sp.Dir)
+	set, err := kernelspec.ReadSettings(path)
+	if err != nil {
+		f.Problem, f.Text = true, f.Text+": its settings "+record.Printable(err.Error())
+		f.Fix = "tfgpu-kernel install --prefix " + prefix + " --replace --reset (and the settings again)"
+		return f
+	}
+	flags := []string{}
+	if set != nil {
+		flags = set.RunFlags
+		words := slices.Clone(flags)
+		for _, k := range slices.Sorted(maps.Keys(set.Env)) {
+			words = append(words, "--env "+k+"="+set.Env[k])
+		}
+		f.Text += ", settings in " + path + ": " + record.Printable(strings.Join(words, " "))
+	}
+	argv := append(append([]string{bin, "run"}, flags...), "-f", "{connection_file}", "--", py, "-m", "ipykernel_launcher", "-f", "{connection_file}")
+	f.Text += ", " + spareSetting(argv)
+	return f
 }
 
 // hidingFinding says that sp hides kernelspecs of the same name in

@@ -295,9 +295,10 @@ func withSettings(args []string) ([]string, error) {
 	if err != nil || set == nil {
 		return rest, err
 	}
-	for i := 0; i < len(set.RunFlags); i += 2 {
-		if !slices.Contains(kernelspecRunFlags, strings.TrimPrefix(set.RunFlags[i], "--")) {
-			return rest, fmt.Errorf("%s: %s is no run flag a kernelspec may carry; fix it with 'tfgpu-kernel install'", path, set.RunFlags[i])
+	pairs, _ := kernelspec.RunFlagPairs(set.RunFlags) // ReadSettings checked them
+	for _, p := range pairs {
+		if !slices.Contains(kernelspecRunFlags, strings.TrimPrefix(p[0], "--")) {
+			return rest, fmt.Errorf("%s: %s is no run flag a kernelspec may carry; fix it with 'tfgpu-kernel install'", path, p[0])
 		}
 	}
 	for _, k := range slices.Sorted(maps.Keys(set.Env)) {

@@ -1,0 +1,212 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/tfgpu/tfgpu-kernel/internal/jmsg"
+	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
+	"github.com/tfgpu/tfgpu-kernel/kernelspec"
+)
+
+// `tfgpu-kernel install` aimed at the wheel's kernelspec (pip's) writes
+// the admin's settings into PREFIX/etc/jupyter/tfgpu-kernel.json and
+// leaves kernel.json as pip wrote it; a second install keeps what the
+// file held unless given again; uninstall removes only the file
+// (docs/design.md#the-wheel).
+func TestInstallConfiguresTheWheelsKernelspec(t *testing.T) {
+	bin := buildInstallTestBinary(t)
+	env := append(os.Environ(), "HOME="+t.TempDir(), "JUPYTER_DATA_DIR=", "XDG_DATA_HOME=")
+	prefix := t.TempDir()
+	dir := filepath.Join(prefix, "share", "jupyter", "kernels", "tfgpu")
+	if err := kernelspec.WriteLauncherSpec(dir, "v9"); err != nil {
+		t.Fatal(err)
+	}
+	pipped, err := os.ReadFile(filepath.Join(dir, "kernel.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	settings := filepath.Join(prefix, "etc", "jupyter", "tfgpu-kernel.json")
+	install := func(args ...string) installRunResult {
+		t.Helper()
+		return runInstallBin(t, env, bin, append([]string{"install", "--prefix", prefix}, args...)...)
+	}
+	read := func() *kernelspec.Settings {
+		t.Helper()
+		s, err := kernelspec.ReadSettings(settings)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+
+	if r := install("--memory-limit", "8G", "--env", "CUDA_VISIBLE_DEVICES=0", "--dry-run"); r.code != 0 || read() != nil ||
+		!strings.Contains(r.stdout, "would configure kernelspec \"tfgpu\" in "+dir) {
+		t.Fatalf("--dry-run: exit %d, %q %q, settings %v", r.code, r.stdout, r.stderr, read())
+	}
+	r := install("--memory-limit", "8G", "--env", "CUDA_VISIBLE_DEVICES=0")
+	if s := read(); r.code != 0 || s == nil || !slices.Equal(s.RunFlags, []string{"--memory-limit", "8G"}) ||
+		s.Env["CUDA_VISIBLE_DEVICES"] != "0" || len(s.Env) != 1 {
+		t.Fatalf("install: exit %d, %q %q, settings %+v", r.code, r.stdout, r.stderr, s)
+	}
+	if now, _ := os.ReadFile(filepath.Join(dir, "kernel.json")); string(now) != string(pipped) {
+		t.Fatalf("kernel.json, pip's, was rewritten:\n%s", now)
+	}
+	// Again with two more settings, one a boolean: the file's are kept;
+	// then once more with none, the boolean read back too.
+	r = install("--gpu-memory-limit", "40G", "--no-spare")
+	want := []string{"--memory-limit", "8G", "--gpu-memory-limit", "40G", "--no-spare=true"}
+	if s := read(); r.code != 0 || !slices.Equal(s.RunFlags, want) ||
+		s.Env["CUDA_VISIBLE_DEVICES"] != "0" || !strings.Contains(r.stdout, "kept from "+settings+": --memory-limit 8G, --env CUDA_VISIBLE_DEVICES=0") {
+		t.Fatalf("second install: exit %d, %q %q, settings %+v", r.code, r.stdout, r.stderr, s)
+	}
+	r = install()
+	if s := read(); r.code != 0 || !slices.Equal(s.RunFlags, want) || s.Env["CUDA_VISIBLE_DEVICES"] != "0" {
+		t.Fatalf("second install: exit %d, %q %q, settings %+v", r.code, r.stdout, r.stderr, s)
+	}
+	// Refused, naming what was typed, and nothing changes.
+	for _, args := range [][]string{
+		{"--memory-limit", "1K"},
+		{"--env", "TFGPU_MEMORY_LIMT=8G"},
+		{"--display-name", "Mine"},
+		{"--wrap", dir},
+	} {
+		before, _ := os.ReadFile(settings)
+		r := install(args...)
+		after, _ := os.ReadFile(settings)
+		if r.code == 0 || !isInstallErrLine(r.stderr, "tfgpu-kernel install: ") || string(before) != string(after) {
+			t.Errorf("install %q: exit %d, stderr %q; settings changed: %v", args, r.code, r.stderr, string(before) != string(after))
+		}
+	}
+	if r := install("--reset"); r.code != 2 { // --reset goes with --replace
+		t.Errorf("--reset alone: exit %d %q", r.code, r.stderr)
+	}
+	if r := install("--replace", "--reset", "--kill-timeout", "3s"); r.code != 0 || !slices.Equal(read().RunFlags, []string{"--kill-timeout", "3s"}) || len(read().Env) != 0 {
+		t.Fatalf("--reset: exit %d %q %q, settings %+v", r.code, r.stdout, r.stderr, read())
+	}
+	r = install("--uninstall")
+	if _, err := os.Stat(settings); r.code != 0 || !os.IsNotExist(err) || !strings.Contains(r.stdout, "removed "+settings) {
+		t.Fatalf("--uninstall: exit %d %q %q, settings: %v", r.code, r.stdout, r.stderr, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "kernel.json")); err != nil {
+		t.Fatalf("--uninstall removed pip's kernelspec: %v", err)
+	}
+	if r := install("--uninstall"); r.code != 0 || !strings.Contains(r.stdout, "'pip uninstall tfgpu-kernel' removes it") {
+		t.Fatalf("--uninstall without settings: exit %d %q %q", r.code, r.stdout, r.stderr)
+	}
+}
+
+// run --settings FILE (the wheel's launcher gives it first): the file's
+// run flags count as a kernelspec's argv, its env is set; a bad file is
+// run's refusal, said in the notebook.
+func TestRunSettingsFile(t *testing.T) {
+	dir := t.TempDir()
+	conn := filepath.Join(dir, "kernel-settings.json")
+	if err := jmsg.WriteFile(conn, &jmsg.ConnInfo{Transport: "tcp", IP: "127.0.0.1", Ports: [5]int{1, 2, 3, 4, 5},
+		Key: "k", SignatureScheme: "hmac-sha256"}); err != nil {
+		t.Fatal(err)
+	}
+	kernel := []string{"-f", conn, "--", "/usr/bin/python3", "-m", "ipykernel_launcher", "-f", conn}
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
+	defer debug.SetGCPercent(debug.SetGCPercent(100))
+
+	good := write("good.json", `{"run_flags": ["--memory-limit", "8G", "--kill-timeout", "3s"], "env": {"WHEEL_SETTING": "kept"}}`)
+	t.Setenv("WHEEL_SETTING", "")
+	var cfgOK bool
+	stderr := captureStderr(t, func() {
+		c, _, ok := runConfig("run", append([]string{"--settings", good, "--kill-timeout", "4s"}, kernel...))
+		cfgOK = ok && c.Refusal == "" && c.MemoryLimit == 8<<30 && c.KillTimeout.String() == "4s" &&
+			slices.Equal(c.StandbyArgs[:2], []string{"--settings", good})
+	})
+	if !cfgOK || stderr != "" || os.Getenv("WHEEL_SETTING") != "kept" {
+		t.Fatalf("good settings: ok %v, stderr %q, WHEEL_SETTING=%q", cfgOK, stderr, os.Getenv("WHEEL_SETTING"))
+	}
+	if _, _, ok := runConfig("run", append([]string{"--settings", filepath.Join(dir, "gone.json")}, kernel...)); !ok {
+		t.Fatal("a settings file gone since the launcher looked is the defaults")
+	}
+	for name, tc := range map[string]struct{ content, want string }{
+		"not json":       {"{", "bad.json: unexpected EOF"},
+		"unknown key":    {`{"run_flag": []}`, `unknown field "run_flag"`},
+		"odd flags":      {`{"run_flags": ["--memory-limit"]}`, "are not --flag value pairs"},
+		"not a run flag": {`{"run_flags": ["--state-dir", "/x"]}`, "--state-dir is no run flag a kernelspec may carry"},
+		"bad value":      {`{"run_flags": ["--memory-limit", "1K"]}`, `--memory-limit "1K"`},
+		"typo'd env":     {`{"env": {"TFGPU_MEMORY_LIMT": "8G"}}`, "TFGPU_MEMORY_LIMT: tfgpu-kernel run has no such setting"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			p := write("bad.json", tc.content)
+			var refusal string
+			var ok bool
+			stderr := captureStderr(t, func() {
+				var c = struct{ Refusal string }{}
+				cfg, _, k := runConfig("run", append([]string{"--settings", p}, kernel...))
+				c.Refusal, ok = cfg.Refusal, k
+				refusal = c.Refusal
+			})
+			if !ok || !strings.Contains(refusal, tc.want) || strings.Count(stderr, "\n") != 1 {
+				t.Fatalf("ok %v, refusal %q, stderr %q; want a refusal saying %q", ok, refusal, stderr, tc.want)
+			}
+		})
+		os.Unsetenv("TFGPU_MEMORY_LIMT")
+	}
+}
+
+// doctor knows the wheel's kernelspec: the binary pip put beside it, the
+// environment's Python and ipykernel, its settings file; and says how to
+// mend a missing binary or a bad settings file.
+func TestDoctorKnowsTheWheelsKernelspec(t *testing.T) {
+	testutil.RequireHermetic(t)
+	installJupyterPython(t)
+	bin := buildInstallTestBinary(t)
+	prefix := t.TempDir()
+	dir := filepath.Join(prefix, "share", "jupyter", "kernels", "tfgpu")
+	if err := kernelspec.WriteLauncherSpec(dir, "v9"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(prefix, "bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/usr/bin/python3", filepath.Join(prefix, "bin", "python")); err != nil {
+		t.Fatal(err)
+	}
+	settings := kernelspec.SettingsPath(dir)
+	if err := kernelspec.WriteSettings(settings, kernelspec.Settings{RunFlags: []string{"--no-spare=true"}, Env: map[string]string{"CUDA_VISIBLE_DEVICES": "1"}}); err != nil {
+		t.Fatal(err)
+	}
+	env := append(os.Environ(), "HOME="+t.TempDir(), "JUPYTER_DATA_DIR="+t.TempDir(), "TFGPU_STATE_DIR="+testutil.PrivateDir(t),
+		"JUPYTER_PATH="+filepath.Join(prefix, "share", "jupyter"))
+	line := "kernelspec:   tfgpu in " + dir + " (the tfgpu-kernel wheel's"
+
+	r := runInstallBin(t, env, bin, "doctor")
+	if !strings.Contains(r.stdout, "!! "+line+"): its supervisor "+filepath.Join(prefix, "bin", "tfgpu-kernel")+" is missing") ||
+		!strings.Contains(r.stdout, "fix:          pip install --force-reinstall tfgpu-kernel") {
+		t.Fatalf("doctor, the wheel's binary missing: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if err := os.Symlink(bin, filepath.Join(prefix, "bin", "tfgpu-kernel")); err != nil {
+		t.Fatal(err)
+	}
+	r = runInstallBin(t, env, bin, "doctor")
+	want := "ok " + line + ", " + filepath.Join(prefix, "bin", "tfgpu-kernel") + "), the server's Python: 3."
+	if !strings.Contains(r.stdout, want) || !strings.Contains(r.stdout, "with ipykernel 6.") ||
+		!strings.Contains(r.stdout, "settings in "+settings+": --no-spare=true --env CUDA_VISIBLE_DEVICES=1, no spare kernel (--no-spare=true)") {
+		t.Fatalf("doctor, want %q:\n%s%s", want, r.stdout, r.stderr)
+	}
+	if err := os.WriteFile(settings, []byte(`{"run_flags": ["--memory-limit"]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r = runInstallBin(t, env, bin, "doctor")
+	if r.code != 1 || !strings.Contains(r.stdout, "!! "+line) || !strings.Contains(r.stdout, "are not --flag value pairs") {
+		t.Fatalf("doctor, a bad settings file: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+}
