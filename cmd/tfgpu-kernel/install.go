@@ -157,10 +157,37 @@ func installMain(args []string, stdout, stderr io.Writer) int {
 	case c.set["prefix"]:
 		o.Dest = kernelspec.Prefix
 	}
+	if os.Geteuid() == 0 && o.Dest == kernelspec.User && !*user && !*uninstall {
+		if err := c.rootWithoutDest(); err != nil {
+			return installFail(stderr, 2, err)
+		}
+	}
 	if *uninstall {
 		return c.uninstall(stderr)
 	}
 	return c.install(stderr)
+}
+
+// rootWithoutDest refuses root's install that names no destination when a
+// kernelspec of ours of the same name is there for every user: root's own
+// (the default, --user) would hide it from root's Jupyter, and its
+// settings with it (#34; install.sh refuses the same). Root says which.
+func (c *installCmd) rootWithoutDest() error {
+	sysOpts := c.o
+	sysOpts.Dest = kernelspec.System
+	sys, err := kernelspec.SpecDir(context.Background(), sysOpts)
+	if err != nil {
+		return nil // the install itself says what is wrong with the name
+	}
+	if p, err := kernelspec.ReadPrevious(sys); p == nil && (err == nil || errors.Is(err, kernelspec.ErrNotOurs)) {
+		return nil
+	}
+	own, err := kernelspec.SpecDir(context.Background(), c.o)
+	if err != nil {
+		return nil
+	}
+	return fmt.Errorf("as root without --user or --system: %s is the kernelspec %q for every user, and root's own in %s would hide it (and its settings) from root's Jupyter; give --system to upgrade that one, or --user for root's own",
+		sys, filepath.Base(sys), own)
 }
 
 // install writes the kernelspec, keeping what an installed one of ours

@@ -210,3 +210,44 @@ func TestDoctorKnowsTheWheelsKernelspec(t *testing.T) {
 		t.Fatalf("doctor, a bad settings file: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 }
+
+// Root's `tfgpu-kernel install` with no destination, beside a kernelspec
+// of ours for every user of the same name, is refused in one line saying
+// which and asking for --user or --system (#34): root's own (the default)
+// hid the system's from root's Jupyter. In the test's mount namespace,
+// where /usr/local/share/jupyter is an empty tmpfs.
+func TestInstallAsRootSaysUserOrSystem(t *testing.T) {
+	testutil.RequireHermetic(t)
+	if os.Geteuid() != 0 {
+		t.Skip("root's install")
+	}
+	installJupyterPython(t)
+	bin := buildInstallTestBinary(t)
+	home := t.TempDir()
+	env := append(os.Environ(), "HOME="+home, "JUPYTER_DATA_DIR=", "XDG_DATA_HOME=")
+	own := filepath.Join(home, ".local", "share", "jupyter", "kernels", "tfgpu")
+	sys := filepath.Join(kernelspec.SystemDataDir, "kernels", "tfgpu")
+	// No system kernelspec: the default goes ahead (root's own).
+	if r := runInstallBin(t, env, bin, "install", "--python", "/usr/bin/python3"); r.code != 0 {
+		t.Fatalf("install as root, no system kernelspec: exit %d %s", r.code, r.stderr)
+	}
+	if r := runInstallBin(t, env, bin, "install", "--uninstall"); r.code != 0 {
+		t.Fatalf("uninstall: exit %d %s", r.code, r.stderr)
+	}
+	t.Cleanup(func() { os.RemoveAll(sys) })
+	// The system's kernelspec (--system's directory; --prefix, as this
+	// test binary is not one every user may run).
+	if r := runInstallBin(t, env, bin, "install", "--prefix", filepath.Dir(filepath.Dir(kernelspec.SystemDataDir)), "--python", "/usr/bin/python3"); r.code != 0 {
+		t.Fatalf("install into %s: exit %d %s", sys, r.code, r.stderr)
+	}
+	r := runInstallBin(t, env, bin, "install", "--python", "/usr/bin/python3")
+	if _, err := os.Stat(own); r.code != 2 || !os.IsNotExist(err) || !isInstallErrLine(r.stderr, "tfgpu-kernel install: as root without --user or --system: "+sys+" is the kernelspec \"tfgpu\" for every user") {
+		t.Fatalf("install as root beside the system's: exit %d, stderr %q, root's own: %v", r.code, r.stderr, err)
+	}
+	if r := runInstallBin(t, env, bin, "install", "--user", "--python", "/usr/bin/python3"); r.code != 0 {
+		t.Fatalf("install --user as root: exit %d %s", r.code, r.stderr)
+	}
+	if _, err := os.Stat(own); err != nil {
+		t.Fatalf("--user wrote no kernelspec of root's own: %v", err)
+	}
+}
