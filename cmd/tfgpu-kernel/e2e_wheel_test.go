@@ -543,43 +543,23 @@ func copyFile(t *testing.T, src, dst string) {
 }
 
 // bullseyeRoot is a debootstrap of Debian 11 (minbase, python3 and
-// python3-venv), made once under the user's cache by
-// testdata/install/rootfs.sh and reused while the script is unchanged.
+// python3-venv), made once by testdata/install/rootfs.sh and reused while
+// the script is unchanged.
 func bullseyeRoot(t *testing.T) string {
 	t.Helper()
 	script, _ := filepath.Abs(filepath.Join("testdata", "install", "rootfs.sh"))
-	data, err := os.ReadFile(script)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum := sha256.Sum256(data)
-	cache, err := os.UserCacheDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	root := filepath.Join(cache, "tfgpu-kernel", "rootfs-bullseye-"+hex.EncodeToString(sum[:])[:12])
-	unlock := lockFile(t, root+".lock")
-	defer unlock()
-	if _, err := os.Stat(root + ".complete"); err == nil {
-		return root
-	}
-	if _, err := exec.LookPath("debootstrap"); err != nil {
-		if out, err := exec.Command("apt-get", "install", "-y", "-qq", "debootstrap").CombinedOutput(); err != nil {
-			testutil.RequireOrSkip(t, "need debootstrap (apt-get install debootstrap): %v\n%s", err, out)
+	return cachedBuild(t, "rootfs-bullseye", script, func(root string) {
+		if _, err := exec.LookPath("debootstrap"); err != nil {
+			if out, err := exec.Command("apt-get", "install", "-y", "-qq", "debootstrap").CombinedOutput(); err != nil {
+				testutil.RequireOrSkip(t, "need debootstrap (apt-get install debootstrap): %v\n%s", err, out)
+			}
 		}
-	}
-	os.RemoveAll(root)
-	start := time.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
-	defer cancel()
-	if out, err := exec.CommandContext(ctx, "/bin/sh", script, root).CombinedOutput(); err != nil {
-		t.Fatalf("%s %s: %v\n%s", script, root, err, e2eTail(string(out), 6000))
-	}
-	if err := os.WriteFile(root+".complete", nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("Debian 11 root %s: made in %v", root, time.Since(start).Round(time.Second))
-	return root
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+		defer cancel()
+		if out, err := exec.CommandContext(ctx, "/bin/sh", script, root).CombinedOutput(); err != nil {
+			t.Fatalf("%s %s: %v\n%s", script, root, err, e2eTail(string(out), 6000))
+		}
+	})
 }
 
 // bullseyeWheelhouse holds the wheels of testdata/stacks/bullseye.txt for
@@ -587,7 +567,24 @@ func bullseyeRoot(t *testing.T) string {
 func bullseyeWheelhouse(t *testing.T) string {
 	t.Helper()
 	req, _ := filepath.Abs(filepath.Join("testdata", "stacks", "bullseye.txt"))
-	data, err := os.ReadFile(req)
+	return cachedBuild(t, "wheelhouse-bullseye", req, func(wh string) {
+		py, _ := exec.LookPath("python3")
+		args := []string{"-m", "pip", "download", "-q", "--disable-pip-version-check", "--no-deps", "--dest", wh,
+			"--python-version", "3.9", "--implementation", "cp", "--abi", "cp39", "--abi", "abi3", "--abi", "none",
+			"--platform", "manylinux_2_31_x86_64", "--platform", "manylinux_2_28_x86_64", "--platform", "manylinux_2_17_x86_64",
+			"--platform", "manylinux2014_x86_64", "--platform", "manylinux1_x86_64", "--platform", "any", "--only-binary=:all:", "-r", req}
+		if out, err := exec.Command(py, args...).CombinedOutput(); err != nil {
+			t.Fatalf("pip download for Python 3.9: %v\n%s", err, e2eTail(string(out), 4000))
+		}
+	})
+}
+
+// cachedBuild is the directory ~/.cache/tfgpu-kernel/NAME-HASH, HASH that
+// of the file it is made from, which build makes once (under a lock; a
+// half-made one is made again) and later runs reuse.
+func cachedBuild(t *testing.T, name, from string, build func(dir string)) string {
+	t.Helper()
+	data, err := os.ReadFile(from)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -596,25 +593,20 @@ func bullseyeWheelhouse(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wh := filepath.Join(cache, "tfgpu-kernel", "wheelhouse-bullseye-"+hex.EncodeToString(sum[:])[:12])
-	unlock := lockFile(t, wh+".lock")
+	dir := filepath.Join(cache, "tfgpu-kernel", name+"-"+hex.EncodeToString(sum[:])[:12])
+	unlock := lockFile(t, dir+".lock")
 	defer unlock()
-	if _, err := os.Stat(wh + ".complete"); err == nil {
-		return wh
+	if _, err := os.Stat(dir + ".complete"); err == nil {
+		return dir
 	}
-	os.RemoveAll(wh)
-	py, _ := exec.LookPath("python3")
-	args := []string{"-m", "pip", "download", "-q", "--disable-pip-version-check", "--no-deps", "--dest", wh,
-		"--python-version", "3.9", "--implementation", "cp", "--abi", "cp39", "--abi", "abi3", "--abi", "none",
-		"--platform", "manylinux_2_31_x86_64", "--platform", "manylinux_2_28_x86_64", "--platform", "manylinux_2_17_x86_64", "--platform", "manylinux2014_x86_64",
-		"--platform", "manylinux1_x86_64", "--platform", "any", "--only-binary=:all:", "-r", req}
-	if out, err := exec.Command(py, args...).CombinedOutput(); err != nil {
-		t.Fatalf("pip download for Python 3.9: %v\n%s", err, e2eTail(string(out), 4000))
-	}
-	if err := os.WriteFile(wh+".complete", nil, 0o644); err != nil {
+	os.RemoveAll(dir)
+	start := time.Now()
+	build(dir)
+	if err := os.WriteFile(dir+".complete", nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	return wh
+	t.Logf("%s: made in %v", dir, time.Since(start).Round(time.Second))
+	return dir
 }
 
 func lockFile(t *testing.T, path string) func() {

@@ -202,18 +202,9 @@ func (c *installCmd) install(stderr io.Writer) int {
 	if dir, err := kernelspec.SpecDir(context.Background(), *o); err == nil && kernelspec.IsLauncherSpec(dir) {
 		return c.configureLauncher(stderr, dir)
 	}
-	kept, prev, err := c.keep()
-	if err != nil {
-		return installFail(stderr, installExitCode(err), err)
-	}
-	if _, err := c.rf.check(c.src); err != nil {
-		return installFail(stderr, 2, err)
-	}
-	if err := c.checkEnv(); err != nil {
-		return installFail(stderr, 2, err)
-	}
-	if o.RunFlags, err = installRunArgv(c.fs, c.set); err != nil {
-		return installFail(stderr, 2, err)
+	kept, prev, code := c.settle(stderr)
+	if code != 0 {
+		return code
 	}
 	install := kernelspec.Install
 	verb := "installed"
@@ -243,6 +234,26 @@ func (c *installCmd) install(stderr io.Writer) int {
 	return 0
 }
 
+// settle fills in what is kept from the installed kernelspec (keep),
+// checks every setting as run will, and puts the run flags into o.RunFlags;
+// code is install's exit code when something is refused (said on stderr).
+func (c *installCmd) settle(stderr io.Writer) (kept []string, prev *kernelspec.Previous, code int) {
+	kept, prev, err := c.keep()
+	if err != nil {
+		return nil, nil, installFail(stderr, installExitCode(err), err)
+	}
+	if _, err := c.rf.check(c.src); err != nil {
+		return nil, nil, installFail(stderr, 2, err)
+	}
+	if err := c.checkEnv(); err != nil {
+		return nil, nil, installFail(stderr, 2, err)
+	}
+	if c.o.RunFlags, err = installRunArgv(c.fs, c.set); err != nil {
+		return nil, nil, installFail(stderr, 2, err)
+	}
+	return kept, prev, 0
+}
+
 // configureLauncher configures the wheel's kernelspec in dir, which is
 // pip's: its settings (run flags, --env) go into its settings file,
 // PREFIX/etc/jupyter/tfgpu-kernel.json, which pip upgrades keep; what the
@@ -257,18 +268,9 @@ func (c *installCmd) configureLauncher(stderr io.Writer, dir string) int {
 		return installFail(stderr, 2, fmt.Errorf("%s is the tfgpu-kernel wheel's kernelspec: pip writes its kernel.json, display name included; for another name install a kernelspec of your own with --name NAME", dir))
 	}
 	o.Replace = true // its settings file, read back as a kernelspec's
-	kept, _, err := c.keep()
-	if err != nil {
-		return installFail(stderr, installExitCode(err), err)
-	}
-	if _, err := c.rf.check(c.src); err != nil {
-		return installFail(stderr, 2, err)
-	}
-	if err := c.checkEnv(); err != nil {
-		return installFail(stderr, 2, err)
-	}
-	if o.RunFlags, err = installRunArgv(c.fs, c.set); err != nil {
-		return installFail(stderr, 2, err)
+	kept, _, code := c.settle(stderr)
+	if code != 0 {
+		return code
 	}
 	path := kernelspec.SettingsPath(dir)
 	set := kernelspec.Settings{RunFlags: o.RunFlags, Env: c.env}
