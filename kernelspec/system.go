@@ -153,6 +153,46 @@ func CheckSystemWide(path string) error {
 	return checkPath(path, true)
 }
 
+// RootMayWrite says why root must not write path, or nil: path if it
+// exists, else the nearest directory above it that does, and every
+// directory above that, must be root's and writable by no one else;
+// otherwise another user could have the write land elsewhere (a link in
+// the chain) or change what root wrote.
+// A sticky directory (/tmp) may be writable by others: they cannot
+// rename or replace root's entries in it.
+func RootMayWrite(path string) error {
+	if !filepath.IsAbs(path) {
+		return fmt.Errorf("%s is not an absolute path", path)
+	}
+	p := filepath.Clean(path)
+	for p != "/" {
+		if _, err := os.Lstat(p); !errors.Is(err, fs.ErrNotExist) {
+			break
+		}
+		p = filepath.Dir(p)
+	}
+	for {
+		fi, err := os.Lstat(p)
+		if err != nil {
+			return err
+		}
+		st, ok := fi.Sys().(*syscall.Stat_t)
+		mode := fi.Mode()
+		switch {
+		case !ok:
+			return fmt.Errorf("%s: no owner to check", p)
+		case st.Uid != 0:
+			return fmt.Errorf("%s is owned by %s, not root", p, owner(st.Uid))
+		case mode&os.ModeSymlink == 0 && mode.Perm()&0o022 != 0 && mode&os.ModeSticky == 0:
+			return fmt.Errorf("%s is writable by %s (mode %04o)", p, writers(mode), mode.Perm())
+		}
+		if p == "/" {
+			return nil
+		}
+		p = filepath.Dir(p)
+	}
+}
+
 // checkRootsAlone says why root may not take path into a kernelspec every
 // user runs, or nil: the rule of CheckSystemWide but that others need not
 // read or run it. It is for what root reads and copies (a wrapped

@@ -273,6 +273,9 @@ func (c *installCmd) configureLauncher(stderr io.Writer, dir string) int {
 		return code
 	}
 	path := kernelspec.SettingsPath(dir)
+	if err := rootMayWriteSettings(path); err != nil {
+		return installFail(stderr, 1, err)
+	}
 	set := kernelspec.Settings{RunFlags: o.RunFlags, Env: c.env}
 	var words []string
 	for _, k := range slices.Sorted(maps.Keys(c.env)) {
@@ -504,6 +507,9 @@ func installCountTrue(bs ...bool) int {
 // uninstall removes the kernelspec; this removes only its settings file.
 func (c *installCmd) unconfigureLauncher(stderr io.Writer, dir string) int {
 	path := kernelspec.SettingsPath(dir)
+	if err := rootMayWriteSettings(path); err != nil {
+		return installFail(stderr, 1, err)
+	}
 	_, err := os.Stat(path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -520,4 +526,17 @@ func (c *installCmd) unconfigureLauncher(stderr io.Writer, dir string) int {
 	}
 	fmt.Fprintf(c.stdout, "removed %s, the settings of kernelspec %q in %s (the tfgpu-kernel wheel's; 'pip uninstall tfgpu-kernel' removes it)\n", path, filepath.Base(dir), dir)
 	return 0
+}
+
+// rootMayWriteSettings refuses root's write of a settings file where
+// another user can write (a user's venv): a link there could send it
+// anywhere. That user configures their own environment.
+func rootMayWriteSettings(path string) error {
+	if os.Geteuid() != 0 {
+		return nil
+	}
+	if err := kernelspec.RootMayWrite(path); err != nil {
+		return fmt.Errorf("as root, settings go only where no other user can write, and %s is not such a place: %v; its owner configures it", path, err)
+	}
+	return nil
 }

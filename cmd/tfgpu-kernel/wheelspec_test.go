@@ -2,11 +2,13 @@ package main
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/tfgpu/tfgpu-kernel/internal/jmsg"
@@ -98,6 +100,32 @@ func TestInstallConfiguresTheWheelsKernelspec(t *testing.T) {
 	}
 	if r := install("--uninstall"); r.code != 0 || !strings.Contains(r.stdout, "'pip uninstall tfgpu-kernel' removes it") {
 		t.Fatalf("--uninstall without settings: exit %d %q %q", r.code, r.stdout, r.stderr)
+	}
+
+	// Root writes no settings where another user can write: mallory's
+	// venv (a real user), where she planted etc as a link to a directory
+	// of root's.
+	if os.Geteuid() != 0 {
+		return
+	}
+	mallory := testutil.NewUser(t, "mallory", nil)
+	os.RemoveAll(filepath.Join(prefix, "etc"))
+	if err := os.Chmod(filepath.Dir(prefix), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(prefix, mallory.UID, mallory.GID); err != nil {
+		t.Fatal(err)
+	}
+	elsewhere := t.TempDir()
+	ln := exec.Command("ln", "-s", elsewhere, filepath.Join(prefix, "etc"))
+	ln.SysProcAttr = &syscall.SysProcAttr{Credential: mallory.Cred}
+	if out, err := ln.CombinedOutput(); err != nil {
+		t.Fatalf("mallory's ln -s: %v %s", err, out)
+	}
+	r = install("--memory-limit", "8G")
+	if m, _ := filepath.Glob(filepath.Join(elsewhere, "*", "*")); r.code != 1 || len(m) != 0 ||
+		!isInstallErrLine(r.stderr, "tfgpu-kernel install: as root, settings go only where no other user can write, and "+settings+" is not such a place: ") {
+		t.Fatalf("root's install into nobody's prefix: exit %d, stderr %q, written %v", r.code, r.stderr, m)
 	}
 }
 
