@@ -120,6 +120,9 @@ default_prefix=$(realpath -m -- "$default_prefix")
 bin="$prefix/bin/tfgpu-kernel"
 dest=()
 [ "$mode" = system ] && dest=(--system)
+# --user said to the binary too: as root it refuses to guess (install.go, rootWithoutDest),
+# and install.sh has decided (above) that root meant it.
+[ "$mode" = user ] && dest=(--user)
 system_kernels=/usr/local/share/jupyter/kernels # where 'tfgpu-kernel install --system' writes
 user_kernels="${JUPYTER_DATA_DIR:-${XDG_DATA_HOME:-$HOME/.local/share}/jupyter}/kernels"
 # The same install again, for the commands said: upgrade, remove.
