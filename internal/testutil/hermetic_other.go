@@ -6,7 +6,7 @@ import "testing"
 
 func HostJupyterDirs() []string     { return nil }
 func HostNVML() []string            { return nil }
-func Hermetic(dirs, files []string) {}
+func Hermetic(dirs, files []string) { clearJupyterEnv() }
 
 func RequireHermetic(t testing.TB) {
 	t.Helper()
