@@ -18,13 +18,18 @@ const hermeticEnv = "TFGPU_TEST_HERMETIC"
 
 // HostJupyterDirs are the directories every Jupyter on this machine reads
 // whatever its environment says (jupyter_core's SYSTEM_JUPYTER_PATH and
-// SYSTEM_CONFIG_PATH, and the home's, which some tests keep): a kernelspec
-// installed on the host (a system-wide "tfgpu", say) or a site config
-// would otherwise change what the tests see. Only those that exist.
+// SYSTEM_CONFIG_PATH, /usr/bin/python3's sys.prefix ones, IPython's
+// system and profile directories, and the home's, which some tests keep):
+// a kernelspec installed on the host (a system-wide "tfgpu" or "ir",
+// say), a site config or an IPython startup file would otherwise change
+// what the tests see, and a kernel a test starts would write root's
+// IPython history. Only those that exist.
 func HostJupyterDirs() []string {
-	dirs := []string{"/usr/local/share/jupyter", "/usr/share/jupyter/kernels", "/etc/jupyter", "/usr/local/etc/jupyter"}
+	dirs := []string{"/usr/local/share/jupyter", "/usr/share/jupyter/kernels", "/etc/jupyter", "/usr/local/etc/jupyter",
+		"/usr/etc/jupyter", "/etc/ipython", "/usr/local/etc/ipython"}
 	if home, err := os.UserHomeDir(); err == nil && filepath.IsAbs(home) {
-		dirs = append(dirs, filepath.Join(home, ".local", "share", "jupyter"), filepath.Join(home, ".jupyter"))
+		dirs = append(dirs, filepath.Join(home, ".local", "share", "jupyter"), filepath.Join(home, ".jupyter"),
+			filepath.Join(home, ".local", "etc", "jupyter"), filepath.Join(home, ".ipython"))
 	}
 	var have []string
 	for _, d := range dirs {
@@ -54,15 +59,17 @@ func HostNVML() []string {
 	return libs
 }
 
-// Hermetic re-executes the test binary, when it runs as root, in a mount
-// namespace of its own where each of dirs is an empty tmpfs and each of
-// files reads as /dev/null, so that nothing installed on the host changes
-// a test's outcome; nothing is mounted or changed on the host. The pid,
-// the arguments and the open files stay (exec, twice). Without root, or
-// without unshare(1), it returns: tests that need the host hidden call
-// RequireHermetic. Call it first thing in TestMain, after the branches
-// where the binary plays a helper process.
+// Hermetic removes JupyterEnv from the environment, then re-executes the
+// test binary, when it runs as root, in a mount namespace of its own
+// where each of dirs is an empty tmpfs and each of files reads as
+// /dev/null, so that nothing installed on the host changes a test's
+// outcome; nothing is mounted or changed on the host. The pid, the
+// arguments and the open files stay (exec, twice). Without root, or
+// without unshare(1), it returns with only the environment cleared: tests
+// that need the host hidden call RequireHermetic. Call it first thing in
+// TestMain, after the branches where the binary plays a helper process.
 func Hermetic(dirs, files []string) {
+	clearJupyterEnv()
 	if os.Geteuid() != 0 || os.Getenv(hermeticEnv) != "" {
 		return
 	}
