@@ -161,15 +161,9 @@ func CheckSystemWide(path string) error {
 // A sticky directory (/tmp) may be writable by others: they cannot
 // rename or replace root's entries in it.
 func RootMayWrite(path string) error {
-	if !filepath.IsAbs(path) {
-		return fmt.Errorf("%s is not an absolute path", path)
-	}
-	p := filepath.Clean(path)
-	for p != "/" {
-		if _, err := os.Lstat(p); !errors.Is(err, fs.ErrNotExist) {
-			break
-		}
-		p = filepath.Dir(p)
+	p, err := nearestExisting(path)
+	if err != nil {
+		return err
 	}
 	for {
 		fi, err := os.Lstat(p)
@@ -201,8 +195,18 @@ func RootMayWrite(path string) error {
 // nearest directory above it that does is checked (whoever can write
 // there can make path).
 func checkRootsAlone(path string) error {
+	p, err := nearestExisting(path)
+	if err != nil {
+		return err
+	}
+	return checkPath(p, false)
+}
+
+// nearestExisting is path if it exists, else the nearest directory above
+// it that does (whoever can write there can make path).
+func nearestExisting(path string) (string, error) {
 	if !filepath.IsAbs(path) {
-		return fmt.Errorf("%s is not an absolute path", path)
+		return "", fmt.Errorf("%s is not an absolute path", path)
 	}
 	p := filepath.Clean(path)
 	for p != "/" {
@@ -211,7 +215,7 @@ func checkRootsAlone(path string) error {
 		}
 		p = filepath.Dir(p)
 	}
-	return checkPath(p, false)
+	return p, nil
 }
 
 // checkPath is CheckSystemWide, whose last checks (others may enter the
