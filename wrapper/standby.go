@@ -102,6 +102,36 @@ type standby struct {
 	spare  *spare.Spare
 	exited <-chan cgroup.ExitStatus // the spare's
 	quiet  *quietState              // its start-up lines, said once it is adopted
+	said   chan string              // the leash's lines, then "end" (readLeash)
+}
+
+// readLeash reads the leash from the standby's start: its lines, then
+// "end", go to b.said in order, for await. The leash ending before a
+// "restart" (the supervisor shut down, stopped or gone) cancels the
+// spare's start at once (the returned context): a spare still importing
+// under load could otherwise outlive a Slurm job by seconds
+// (TestE2ESlurm under -race) before await saw the end.
+func (b *standby) readLeash(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	b.said = make(chan string, 8) // 64 bytes of leash: a few lines at most
+	go func() {
+		r := bufio.NewReader(io.LimitReader(b.leash, 64))
+		restart := false
+		for {
+			line, err := r.ReadString('\n')
+			if err != nil {
+				b.said <- "end"
+				if !restart {
+					cancel()
+				}
+				return
+			}
+			w := strings.TrimSpace(line)
+			restart = restart || w == "restart"
+			b.said <- w
+		}
+	}()
+	return ctx, cancel
 }
 
 // runStandby is `tfgpu-kernel standby`: start a spare kernel in
@@ -129,7 +159,13 @@ func (s *supervisor) runStandby(ctx context.Context) int {
 	if !ok {
 		return code
 	}
-	if err := b.startSpare(ctx); err != nil {
+	sctx, cancel := b.readLeash(ctx)
+	defer cancel()
+	if err := b.startSpare(sctx); err != nil {
+		if sctx.Err() != nil && ctx.Err() == nil {
+			s.log.Debug("the supervisor ended while the spare kernel started: no spare", "why", err)
+			return ExitOK
+		}
 		s.log.Warn("no spare kernel", "why", err)
 		return ExitFailed
 	}
@@ -269,18 +305,7 @@ func (b *standby) await(ctx context.Context, ln *net.UnixListener) (*adoptReques
 			}
 		}
 	}()
-	said := make(chan string, 2)
-	go func() {
-		r := bufio.NewReader(io.LimitReader(b.leash, 64))
-		for {
-			line, err := r.ReadString('\n')
-			if err != nil {
-				said <- "end"
-				return
-			}
-			said <- strings.TrimSpace(line)
-		}
-	}()
+	said := b.said
 	maxAge := time.NewTimer(s.cfg.SpareMaxAge)
 	defer maxAge.Stop()
 	var window <-chan time.Time
