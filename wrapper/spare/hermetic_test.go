@@ -22,7 +22,7 @@ func TestHostIPythonUnseen(t *testing.T) {
 	tmp := t.TempDir()
 	mark := filepath.Join(tmp, "ran")
 	startup := `import os
-with open(os.environ["TFGPU_TEST_STARTUP_MARK"], "a") as f:
+with open(os.environ["SPARE_HOST_STARTUP_MARK"], "a") as f:
     f.write(__file__ + "\n")
 `
 	home, ipython := filepath.Join(tmp, "home"), filepath.Join(tmp, "ipython")
@@ -35,7 +35,7 @@ with open(os.environ["TFGPU_TEST_STARTUP_MARK"], "a") as f:
 			t.Fatal(err)
 		}
 	}
-	host := testutil.Host{Env: []string{"HOME=" + home, "IPYTHONDIR=" + ipython, "TFGPU_TEST_STARTUP_MARK=" + mark}}
+	host := testutil.Host{Env: []string{"HOME=" + home, "IPYTHONDIR=" + ipython, "SPARE_HOST_STARTUP_MARK=" + mark}}
 	run := "-test.run=^TestSpareBecomesTheKernel$"
 
 	out, err := host.Run(t, false, run, "-test.v", "-test.timeout=2m")
