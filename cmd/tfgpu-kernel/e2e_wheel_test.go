@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -204,7 +205,12 @@ func e2eWheel(t *testing.T, arch string) string {
 	c := exec.CommandContext(ctx, filepath.Join(tools, "python3"), "-m", "pip", "wheel", "-v", "--no-deps",
 		"--disable-pip-version-check", "--no-input", "--config-settings", "arch="+arch, "-w", tmp, repo)
 	c.Dir = repo
-	c.Env = append(indexEnv(), "PATH="+tools, "HOME="+os.Getenv("HOME"), "LANG=C.UTF-8", "TMPDIR="+os.TempDir())
+	// An empty module cache, as on a box that never had Go: the build
+	// must fetch every module itself (go list -m gave it no go-nvml there).
+	modcache := t.TempDir()
+	t.Cleanup(func() { makeWritable(modcache) })
+	c.Env = append(indexEnv(), "PATH="+tools, "HOME="+os.Getenv("HOME"), "LANG=C.UTF-8", "TMPDIR="+os.TempDir(),
+		"GOMODCACHE="+modcache)
 	out, err := c.CombinedOutput()
 	if err != nil {
 		t.Fatalf("pip wheel . (arch %s, PATH with python3, git and sh only): %v\n%s", arch, err, e2eTail(string(out), 8000))
@@ -228,6 +234,17 @@ func e2eWheel(t *testing.T, arch string) string {
 }
 
 var e2eWheelMu sync.Mutex
+
+// makeWritable lets t.TempDir remove a Go module cache, whose files and
+// directories Go leaves read-only.
+func makeWritable(dir string) {
+	filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			os.Chmod(p, 0o755)
+		}
+		return nil
+	})
+}
 
 // checkoutHash is a sha256 over the names and contents of the checkout's
 // tracked and untracked files (not ignored ones) that the build reads:

@@ -24,6 +24,7 @@ The wheel is for this machine's architecture unless told otherwise:
 import base64
 import hashlib
 import io
+import json
 import os
 import platform
 import re
@@ -185,8 +186,13 @@ def weak_header(go_env, tmp):
     in every cgo compile but acts only in go-nvml's nvml package (the one
     that defines NVML_NO_UNVERSIONED_FUNC_DEFS). Its name carries its hash:
     the Go build cache keys on CGO_CFLAGS, not on what -include reads."""
-    moddir = _run([go_env["GO"], "list", "-m", "-f", "{{.Dir}}", "github.com/NVIDIA/go-nvml"],
-                  env=go_env, capture=True).strip()
+    # go mod download, not go list -m: on a box whose module cache lacks
+    # go-nvml (any box without Go), go list -m prints an empty Dir.
+    info = json.loads(_run([go_env["GO"], "mod", "download", "-json", "github.com/NVIDIA/go-nvml"],
+                           env=go_env, capture=True))
+    moddir = info.get("Dir") or ""
+    if not moddir:
+        raise BuildError("go mod download github.com/NVIDIA/go-nvml gave no directory: %s" % info.get("Error", info))
     header = Path(moddir) / "pkg" / "nvml" / "nvml.h"
     names = set()
     for line in header.read_text(errors="replace").splitlines():
