@@ -407,12 +407,13 @@ func TestLeftoversOfAKilledSupervisorAreKilledAtNextStart(t *testing.T) {
 	requireCgroupV2(t)
 	old, cmd := startExternal(t, "")
 	pid := old.spawnEscapee()
+	kernel := old.kernelState().KernelPID
 	w := watcherOf(t, cmd.Process.Pid)
 	syscall.Kill(w, syscall.SIGKILL)
 	cmd.Process.Kill()
 	cmd.Wait()
 	old.closeClients()
-	time.Sleep(200 * time.Millisecond) // the old kernel dies of its parent-death signal
+	waitFor(t, "the old kernel to die of its parent-death signal", func() bool { return !pidAlive(kernel) })
 	if !pidAlive(pid) {
 		t.Fatalf("escapee %d died with its supervisor and watcher; nothing left to test", pid)
 	}
@@ -549,28 +550,23 @@ func TestMessageOverTheLimitCostsOnlyTheConnection(t *testing.T) {
 	}
 }
 
-// killSupervisor SIGKILLs the external supervisor cmd and waits, 2 s at
-// most, for its watcher to kill escapee pid and leave; it fails the test
-// when either is still alive, and returns how long it took.
+// killSupervisor SIGKILLs the external supervisor cmd and waits for its
+// watcher to kill escapee pid and leave (the events; the bound is only a
+// failure's), and returns how long it took: a figure for the log, no
+// test asserts it.
 func (h *harness) killSupervisor(cmd *exec.Cmd, pid int) time.Duration {
 	t := h.t
 	t.Helper()
 	w := watcherOf(t, cmd.Process.Pid)
+	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) })
 	killed := time.Now()
 	cmd.Process.Kill()
 	cmd.Wait()
 	h.closeClients()
-	for time.Since(killed) < 2*time.Second && (pidAlive(pid) || pidAlive(w)) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if pidAlive(pid) {
-		syscall.Kill(pid, syscall.SIGKILL)
-		t.Fatalf("escapee %d alive 2 s after its supervisor was SIGKILLed; log:\n%s", pid, h.stderr)
-	}
-	if pidAlive(w) {
-		t.Fatalf("watcher %d still running 2 s after it finished", w)
-	}
-	return time.Since(killed)
+	waitFor(t, "the watcher to kill the escapee", func() bool { return !pidAlive(pid) })
+	took := time.Since(killed)
+	waitFor(t, "the watcher to leave once it finished", func() bool { return !pidAlive(w) })
+	return took
 }
 
 // curvePair returns a fresh CurveZMQ key pair in Z85, as jupyter_client
