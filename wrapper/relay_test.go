@@ -133,6 +133,8 @@ func TestBadSignatureIsRelayedButNotActedOn(t *testing.T) {
 	if err := h.control.SendMulti(zmq4.NewMsgFrom(frames...)); err != nil {
 		t.Fatal(err)
 	}
+	// Nothing to wait for: a forged request acted on would stop the
+	// supervisor after the shutdown grace, a fixed timer, waited out here.
 	time.Sleep(DefaultShutdownGrace + 300*time.Millisecond)
 	select {
 	case c := <-h.done:
@@ -211,7 +213,7 @@ func TestSlowSubscriberDoesNotStallOthers(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer slow.Close()
-	time.Sleep(200 * time.Millisecond)
+	h.waitSubscribed(slow)
 	paused.Store(true)
 
 	const n = 4000 // 8 KiB each: 32 MB, far past the stalled peer's 1 MiB queue
@@ -243,6 +245,26 @@ drain:
 		t.Fatalf("the stalled subscriber's queue was never bounded")
 	}
 	t.Logf("messages dropped for the stalled subscriber: %d", dropped)
+}
+
+// waitSubscribed waits until sub gets the kernel's iopub: cells that
+// publish only their busy and idle statuses ("flood 0", no stream a test
+// would count) until one reaches it.
+func (h *harness) waitSubscribed(sub zmq4.Socket) {
+	t := h.t
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		h.execute("flood 0", nil)
+		if typ, _ := h.reply(h.shell, 10*time.Second); typ != "execute_reply" {
+			t.Fatalf("got %s", typ)
+		}
+		if _, err := recvTimeout(sub, 100*time.Millisecond); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the subscriber never got the kernel's iopub")
+		}
+	}
 }
 
 // stallingProxy forwards TCP to target until paused, then stops reading
@@ -494,7 +516,7 @@ func TestSlowButReadingSubscriberLosesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer slow.Close()
-	time.Sleep(300 * time.Millisecond)
+	h.waitSubscribed(slow)
 	const n = 2000 // 8 KiB each: 16 MB, two seconds at the slow client's pace
 	h.execute(fmt.Sprintf("flood %d", n), nil)
 	got := 0
