@@ -243,7 +243,7 @@ def heartbeat(km, kc):
         _, reply = kc.session.feed_identities(socks[chan].recv_multipart())
         reply = kc.session.deserialize(reply)
         assert reply["msg_type"] == "kernel_info_reply" and reply["parent_header"]["msg_id"] == msg["header"]["msg_id"], "%s: %s" % (chan, reply["msg_type"])
-    time.sleep(0.5)
+    time.sleep(0.5)  # with the 1.5 s before: past HEARTBEAT_TIMEOUT (1 s), the timer a missing PONG trips
     events = []
     while mon.poll(0):
         events.append(zmq.utils.monitor.recv_monitor_message(mon)["event"])
