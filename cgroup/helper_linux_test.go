@@ -2,6 +2,7 @@ package cgroup
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -237,7 +238,7 @@ func startTree(t *testing.T, mode string, extra ...string) *tree {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		if _, err := tr.Kill(ctx); err != nil {
+		if _, err := tr.Kill(ctx); err != nil && !errors.Is(err, ErrClosed) {
 			t.Errorf("cleanup: %v", err)
 		}
 		tr.Close()

@@ -57,6 +57,11 @@ func (t *procTree) Configure(attr *syscall.SysProcAttr) error {
 	if err := checkGroupAttr(attr, "proc tree"); err != nil {
 		return err
 	}
+	// Closed, as the cgroup modes: a process started now would be one
+	// that Kill (ErrClosed) no longer kills.
+	if _, closed := t.state(); closed {
+		return fmt.Errorf("configure proc tree: %w", ErrClosed)
+	}
 	attr.Setpgid, attr.Pgid = true, 0
 	return nil
 }

@@ -157,81 +157,6 @@ func TestParseV1SelfDir(t *testing.T) {
 	}
 }
 
-// TestV1KillTree: the torture cases of TestV2KillTree in a v1 freezer cgroup.
-func TestV1KillTree(t *testing.T) {
-	freezer, pidsParent := requireFreezer(t)
-	tests := []struct {
-		name   string
-		mode   string
-		extra  []string
-		ready  int
-		before func(t *testing.T, tr *tree)
-	}{
-		{name: "child ignoring SIGTERM", mode: "ignore-term", ready: 1},
-		{name: "setsid double-forked daemon ignoring SIGTERM", mode: "daemon", ready: 3, before: daemonEscaped},
-		{name: "forks a child every 10ms", mode: "forker", ready: 6},
-		{name: "SIGSTOPped leader", mode: "sleep", ready: 1, before: stopLeader},
-		{name: "64 threads", mode: "threads", ready: 1},
-		{name: "tree of 20 processes", mode: "tree", extra: []string{envNode + "=0", envNodes + "=20"}, ready: 20},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			tr, v1 := startV1Tree(t, freezer, pidsParent, false, tc.mode, tc.extra...)
-			ids := waitReported(t, tr.pidfile, tc.ready)
-			if tc.before != nil {
-				tc.before(t, tr)
-			}
-			want := "/" + filepath.Base(v1.Dir())
-			var outside []int
-			for _, id := range aliveIDs(t, ids) {
-				if p := v1CgroupOf(t, id.pid, "freezer"); !strings.HasSuffix(p, want) {
-					outside = append(outside, id.pid)
-				}
-			}
-			if slices.Contains(outside, tr.leader) {
-				t.Errorf("leader %d outside freezer cgroup .../%s", tr.leader, want)
-			}
-			if len(outside) > 0 {
-				t.Logf("%d of %d processes escaped the cgroup (forked before the move)", len(outside), len(ids))
-			}
-			if v1.PidsDir() != "" {
-				if n, err := v1.TaskCount(); err != nil || n < 1 {
-					t.Errorf("TaskCount = %d, %v; want >= 1", n, err)
-				}
-			}
-			killChecked(t, tr, ids)
-			if left, err := readProcs(v1.Dir()); err != nil || len(left) > 0 {
-				t.Errorf("cgroup.procs after Kill = %v, %v", left, err)
-			}
-			if b, err := os.ReadFile(filepath.Join(v1.Dir(), "freezer.state")); err != nil || strings.TrimSpace(string(b)) != "THAWED" {
-				t.Errorf("freezer.state after Kill = %q, %v; want THAWED", b, err)
-			}
-			if es := tr.exitStatus(t); es.Code() != 137 || es.Pid != tr.leader {
-				t.Errorf("leader exit = %d %q, want %d signal SIGKILL", es.Pid, es, tr.leader)
-			}
-			all := readPidfile(t, tr.pidfile)
-			if alive := aliveIDs(t, all); len(alive) > 0 {
-				t.Errorf("alive after Kill: %v (of %d ever in the tree)", alive, len(all))
-			}
-			if pids, err := tr.Pids(); err != nil || len(pids) != 0 {
-				t.Errorf("Pids after Kill = %v, %v; want none", pids, err)
-			}
-			if n, err := tr.Kill(context.Background()); n != 0 || err != nil {
-				t.Errorf("second Kill = %d, %v; want 0, nil", n, err)
-			}
-			waitNoZombies(t)
-			if err := tr.Close(); err != nil {
-				t.Fatal(err)
-			}
-			for _, d := range []string{v1.Dir(), v1.PidsDir()} {
-				if _, err := os.Stat(d); d != "" && !errors.Is(err, os.ErrNotExist) {
-					t.Errorf("cgroup dir %s after Close: %v", d, err)
-				}
-			}
-		})
-	}
-}
-
 // TestV1Started: the leader is outside the cgroup until Started moves it.
 func TestV1Started(t *testing.T) {
 	freezer, pidsParent := requireFreezer(t)
@@ -252,43 +177,11 @@ func TestV1Started(t *testing.T) {
 	}
 }
 
-func TestV1Lifecycle(t *testing.T) {
+// TestV1TreeNames: a tree's name is one path element, its parent a v1
+// freezer cgroup (TestTreeContract runs the rest of a tree's life).
+func TestV1TreeNames(t *testing.T) {
 	freezer, pidsParent := requireFreezer(t)
 	ctx := context.Background()
-	v1, err := NewV1Tree(ctx, freezer, pidsParent, fmt.Sprintf("life-%d", os.Getpid()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer v1.Close()
-	if v1.Mode() != ModeV1 {
-		t.Errorf("Mode = %q", v1.Mode())
-	}
-	if n, err := v1.Kill(ctx); n != 0 || err != nil {
-		t.Errorf("Kill before Started = %d, %v; want 0, nil", n, err)
-	}
-	if pids, err := v1.Pids(); len(pids) != 0 || err != nil {
-		t.Errorf("Pids before Started = %v, %v", pids, err)
-	}
-	if err := v1.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := v1.Close(); err != nil {
-		t.Errorf("second Close: %v", err)
-	}
-	for _, d := range []string{v1.Dir(), v1.PidsDir()} {
-		if _, err := os.Stat(d); d != "" && !errors.Is(err, os.ErrNotExist) {
-			t.Errorf("cgroup dir %s after Close: %v", d, err)
-		}
-	}
-	if _, err := v1.Kill(ctx); !errors.Is(err, ErrClosed) {
-		t.Errorf("Kill after Close = %v, want ErrClosed", err)
-	}
-	if _, err := v1.Pids(); !errors.Is(err, ErrClosed) {
-		t.Errorf("Pids after Close = %v, want ErrClosed", err)
-	}
-	if err := v1.Configure(&syscall.SysProcAttr{}); !errors.Is(err, ErrClosed) {
-		t.Errorf("Configure after Close = %v, want ErrClosed", err)
-	}
 	for _, name := range []string{"", ".", "..", "a/b"} {
 		if v, err := NewV1Tree(ctx, freezer, "", name); err == nil {
 			v.Close()
@@ -382,33 +275,4 @@ func TestV1Cycles(t *testing.T) {
 func mine(dirs []string) []string {
 	prefix := fmt.Sprintf("tfgpu-test-%d-", os.Getpid())
 	return slices.DeleteFunc(dirs, func(d string) bool { return !strings.HasPrefix(filepath.Base(d), prefix) })
-}
-
-// TestV1KillEndedContext: Kill with a context that has ended still signals
-// and thaws, so the tree dies; a later Kill finds it empty.
-func TestV1KillEndedContext(t *testing.T) {
-	freezer, pidsParent := requireFreezer(t)
-	tr, v1 := startV1Tree(t, freezer, pidsParent, false, "tree", envNode+"=0", envNodes+"=7")
-	ids := waitReported(t, tr.pidfile, 7)
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	n, err := tr.Kill(ctx)
-	t.Logf("Kill with ended ctx = %d, %v", n, err)
-	if err != nil && !errors.Is(err, context.Canceled) {
-		t.Errorf("Kill with ended ctx: %v, want nil or context.Canceled", err)
-	}
-	if es := tr.exitStatus(t); es.Code() != 137 {
-		t.Errorf("leader exit = %q, want signal SIGKILL", es)
-	}
-	ctx2, cancel2 := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel2()
-	if _, err := tr.Kill(ctx2); err != nil {
-		t.Fatal(err)
-	}
-	if alive := aliveIDs(t, ids); len(alive) > 0 {
-		t.Errorf("alive after Kill: %v", alive)
-	}
-	if b, err := os.ReadFile(filepath.Join(v1.Dir(), "freezer.state")); err != nil || strings.TrimSpace(string(b)) != "THAWED" {
-		t.Errorf("freezer.state = %q, %v; want THAWED", b, err)
-	}
 }

@@ -190,84 +190,6 @@ func populated(t *testing.T, dir string) bool {
 	return p
 }
 
-// TestV2KillTree: the torture cases of TestKillTree in a v2 cgroup, with the
-// leader cloned into it and with the cgroup.procs fallback.
-func TestV2KillTree(t *testing.T) {
-	parent := requireCgroupV2(t)
-	tests := []struct {
-		name   string
-		mode   string
-		extra  []string
-		ready  int
-		before func(t *testing.T, tr *tree)
-	}{
-		{name: "child ignoring SIGTERM", mode: "ignore-term", ready: 1},
-		{name: "setsid double-forked daemon ignoring SIGTERM", mode: "daemon", ready: 3, before: daemonEscaped},
-		{name: "forks a child every 10ms", mode: "forker", ready: 6},
-		{name: "SIGSTOPped leader", mode: "sleep", ready: 1, before: stopLeader},
-		{name: "64 threads", mode: "threads", ready: 1},
-		{name: "tree of 20 processes", mode: "tree", extra: []string{envNode + "=0", envNodes + "=20"}, ready: 20},
-	}
-	for _, sp := range []v2Spawn{{cloneInto: true}, {cloneInto: false}} {
-		for _, tc := range tests {
-			t.Run(fmt.Sprintf("cloneInto=%v/%s", sp.cloneInto, tc.name), func(t *testing.T) {
-				tr, v2, cgfile := startV2Tree(t, parent, sp, tc.mode, tc.extra...)
-				ids := waitReported(t, tr.pidfile, tc.ready)
-				if tc.before != nil {
-					tc.before(t, tr)
-				}
-				// With CLONE_INTO_CGROUP every process is in the cgroup;
-				// with the fallback, those forked before the move are not
-				// (the sweep finds them).
-				want := "/" + filepath.Base(v2.Dir())
-				var outside []int
-				for _, id := range aliveIDs(t, ids) {
-					if p := cgroupOf(t, id.pid); !strings.HasSuffix(p, want) {
-						outside = append(outside, id.pid)
-					}
-				}
-				if sp.cloneInto && len(outside) > 0 || slices.Contains(outside, tr.leader) {
-					t.Errorf("processes %v outside cgroup .../%s", outside, want)
-				}
-				if len(outside) > 0 {
-					t.Logf("%d of %d processes escaped the cgroup (forked before the move)", len(outside), len(ids))
-				}
-				if sp.cloneInto { // in the cgroup before any of its own code ran
-					for pid, p := range selfReports(t, cgfile) {
-						if !strings.HasSuffix(p, want) {
-							t.Errorf("process %d started in cgroup %q, want .../%s", pid, p, want)
-						}
-					}
-				}
-				killChecked(t, tr, ids)
-				if populated(t, v2.Dir()) {
-					t.Errorf("populated after Kill")
-				}
-				if es := tr.exitStatus(t); es.Code() != 137 || es.Pid != tr.leader {
-					t.Errorf("leader exit = %d %q, want %d signal SIGKILL", es.Pid, es, tr.leader)
-				}
-				all := readPidfile(t, tr.pidfile)
-				if alive := aliveIDs(t, all); len(alive) > 0 {
-					t.Errorf("alive after Kill: %v (of %d ever in the tree)", alive, len(all))
-				}
-				if pids, err := tr.Pids(); err != nil || len(pids) != 0 {
-					t.Errorf("Pids after Kill = %v, %v; want none", pids, err)
-				}
-				if n, err := tr.Kill(context.Background()); n != 0 || err != nil {
-					t.Errorf("second Kill = %d, %v; want 0, nil", n, err)
-				}
-				waitNoZombies(t)
-				if err := tr.Close(); err != nil {
-					t.Fatal(err)
-				}
-				if _, err := os.Stat(v2.Dir()); !errors.Is(err, os.ErrNotExist) {
-					t.Errorf("cgroup dir after Close: %v", err)
-				}
-			})
-		}
-	}
-}
-
 // TestV2CloneInto proves that the leader is created in the cgroup: without
 // Started, a cloned-into leader is in it, a fallback leader is not (until
 // Started moves it).
@@ -293,41 +215,11 @@ func TestV2CloneInto(t *testing.T) {
 	}
 }
 
-func TestV2Lifecycle(t *testing.T) {
+// TestV2TreeNames: a tree's name is one path element, its parent a v2
+// cgroup (TestTreeContract runs the rest of a tree's life).
+func TestV2TreeNames(t *testing.T) {
 	parent := requireCgroupV2(t)
 	ctx := context.Background()
-	v2, err := NewV2Tree(ctx, parent, fmt.Sprintf("life-%d", os.Getpid()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer v2.Close()
-	if v2.Mode() != ModeV2 {
-		t.Errorf("Mode = %q", v2.Mode())
-	}
-	if n, err := v2.Kill(ctx); n != 0 || err != nil {
-		t.Errorf("Kill before Started = %d, %v; want 0, nil", n, err)
-	}
-	if pids, err := v2.Pids(); len(pids) != 0 || err != nil {
-		t.Errorf("Pids before Started = %v, %v", pids, err)
-	}
-	if err := v2.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := v2.Close(); err != nil {
-		t.Errorf("second Close: %v", err)
-	}
-	if _, err := os.Stat(v2.Dir()); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("cgroup dir after Close: %v", err)
-	}
-	if _, err := v2.Kill(ctx); !errors.Is(err, ErrClosed) {
-		t.Errorf("Kill after Close = %v, want ErrClosed", err)
-	}
-	if _, err := v2.Pids(); !errors.Is(err, ErrClosed) {
-		t.Errorf("Pids after Close = %v, want ErrClosed", err)
-	}
-	if err := v2.Configure(&syscall.SysProcAttr{}); !errors.Is(err, ErrClosed) {
-		t.Errorf("Configure after Close = %v, want ErrClosed", err)
-	}
 	for _, name := range []string{"", ".", "..", "a/b"} {
 		if v, err := NewV2Tree(ctx, parent, name); err == nil {
 			v.Close()

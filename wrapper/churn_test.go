@@ -80,20 +80,38 @@ func TestClientChurnLeavesNothingBehind(t *testing.T) {
 			t.Fatalf("churn client: %v\n%s", err, out)
 		}
 	}
-	measure := func() (goroutines, fds int, heap uint64) {
-		time.Sleep(500 * time.Millisecond) // closes seen, readers ended
+	// measure takes the figures once settled holds of them (the clients'
+	// closes seen, their readers ended), or, past a bound only a leak
+	// reaches, as they are.
+	measure := func(settled func(goroutines, fds int) bool) (goroutines, fds int, heap uint64) {
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			ents, _ := os.ReadDir("/proc/self/fd")
+			goroutines, fds = runtime.NumGoroutine(), len(ents)
+			if settled(goroutines, fds) || time.Now().After(deadline) {
+				break
+			}
+		}
 		runtime.GC()
 		var ms runtime.MemStats
 		runtime.ReadMemStats(&ms)
-		ents, _ := os.ReadDir("/proc/self/fd")
-		return runtime.NumGoroutine(), len(ents), ms.HeapInuse
+		return goroutines, fds, ms.HeapInuse
 	}
 	run(20) // warm-up: pools, buffers, the first connections' goroutines
-	g0, f0, m0 := measure()
+	// The baseline: the warm-up's goroutines and descriptors gone, that
+	// is the same figures twice, 100 ms apart.
+	lastG, lastF := -1, -1
+	g0, f0, m0 := measure(func(g, f int) bool {
+		same := g == lastG && f == lastF
+		lastG, lastF = g, f
+		if !same {
+			time.Sleep(100 * time.Millisecond)
+		}
+		return same
+	})
 	start := time.Now()
 	run(cycles)
 	took := time.Since(start)
-	g1, f1, m1 := measure()
+	g1, f1, m1 := measure(func(g, f int) bool { return g <= g0+3 && f <= f0+3 })
 	t.Logf("%d cycles in %v: goroutines %d → %d, descriptors %d → %d, heap in use %.1f → %.1f MiB",
 		cycles, took.Round(time.Millisecond), g0, g1, f0, f1, float64(m0)/(1<<20), float64(m1)/(1<<20))
 	if g1 > g0+3 || f1 > f0+3 || m1 > m0+8<<20 {

@@ -133,6 +133,8 @@ func TestBadSignatureIsRelayedButNotActedOn(t *testing.T) {
 	if err := h.control.SendMulti(zmq4.NewMsgFrom(frames...)); err != nil {
 		t.Fatal(err)
 	}
+	// Nothing to wait for: a forged request acted on would stop the
+	// supervisor after the shutdown grace, a fixed timer, waited out here.
 	time.Sleep(DefaultShutdownGrace + 300*time.Millisecond)
 	select {
 	case c := <-h.done:
@@ -211,7 +213,7 @@ func TestSlowSubscriberDoesNotStallOthers(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer slow.Close()
-	time.Sleep(200 * time.Millisecond)
+	h.waitSubscribed(slow)
 	paused.Store(true)
 
 	const n = 4000 // 8 KiB each: 32 MB, far past the stalled peer's 1 MiB queue
@@ -243,6 +245,26 @@ drain:
 		t.Fatalf("the stalled subscriber's queue was never bounded")
 	}
 	t.Logf("messages dropped for the stalled subscriber: %d", dropped)
+}
+
+// waitSubscribed waits until sub gets the kernel's iopub: cells that
+// publish only their busy and idle statuses ("flood 0", no stream a test
+// would count) until one reaches it.
+func (h *harness) waitSubscribed(sub zmq4.Socket) {
+	t := h.t
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		h.execute("flood 0", nil)
+		if typ, _ := h.reply(h.shell, 10*time.Second); typ != "execute_reply" {
+			t.Fatalf("got %s", typ)
+		}
+		if _, err := recvTimeout(sub, 100*time.Millisecond); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the subscriber never got the kernel's iopub")
+		}
+	}
 }
 
 // stallingProxy forwards TCP to target until paused, then stops reading
@@ -407,12 +429,13 @@ func TestLeftoversOfAKilledSupervisorAreKilledAtNextStart(t *testing.T) {
 	requireCgroupV2(t)
 	old, cmd := startExternal(t, "")
 	pid := old.spawnEscapee()
+	kernel := old.kernelState().KernelPID
 	w := watcherOf(t, cmd.Process.Pid)
 	syscall.Kill(w, syscall.SIGKILL)
 	cmd.Process.Kill()
 	cmd.Wait()
 	old.closeClients()
-	time.Sleep(200 * time.Millisecond) // the old kernel dies of its parent-death signal
+	waitFor(t, "the old kernel to die of its parent-death signal", func() bool { return !pidAlive(kernel) })
 	if !pidAlive(pid) {
 		t.Fatalf("escapee %d died with its supervisor and watcher; nothing left to test", pid)
 	}
@@ -493,7 +516,7 @@ func TestSlowButReadingSubscriberLosesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer slow.Close()
-	time.Sleep(300 * time.Millisecond)
+	h.waitSubscribed(slow)
 	const n = 2000 // 8 KiB each: 16 MB, two seconds at the slow client's pace
 	h.execute(fmt.Sprintf("flood %d", n), nil)
 	got := 0
@@ -549,28 +572,23 @@ func TestMessageOverTheLimitCostsOnlyTheConnection(t *testing.T) {
 	}
 }
 
-// killSupervisor SIGKILLs the external supervisor cmd and waits, 2 s at
-// most, for its watcher to kill escapee pid and leave; it fails the test
-// when either is still alive, and returns how long it took.
+// killSupervisor SIGKILLs the external supervisor cmd and waits for its
+// watcher to kill escapee pid and leave (the events; the bound is only a
+// failure's), and returns how long it took: a figure for the log, no
+// test asserts it.
 func (h *harness) killSupervisor(cmd *exec.Cmd, pid int) time.Duration {
 	t := h.t
 	t.Helper()
 	w := watcherOf(t, cmd.Process.Pid)
+	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) })
 	killed := time.Now()
 	cmd.Process.Kill()
 	cmd.Wait()
 	h.closeClients()
-	for time.Since(killed) < 2*time.Second && (pidAlive(pid) || pidAlive(w)) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if pidAlive(pid) {
-		syscall.Kill(pid, syscall.SIGKILL)
-		t.Fatalf("escapee %d alive 2 s after its supervisor was SIGKILLed; log:\n%s", pid, h.stderr)
-	}
-	if pidAlive(w) {
-		t.Fatalf("watcher %d still running 2 s after it finished", w)
-	}
-	return time.Since(killed)
+	waitFor(t, "the watcher to kill the escapee", func() bool { return !pidAlive(pid) })
+	took := time.Since(killed)
+	waitFor(t, "the watcher to leave once it finished", func() bool { return !pidAlive(w) })
+	return took
 }
 
 // curvePair returns a fresh CurveZMQ key pair in Z85, as jupyter_client

@@ -36,9 +36,7 @@ func TestFinishAKernelWhoseSupervisorIsStopped(t *testing.T) {
 			}
 			cmd.Process.Signal(syscall.SIGSTOP)
 			t.Cleanup(func() { cmd.Process.Signal(syscall.SIGCONT) })
-			if !st.SupervisorStopped() {
-				time.Sleep(50 * time.Millisecond)
-			}
+			waitFor(t, "the supervisor to be stopped", st.SupervisorStopped)
 			d, err := record.OpenDir(os.Getenv("TFGPU_STATE_DIR"), false, true)
 			if err != nil {
 				t.Fatal(err)
@@ -48,10 +46,9 @@ func TestFinishAKernelWhoseSupervisorIsStopped(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			time.Sleep(100 * time.Millisecond) // proc mode: SIGKILL is asynchronous
-			if pidAlive(st.KernelPID) {
-				t.Fatalf("kernel %d alive after Finish", st.KernelPID)
-			}
+			// Proc mode: Finish sends SIGKILL, which is delivered
+			// asynchronously; the kernel's death is the event.
+			waitFor(t, "the kernel to die after Finish", func() bool { return !pidAlive(st.KernelPID) })
 			if mode != cgroup.ModeProc {
 				if pidAlive(pid) {
 					t.Fatalf("escapee %d alive after Finish", pid)

@@ -264,6 +264,7 @@ func (s *supervisor) trackTree(ctx context.Context, tree cgroup.Tree) {
 			}
 			if !slices.Equal(refs, last) {
 				s.watch.send(watchMsg{Tree: refs})
+				s.log.Debug("told the watcher the tree", "processes", len(refs))
 				last = refs
 			}
 		}

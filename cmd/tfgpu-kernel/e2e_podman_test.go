@@ -52,8 +52,8 @@ import (
 // daemon; the variant's check), then starts the children again and says
 // it is ready. The test then stops the container from the host, with
 // `podman stop -t 2` or `podman kill` (alternating, so that each variant
-// has both across the runtimes: podmanKills), and asserts within 2 s of
-// its return: no process the container had alive (host pids, from its
+// has both across the runtimes: podmanKills), and asserts after its
+// return (waiting for it, the time logged; e2eSurviveWait): no process the container had alive (host pids, from its
 // cgroups and its init's descendants), the container's cgroups removed in
 // every hierarchy, and no tfgpu-* cgroup of its kernels anywhere.
 //

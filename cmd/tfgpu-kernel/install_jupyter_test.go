@@ -424,8 +424,9 @@ func installStartBoth(t *testing.T, env []string, py, tag string, names ...strin
 			res.Kernels[k] = c
 		}
 	}
-	// Survivors: jupyter_client shut both kernels down; give them the 2 s
-	// docs/design.md#shutdown-and-restart allows, then kill what is left, each by its pid.
+	// Survivors: jupyter_client shut both kernels down; wait for them to be
+	// gone (docs/design.md#shutdown-and-restart's 2 s is a figure, the bound
+	// only a failure's), then kill what is left, each by its pid.
 	var left []int
 	for {
 		left = e2eAlive(tag, res.Pids)

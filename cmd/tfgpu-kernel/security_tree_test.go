@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/tfgpu/tfgpu-kernel/internal/record"
+	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
 
 // Class 5 of docs/security.md#threats: the tree is what the admin limits.
@@ -44,6 +45,12 @@ func startUserSupervisor(t *testing.T, bin string, u localUser, state string, cg
 // startUserRun is startUserSupervisor with the kernel's argv as given.
 func startUserRun(t *testing.T, bin string, u localUser, state string, cgroupFD int, mode string, kernel ...string) *userSupervisor {
 	t.Helper()
+	return startUserRunEnv(t, bin, u, state, cgroupFD, mode, nil, kernel...)
+}
+
+// startUserRunEnv is startUserRun with env added to the supervisor's.
+func startUserRunEnv(t *testing.T, bin string, u localUser, state string, cgroupFD int, mode string, env []string, kernel ...string) *userSupervisor {
+	t.Helper()
 	conn := connFileFor(t, u)
 	if state == "" {
 		state = u.mkdir(t, filepath.Join(u.home, "state"), 0o700)
@@ -55,7 +62,7 @@ func startUserRun(t *testing.T, bin string, u localUser, state string, cgroupFD 
 	}
 	defer logf.Close()
 	s.cmd = exec.Command(bin, append([]string{"run", "--cgroup", mode, "-f", conn, "--"}, kernel...)...)
-	s.cmd.Env = userEnv(u, "TFGPU_STATE_DIR="+state)
+	s.cmd.Env = userEnv(u, append([]string{"TFGPU_STATE_DIR=" + state}, env...)...)
 	s.cmd.Dir = "/"
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: u.credential, Setpgid: true}
 	if cgroupFD >= 0 {
@@ -185,13 +192,23 @@ time.sleep(600)
 `
 	script := bob.own(t, filepath.Join(shared, "worker.py"), []byte(worker), 0o644)
 	kernel := `/usr/bin/python3 ` + script + ` ` + pidFile + ` & exec sleep 600`
-	sup := startUserSupervisor(t, bin, bob, "", -1, "proc", kernel)
+	// At debug the supervisor logs each tree it tells its watcher: the
+	// shell (then sleep) and the worker it forked are 2 processes, pids
+	// and start times that setsid and prctl do not change.
+	sup := startUserRunEnv(t, bin, bob, "", -1, "proc", []string{"TFGPU_LOG_LEVEL=debug"}, "/bin/sh", "-c", kernel)
 	w := waitPidFile(t, pidFile)
 	killLater(t, w)
 	if code, out := runAs(t, bob.credential, nil, 10*time.Second, "/bin/cat", "/proc/"+strconv.Itoa(w)+"/environ"); code == 0 {
 		t.Fatalf("bob can read the worker's environment: the attack did not happen (%q)", out)
 	}
-	time.Sleep(1500 * time.Millisecond) // the supervisor tells its watcher the tree every second
+	testutil.WaitFor(t, 20*time.Second, "the supervisor to tell its watcher a tree with the worker", func() bool {
+		for _, line := range strings.Split(sup.logText(), "\n") {
+			if strings.Contains(line, `msg="told the watcher the tree"`) && strings.Contains(line, " processes=2") {
+				return true
+			}
+		}
+		return false
+	})
 	sup.stop(t, syscall.SIGKILL)
 	for i := 0; i < 250 && alive(w); i++ {
 		time.Sleep(20 * time.Millisecond)

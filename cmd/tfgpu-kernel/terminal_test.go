@@ -4,9 +4,11 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -15,6 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/tfgpu/tfgpu-kernel/internal/record"
 	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
 
@@ -56,9 +59,11 @@ func TestRunIsQuietInATerminal(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			master, tty := openPty(t)
-			conn := writeTCPConn(t, t.TempDir(), "5b2c1e7a-tty", "tty-key")
+			const kernelID = "5b2c1e7a-aaaa-4bbb-8ccc-0000000000a7" // one a record is written for
+			conn := writeTCPConn(t, t.TempDir(), kernelID, "tty-key")
 			cmd := exec.Command(bin, "run", "--cgroup", "proc", "-f", conn, "--", "/bin/sleep", "600")
-			cmd.Env = append(os.Environ(), append([]string{"TFGPU_STATE_DIR=" + testutil.PrivateDir(t)}, c.env...)...)
+			state := testutil.PrivateDir(t)
+			cmd.Env = append(os.Environ(), append([]string{"TFGPU_STATE_DIR=" + state}, c.env...)...)
 			cmd.Stdout, cmd.Stderr = tty, tty
 			cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 			if err := cmd.Start(); err != nil {
@@ -68,7 +73,15 @@ func TestRunIsQuietInATerminal(t *testing.T) {
 			var out bytes.Buffer
 			copied := make(chan struct{})
 			go func() { io.Copy(&out, master); close(copied) }()
-			time.Sleep(1500 * time.Millisecond) // the kernel has started by now
+			// The kernel has started once its record is written (just
+			// before the "kernel started" line; /bin/sleep never answers,
+			// so it stays "starting"): a quiet terminal is then quiet
+			// through a whole start, not a SIGTERM before it.
+			testutil.WaitFor(t, 20*time.Second, "the kernel's record", func() bool {
+				var st record.State
+				b, err := os.ReadFile(filepath.Join(state, kernelID+".json"))
+				return err == nil && json.Unmarshal(b, &st) == nil && st.KernelPID > 0
+			})
 			cmd.Process.Signal(syscall.SIGTERM)
 			done := make(chan error, 1)
 			go func() { done <- cmd.Wait() }()

@@ -173,6 +173,7 @@ def stalled(km, kc):
     got = r["stdout"].count("x")  # what arrived before the cell's idle
     first_at = (time.monotonic() - t0) if got else None
     done_at = reply_at = None
+    reply_before_done = False
     ping_id = None
     deadline = t0 + 90
     while time.monotonic() < deadline and (done_at is None or reply_at is None):
@@ -186,7 +187,8 @@ def stalled(km, kc):
                 m = kc.get_shell_msg(timeout=0.001)
                 if m["parent_header"].get("msg_id") == ping_id:
                     reply_at = time.monotonic() - ping_t0
-                    h.note(spew_running_at_reply=done_at is None, mib_received_at_reply=got >> 20)
+                    reply_before_done = done_at is None
+                    h.note(spew_running_at_reply=reply_before_done, mib_received_at_reply=got >> 20)
             except queue.Empty:
                 pass
         try:
@@ -205,7 +207,7 @@ def stalled(km, kc):
            supervisor_rss_max_kib=rss_max, rss_kib_after=h.rss_kib(sup), stalled_client_state=h.proc_state(s.pid))
     assert first_at is not None, "no stdout at all from the 300 MiB print within 90 s"
     assert reply_at is not None, "1+1 executed during the print got no reply within 90 s"
-    assert reply_at < 5, "1+1 during the print took %.1fs (> 5 s): the stopped client stalls the others" % reply_at
+    assert reply_before_done, "1+1 during the print was answered only after the print ended (%.1f s): the stopped client stalls the others" % reply_at
     assert done_at is not None, "the 300 MiB print did not finish within 90 s (%d MiB received)" % (got >> 20)
     assert got == want, "received %d of %d bytes of the print" % (got, want)
     h.check(rss_max < 160 * 1024, "supervisor RSS reached %d MiB (>= 160 MiB)" % (rss_max >> 10))
@@ -241,7 +243,7 @@ def heartbeat(km, kc):
         _, reply = kc.session.feed_identities(socks[chan].recv_multipart())
         reply = kc.session.deserialize(reply)
         assert reply["msg_type"] == "kernel_info_reply" and reply["parent_header"]["msg_id"] == msg["header"]["msg_id"], "%s: %s" % (chan, reply["msg_type"])
-    time.sleep(0.5)
+    time.sleep(0.5)  # with the 1.5 s before: past HEARTBEAT_TIMEOUT (1 s), the timer a missing PONG trips
     events = []
     while mon.poll(0):
         events.append(zmq.utils.monitor.recv_monitor_message(mon)["event"])
