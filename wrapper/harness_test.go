@@ -54,10 +54,15 @@ func testPorts(t *testing.T) [5]int {
 	return ports
 }
 
+// testKernelID is the kernel id of every harness kernel: its own per test
+// binary, so that two runs of these tests on one host (two checkouts, CI
+// beside a developer) never share a cgroup name or a record.
+var testKernelID = fmt.Sprintf("test-%d", os.Getpid())
+
 func writeConn(t *testing.T, dir string) (string, *jmsg.ConnInfo) {
 	ci := &jmsg.ConnInfo{Transport: "tcp", IP: "127.0.0.1", Ports: testPorts(t),
 		Key: "a0436f6c-1916-498b-8eb9-e81ab9368e84", SignatureScheme: "hmac-sha256"}
-	path := filepath.Join(dir, "kernel-test-1234.json")
+	path := filepath.Join(dir, "kernel-"+testKernelID+".json")
 	if err := jmsg.WriteFile(path, ci); err != nil {
 		t.Fatal(err)
 	}

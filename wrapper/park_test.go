@@ -26,7 +26,7 @@ func (h *harness) park(by, why string) record.State {
 		h.t.Fatal(err)
 	}
 	defer d.Close()
-	const id = "test-1234" // writeConn's kernel-test-1234.json
+	id := testKernelID // writeConn's kernel file
 	if err := d.WriteOrder(id, record.Order{By: by, Why: why, At: time.Now()}); err != nil {
 		h.t.Fatal(err)
 	}
@@ -51,7 +51,7 @@ func (h *harness) kernelState() record.State {
 		h.t.Fatal(err)
 	}
 	defer d.Close()
-	st, err := d.StateOf("test-1234")
+	st, err := d.StateOf(testKernelID)
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -174,7 +174,7 @@ func TestHoldKeepsTheKernelDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	const id = "test-1234"
+	id := testKernelID
 	order := func(o record.Order) {
 		t.Helper()
 		if err := d.WriteOrder(id, o); err != nil {
@@ -207,7 +207,7 @@ func TestHoldKeepsTheKernelDown(t *testing.T) {
 		_, text := h.nextStream(5 * time.Second)
 		told += text
 	}
-	if !strings.Contains(told, "held down by operator until operator starts it again (tfgpu-kernel start test-1234): GPU maintenance") {
+	if !strings.Contains(told, "held down by operator until operator starts it again (tfgpu-kernel start "+testKernelID+"): GPU maintenance") {
 		t.Fatalf("the refused cell was told %q", told)
 	}
 	if typ, c := h.reply(h.shell, 5*time.Second); typ != "execute_reply" || c["status"] != "error" || c["ename"] != "KernelHeld" {

@@ -116,7 +116,7 @@ func TestShutdownKillsEscapedTreeAndReplies(t *testing.T) {
 				t.Fatal("no shutdown_reply broadcast on iopub")
 			}
 			if parent != "" {
-				if left, _ := filepath.Glob(filepath.Join(parent, "tfgpu-test-1234*")); len(left) > 0 {
+				if left, _ := filepath.Glob(filepath.Join(parent, "tfgpu-"+testKernelID+"-*")); len(left) > 0 {
 					t.Fatalf("cgroup left behind: %v", left)
 				}
 			}

@@ -116,7 +116,7 @@ func TestStartStopCyclesLeaveNothing(t *testing.T) {
 			t.Errorf("escapee %d survived its cycle", pid)
 		}
 	}
-	if left, _ := filepath.Glob(filepath.Join(parent, "tfgpu-test-1234*")); len(left) > 0 {
+	if left, _ := filepath.Glob(filepath.Join(parent, "tfgpu-"+testKernelID+"-*")); len(left) > 0 {
 		t.Errorf("cgroups left: %v", left)
 	}
 	if left, _ := filepath.Glob(filepath.Join(stateDir, "*")); len(left) > 0 {

@@ -46,12 +46,12 @@ func TestUnprivilegedSupervisorUsesItsDelegatedSubtree(t *testing.T) {
 		Credential:  &syscall.Credential{Uid: nobody, Gid: nobody},
 		UseCgroupFD: true, CgroupFD: fd,
 	})
-	if !strings.Contains(h.stderr.String(), "mode=v2") || !strings.Contains(h.stderr.String(), deleg+"/tfgpu-test-1234") {
+	if !strings.Contains(h.stderr.String(), "mode=v2") || !strings.Contains(h.stderr.String(), deleg+"/tfgpu-"+testKernelID) {
 		t.Fatalf("not contained in the delegated subtree; log:\n%s", h.stderr)
 	}
 	pid := h.spawnEscapee()
 	h.stopAndCheck(cmd, pid)
-	if left, _ := filepath.Glob(filepath.Join(deleg, "tfgpu-test-1234*")); len(left) > 0 {
+	if left, _ := filepath.Glob(filepath.Join(deleg, "tfgpu-"+testKernelID+"-*")); len(left) > 0 {
 		t.Fatalf("kernel cgroup left in the delegated subtree: %v", left)
 	}
 }
