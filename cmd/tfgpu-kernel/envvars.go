@@ -5,7 +5,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/tfgpu/tfgpu-kernel/cgroup"
+	"github.com/tfgpu/tfgpu-kernel/internal/proc"
 	"github.com/tfgpu/tfgpu-kernel/internal/record"
 )
 
@@ -49,7 +49,7 @@ func noSuchSetting(name string) error {
 // nor run's settings.
 var internalEnv = map[string]string{
 	// This program's own.
-	cgroup.MarkerEnv:      "the marker of a kernel's tree (wrapper/spawn.go): whatever a kernel starts inherits it, a Jupyter server started from a notebook's terminal and its kernels included",
+	proc.MarkerEnv:        "the marker of a kernel's tree (wrapper/spawn.go): whatever a kernel starts inherits it, a Jupyter server started from a notebook's terminal and its kernels included",
 	"TFGPU_SPARE_PRELOAD": "the modules a spare imports (wrapper/spare), for its Python, which removes it at once",
 	"TFGPU_WATCHER":       "a watcher started by a supervisor of an earlier version (main.go's hiddenRole)",
 

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tfgpu/tfgpu-kernel/cgroup"
+	"github.com/tfgpu/tfgpu-kernel/internal/proc"
 	"golang.org/x/sys/unix"
 )
 
@@ -114,9 +114,9 @@ type Spare struct {
 	// Watcher is the standby's watcher; Cgroup and MemoryCgroup the
 	// standby's containment of the spare (the kernel's, once adopted), so
 	// that doctor knows them for a live kernel's.
-	Watcher      *cgroup.ProcRef `json:"watcher,omitempty"`
-	Cgroup       string          `json:"cgroup,omitempty"`
-	MemoryCgroup string          `json:"memory_cgroup,omitempty"`
+	Watcher      *proc.Ref `json:"watcher,omitempty"`
+	Cgroup       string    `json:"cgroup,omitempty"`
+	MemoryCgroup string    `json:"memory_cgroup,omitempty"`
 }
 
 // SpareName is the file of kernel id's spare.
@@ -199,7 +199,7 @@ func (d *Dir) ReadSpare(id string) *Spare {
 		pid   int
 		start uint64
 	}{{sp.StandbyPID, sp.StandbyStart}, {sp.PID, sp.Start}} {
-		if !aliveSince(p.pid, p.start) || cgroup.ProcOwner(p.pid) != d.uid {
+		if !aliveSince(p.pid, p.start) || proc.Owner(p.pid) != d.uid {
 			return nil
 		}
 	}
