@@ -62,7 +62,7 @@ var internalEnv = map[string]string{
 	"TFGPU_REAL_GPU":        "the real-GPU check (realgpu_test.go)",
 	"TFGPU_REAL_GPU_OUT":    "realgpu_test.go",
 	"TFGPU_REAL_GPU_PYTHON": "realgpu_test.go",
-	"TFGPU_E2E_KERNEL":      "the e2e scenarios against a stock kernelspec (e2e_test.go)",
+	"TFGPU_E2E_KERNEL":      "the e2e scenarios against a stock kernelspec (scenario_test.go)",
 	"TFGPU_FIGURE_OUT":      "where the figure tests write (e2e_figure_test.go)",
 	"TFGPU_ARTIFACTS":       "where the browser tests write (e2e_browser_test.go)",
 	"TFGPU_BENCH_JSON":      "the benchmarks (bench_test.go, testdata/bench)",
