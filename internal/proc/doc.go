@@ -2,8 +2,8 @@
 // wait4: what a process is (its stat, owner, command line, memory and CPU
 // figures), which processes form a tree when there is no cgroup to say so,
 // and the reaping of the supervisor's children. Package cgroup builds its
-// proc mode and its sweeps on it; it knows nothing of cgroups, kernels or
-// GPUs.
+// proc mode and its sweeps on this package, which knows nothing of cgroups
+// or GPUs.
 //
 // # What it owns
 //

@@ -80,8 +80,8 @@ func memo[T any](m map[int]T, pid int, read func(int) T) T {
 }
 
 // Tree lists the live members of the proc-mode tree of leader under the
-// subreaper supervisor (-1: none), as NewProcTree's Pids would, but for the
-// supervisor's own helpers: its children for which exclude (may be nil)
+// subreaper supervisor (-1: none), as cgroup.NewProcTree's Pids would, but
+// for the supervisor's own helpers: its children for which exclude (may be nil)
 // says so, and any child named tfgpu-kernel (a watcher or standby of a
 // record that does not name them), with their descendants.
 func (s *Snapshot) Tree(supervisor, leader int, exclude func(pid int) bool) []int {
