@@ -8,6 +8,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/tfgpu/tfgpu-kernel/internal/proc"
 )
 
 // What the tests check about real processes: what the helpers reported,
@@ -61,14 +63,14 @@ func waitReported(t *testing.T, path string, n int) []procID {
 // aliveIDs returns those of ids that are still alive (not zombies).
 func aliveIDs(t *testing.T, ids []procID) []procID {
 	t.Helper()
-	r := statReader{root: "/proc"}
+	r := proc.StatReader{Root: "/proc"}
 	var alive []procID
 	for _, id := range ids {
-		s, ok, err := r.read(id.pid)
+		s, ok, err := r.Read(id.pid)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if ok && s.start == id.start && s.alive() {
+		if ok && s.Start == id.start && s.Alive() {
 			alive = append(alive, id)
 		}
 	}
@@ -78,14 +80,14 @@ func aliveIDs(t *testing.T, ids []procID) []procID {
 // zombieChildren returns the children of the test process left as zombies.
 func zombieChildren(t *testing.T) []int {
 	t.Helper()
-	r := statReader{root: "/proc"}
-	procs, err := r.scan()
+	r := proc.StatReader{Root: "/proc"}
+	procs, err := r.Scan()
 	if err != nil {
 		t.Fatal(err)
 	}
 	var z []int
 	for pid, s := range procs {
-		if s.ppid == os.Getpid() && !s.alive() {
+		if s.PPid == os.Getpid() && !s.Alive() {
 			z = append(z, pid)
 		}
 	}

@@ -16,8 +16,8 @@ func TestChoiceHasOneNameForTheProcMode(t *testing.T) {
 		}
 	}
 	for _, c := range Choices {
-		if c == None {
-			t.Errorf("Choices lists the old name %q: help and errors say proc", None)
+		if c == oldProcName {
+			t.Errorf("Choices lists the old name %q: help and errors say proc", oldProcName)
 		}
 	}
 }

@@ -6,10 +6,10 @@
 //
 // Every containment mode (proc, v2, the v1 freezer, the systemd scope) and
 // the choice between them (Open, Fallback); memory limits; tree tracking
-// and killing, also of a tree another process made (DestroyV2, DestroyV1,
-// KillMarked); the child-subreaper setting and the reaping of children
-// (Reaper); and the project's one reader of /proc/PID/stat (ReadProc) and
-// of cgroup.procs (Procs). Nothing here is Jupyter-specific: the package
+// and killing, also of a tree another process made (DestroyV2, DestroyV1);
+// and the project's one reader of cgroup.procs (Procs). Processes
+// themselves (/proc, the child subreaper, the Reaper, tree markers) are
+// package internal/proc's. Nothing here is Jupyter-specific: the package
 // does not know what a kernel, a connection file or a GPU is. Policy (grace
 // periods, when to kill, what to tell the user) lives in the wrapper
 // package.
@@ -20,7 +20,7 @@
 // called the leader. The caller
 //
 //  1. calls Configure on the SysProcAttr it will spawn the leader with,
-//  2. spawns the leader (with Reaper.StartProcess) and calls Started(pid),
+//  2. spawns the leader (with proc.Reaper.StartProcess) and calls Started(pid),
 //  3. calls Kill when the tree must go: Kill returns once no process of the
 //     tree is alive (zombies count as dead), or when its context ends, with
 //     an error that says how many survive,
@@ -32,7 +32,7 @@
 // v2 mode) and leaves the others, such as Pdeathsig, alone.
 //
 // Modes. "proc" (NewProcTree) needs no cgroup: the leader gets its own
-// process group, the supervisor is a child subreaper (SetChildSubreaper, to
+// process group, the supervisor is a child subreaper (proc.SetChildSubreaper, to
 // be called once before any spawn), and the tree is found by scanning
 // /proc: a process belongs to the tree when its parent chain reaches the
 // leader, or reaches the supervisor (an orphan of the tree re-parented to the
@@ -44,12 +44,12 @@
 // the leader's command.
 //
 // Limits of the proc mode: a process that leaves the tree's process group
-// and whose ancestors all die before SetChildSubreaper was called is lost
+// and whose ancestors all die before proc.SetChildSubreaper was called is lost
 // (re-parented to init); pids are numbers, so a process that dies between a
 // scan and its kill and whose pid is reused at once in that gap could be
 // signalled (pid_max wrap-around within milliseconds); children the
 // supervisor starts that are not the leader are claimed by the tree unless
-// excluded with WithExclude (pass Reaper.Owns).
+// excluded with WithExclude (pass proc.Reaper.Owns).
 //
 // # Cgroup v2 mode
 //
@@ -87,23 +87,6 @@
 // the wait for "populated 0" can end up to ~10 ms after the last process
 // exited.
 //
-// # Reaper: the one-reaper rule
-//
-// A subreaper inherits every orphan of the tree; each must be waited for or
-// it stays a zombie. The Reaper is the only caller of wait4 in the process:
-// on every SIGCHLD it waits for any child until none is left to wait for, and
-// delivers each status to whoever started that child through
-// Reaper.StartProcess (exactly once, on a channel buffered 1); statuses of
-// other children (orphans) are counted and dropped. StartProcess forks while
-// holding the Reaper's lock, so a child that exits at once is still
-// registered before its status is looked up, and no status is lost.
-//
-// Consequence: a program that uses the Reaper must not use exec.Cmd.Wait,
-// exec.Cmd.Run, os.Process.Wait or any other wait on a child it started: the
-// Reaper may reap that child first, and the other wait then fails with ECHILD
-// (or, after pid reuse, waits for the wrong process). Start every child with
-// Reaper.StartProcess. Stop is idempotent.
-//
 // # Cgroup v1 freezer mode
 //
 // "v1" (NewV1Tree) is for hosts without a usable cgroup2 tree. The tree gets
@@ -113,7 +96,7 @@
 // v1 has no CLONE_INTO_CGROUP: Started moves the leader by writing
 // cgroup.procs, which races with the leader's first forks as the v2
 // fallback does, so a proc-mode sweep backs it up (pass
-// WithExclude(Reaper.Owns); it needs the child subreaper). v1 has no
+// WithExclude(proc.Reaper.Owns); it needs the child subreaper). v1 has no
 // cgroup.kill, so Kill works in rounds: write FROZEN to freezer.state and
 // poll until it reads FROZEN (no event file; 1 ms growing to 20 ms), so
 // nothing in the cgroup can fork or run; SIGKILL every process in
@@ -126,7 +109,7 @@
 // # Memory limit
 //
 // NewMemoryLimit(layout, name, limit) limits a tree's memory and counts the
-// OOM kills the limit causes (Memory). Sizes come from ParseSize, in powers
+// OOM kills the limit causes (Memory). Sizes come from bytesize.Parse, in powers
 // of 1024 however spelled ("8G" = "8GB" = "8GiB"). Where the supervisor's v2
 // cgroup offers the memory controller (pure v2 hosts), the limit is
 // memory.max of the tree's own cgroup (NewV2Memory; create the V2Tree

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/tfgpu/tfgpu-kernel/internal/proc"
 )
 
 // tortureProcs is how many live processes the "torture" helper tree has
@@ -39,17 +41,17 @@ const (
 )
 
 // testReaper is the one Reaper of the test process, which is a child subreaper.
-var testReaper *Reaper
+var testReaper *proc.Reaper
 
 func TestMain(m *testing.M) {
 	if mode := os.Getenv(envMode); mode != "" {
 		helper(mode) // never returns
 	}
-	if err := SetChildSubreaper(); err != nil {
+	if err := proc.SetChildSubreaper(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	testReaper = StartReaper()
+	testReaper = proc.StartReaper()
 	code := m.Run()
 	testReaper.Stop()
 	os.Exit(code)
@@ -148,8 +150,8 @@ func fail(format string, args ...any) {
 // report appends "pid starttime" of pid to the pidfile; one write with
 // O_APPEND, so lines from concurrent helpers do not interleave.
 func report(pid int) {
-	r := statReader{root: "/proc"}
-	s, ok, err := r.read(pid)
+	r := proc.StatReader{Root: "/proc"}
+	s, ok, err := r.Read(pid)
 	if err != nil || !ok {
 		fail("stat %d: %v", pid, err)
 	}
@@ -157,7 +159,7 @@ func report(pid int) {
 	if err != nil {
 		fail("%v", err)
 	}
-	if _, err := fmt.Fprintf(f, "%d %d\n", pid, s.start); err != nil {
+	if _, err := fmt.Fprintf(f, "%d %d\n", pid, s.Start); err != nil {
 		fail("%v", err)
 	}
 	f.Close()
@@ -209,7 +211,7 @@ func spawnSelf(mode string, sys *syscall.SysProcAttr, extra ...string) int {
 type tree struct {
 	Tree
 	leader  int
-	exited  <-chan ExitStatus
+	exited  <-chan proc.ExitStatus
 	pidfile string
 }
 
@@ -247,13 +249,13 @@ func startTree(t *testing.T, mode string, extra ...string) *tree {
 }
 
 // exitStatus waits for the leader's exit status.
-func (tr *tree) exitStatus(t *testing.T) ExitStatus {
+func (tr *tree) exitStatus(t *testing.T) proc.ExitStatus {
 	t.Helper()
 	select {
 	case es := <-tr.exited:
 		return es
 	case <-time.After(10 * time.Second):
 		t.Fatalf("no exit status for leader %d", tr.leader)
-		return ExitStatus{}
+		return proc.ExitStatus{}
 	}
 }

@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/tfgpu/tfgpu-kernel/internal/proc"
 	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
 
@@ -54,7 +55,7 @@ func init() {
 // startAlloc starts a helper that touches mib MiB once released; before
 // the release, move is called with its pid (nil: no move). It returns the
 // exit status.
-func startAlloc(t *testing.T, mib int, sys *syscall.SysProcAttr, move func(pid int) error) ExitStatus {
+func startAlloc(t *testing.T, mib int, sys *syscall.SysProcAttr, move func(pid int) error) proc.ExitStatus {
 	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
@@ -94,11 +95,11 @@ func startAlloc(t *testing.T, mib int, sys *syscall.SysProcAttr, move func(pid i
 	case <-time.After(60 * time.Second):
 		unix.Kill(pid, unix.SIGKILL)
 		t.Fatalf("alloc helper %d (%d MiB) did not exit", pid, mib)
-		return ExitStatus{}
+		return proc.ExitStatus{}
 	}
 }
 
-func killedBySIGKILL(es ExitStatus) bool {
+func killedBySIGKILL(es proc.ExitStatus) bool {
 	return es.Status.Signaled() && es.Status.Signal() == unix.SIGKILL
 }
 

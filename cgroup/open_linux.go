@@ -6,6 +6,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/tfgpu/tfgpu-kernel/internal/proc"
 )
 
 // setupTimeout bounds clearing a leftover cgroup of the same name.
@@ -16,7 +18,7 @@ type Options struct {
 	// Reaper is the supervisor's reaper: the processes it started itself
 	// (the watcher) are never counted in a proc-mode tree. nil: no reaper
 	// (doctor's probes).
-	Reaper *Reaper
+	Reaper *proc.Reaper
 	// MemoryLimit is MemoryMax of a systemd scope (the other modes take
 	// their limit from NewMemoryLimit); 0: none.
 	MemoryLimit int64
@@ -58,7 +60,8 @@ type Opened struct {
 // manager, for a supervisor whose own cgroup is not writable; ModeV1 a
 // freezer cgroup; ModeProc the proc tree (subreaper and /proc), which
 // works everywhere; Auto the first of these that can be set up
-// (docs/design.md#containment). None is read as ModeProc (Choice).
+// (docs/design.md#containment). The old spelling "none" is read as ModeProc
+// (Choice).
 func Open(choice, name string, o Options) (Opened, error) {
 	choice, _ = Choice(choice)
 	switch choice {
@@ -90,7 +93,7 @@ func Open(choice, name string, o Options) (Opened, error) {
 // the modes before them were not taken, as "what failed (the error)": what
 // Auto ends with, and where a systemd scope failed after the fact. Why
 // keeps what failed; Detail the error too.
-func Fallback(name string, r *Reaper, before string) (Opened, error) {
+func Fallback(name string, r *proc.Reaper, before string) (Opened, error) {
 	failed, _, _ := strings.Cut(before, " (")
 	o, err1 := openV1(name, r)
 	if err1 == nil {
@@ -106,7 +109,7 @@ func Fallback(name string, r *Reaper, before string) (Opened, error) {
 // taken is t, taken for why, nothing left out.
 func taken(t Tree, why string) Opened { return Opened{Tree: t, Why: why, Detail: why} }
 
-func supervisorProcTree(r *Reaper) Tree {
+func supervisorProcTree(r *proc.Reaper) Tree {
 	var opts []ProcOption
 	if r != nil {
 		opts = append(opts, WithExclude(r.Owns))
@@ -125,7 +128,7 @@ func openScope(name string, o Options) (Opened, error) {
 
 // openV1 is a freezer cgroup under the supervisor's own, with the proc
 // sweep behind it (v1 cannot clone into a cgroup).
-func openV1(name string, r *Reaper) (Opened, error) {
+func openV1(name string, r *proc.Reaper) (Opened, error) {
 	l, err := DetectLayout()
 	if err != nil {
 		return Opened{}, fmt.Errorf("detect cgroups: %w", err)

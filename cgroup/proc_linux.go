@@ -1,14 +1,19 @@
 package cgroup
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/tfgpu/tfgpu-kernel/internal/proc"
 )
 
 // Pauses between kill rounds: short first, since SIGKILLed processes are
@@ -25,7 +30,7 @@ type procTree struct {
 	opts procOptions
 
 	killMu sync.Mutex // one Kill at a time; also serializes use of stats
-	stats  statReader
+	stats  proc.StatReader
 
 	mu     sync.Mutex
 	leader int
@@ -36,10 +41,10 @@ var _ Tree = (*procTree)(nil)
 
 // NewProcTree returns a Tree in "proc" mode for a supervisor whose pid is
 // supervisorPID (os.Getpid()). The supervisor must be a child subreaper
-// (SetChildSubreaper) before it spawns the leader, or orphans that leave the
+// (proc.SetChildSubreaper) before it spawns the leader, or orphans that leave the
 // leader's process group escape.
 func NewProcTree(supervisorPID int, opts ...ProcOption) Tree {
-	t := &procTree{self: supervisorPID, stats: statReader{root: "/proc"}}
+	t := &procTree{self: supervisorPID, stats: proc.StatReader{Root: "/proc"}}
 	for _, o := range opts {
 		o(&t.opts)
 	}
@@ -97,13 +102,11 @@ func (t *procTree) scan(leader int) ([]int, error) {
 	if leader <= 1 {
 		return nil, nil // not started: nothing to find, and pgrp <= 1 must never match
 	}
-	procs, err := t.stats.scan()
+	procs, err := t.stats.Scan()
 	if err != nil {
 		return nil, err
 	}
-	m := membership{procs: procs, self: t.self, leader: leader,
-		exclude: t.opts.exclude, reread: t.stats.read}
-	return m.live()
+	return proc.Members(procs, t.self, leader, t.opts.exclude, t.stats.Read)
 }
 
 // Kill repeats {scan; SIGSTOP all; SIGKILL all} until a scan finds no live
@@ -212,4 +215,27 @@ func checkGroupAttr(attr *syscall.SysProcAttr, what string) error {
 		return fmt.Errorf("configure %s: Setsid and Foreground conflict with Setpgid", what)
 	}
 	return nil
+}
+
+// TreeCPU is the CPU time the tree's processes have used: the cgroup's
+// own account when it is a cgroup v2 (cpu.stat usage_usec, which keeps
+// what exited processes used), else the sum over its live processes.
+func TreeCPU(t Tree) time.Duration {
+	if m := t.Mode(); (m == ModeV2 || m == ModeSystemd) && t.Dir() != "" {
+		if b, err := os.ReadFile(t.Dir() + "/cpu.stat"); err == nil {
+			for _, line := range bytes.Split(b, []byte("\n")) {
+				if v, ok := bytes.CutPrefix(line, []byte("usage_usec ")); ok {
+					if us, err := strconv.ParseInt(string(bytes.TrimSpace(v)), 10, 64); err == nil {
+						return time.Duration(us) * time.Microsecond
+					}
+				}
+			}
+		}
+	}
+	pids, _ := t.Pids()
+	var sum time.Duration
+	for _, p := range pids {
+		sum += proc.CPU(p)
+	}
+	return sum
 }

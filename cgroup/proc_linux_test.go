@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/tfgpu/tfgpu-kernel/internal/proc"
 )
 
 // daemonEscaped waits until the daemon has left the leader's process group
@@ -14,23 +16,23 @@ import (
 func daemonEscaped(t *testing.T, tr *tree) {
 	ids := waitReported(t, tr.pidfile, 3)
 	daemon := ids[2].pid
-	r := statReader{root: "/proc"}
+	r := proc.StatReader{Root: "/proc"}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		s, ok, err := r.read(daemon)
+		s, ok, err := r.Read(daemon)
 		if err != nil || !ok {
 			t.Fatalf("daemon %d: ok=%v %v", daemon, ok, err)
 		}
 		// The middle process must be reaped too (by the leader's wait4):
 		// while it is a zombie a scan may still list it, and a Kill just
 		// after finds it gone and kills one fewer than the scan saw.
-		_, midLeft, _ := r.read(ids[1].pid)
-		if s.ppid == os.Getpid() && s.pgrp != tr.leader && !midLeft {
+		_, midLeft, _ := r.Read(ids[1].pid)
+		if s.PPid == os.Getpid() && s.Pgrp != tr.leader && !midLeft {
 			return
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("daemon %d: ppid %d pgrp %d, want re-parented to %d outside group %d",
-				daemon, s.ppid, s.pgrp, os.Getpid(), tr.leader)
+				daemon, s.PPid, s.Pgrp, os.Getpid(), tr.leader)
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -41,17 +43,17 @@ func stopLeader(t *testing.T, tr *tree) {
 	if err := unix.Kill(tr.leader, unix.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	r := statReader{root: "/proc"}
+	r := proc.StatReader{Root: "/proc"}
 	for deadline := time.Now().Add(10 * time.Second); ; {
-		s, ok, err := r.read(tr.leader)
+		s, ok, err := r.Read(tr.leader)
 		if err != nil || !ok {
 			t.Fatalf("leader %d: ok=%v %v", tr.leader, ok, err)
 		}
-		if s.state == 'T' {
+		if s.State == 'T' {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("leader %d in state %c, want T", tr.leader, s.state)
+			t.Fatalf("leader %d in state %c, want T", tr.leader, s.State)
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -86,5 +88,15 @@ func TestConfigure(t *testing.T) {
 				t.Errorf("Configure set %+v, want %+v", *tc.attr, want)
 			}
 		})
+	}
+}
+
+// BenchmarkScan measures one membership scan of this host's /proc.
+func BenchmarkScan(b *testing.B) {
+	tr := NewProcTree(os.Getpid()).(*procTree)
+	for b.Loop() {
+		if _, err := tr.scan(os.Getpid() + 1); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

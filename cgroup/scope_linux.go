@@ -14,6 +14,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/tfgpu/tfgpu-kernel/internal/proc"
 )
 
 // scopeReportTimeout bounds the wait for systemd-run to set up the scope
@@ -75,7 +77,7 @@ type scopeTree struct {
 
 var _ Launcher = (*scopeTree)(nil)
 
-func newScopeTree(run string, l Layout, name string, r *Reaper, memLimit int64) *scopeTree {
+func newScopeTree(run string, l Layout, name string, r *proc.Reaper, memLimit int64) *scopeTree {
 	return &scopeTree{run: run, mount: l.V2Mount, proc: supervisorProcTree(r), unit: ScopeUnit(name), memLimit: memLimit}
 }
 

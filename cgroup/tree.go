@@ -41,22 +41,22 @@ const (
 )
 
 // What --cgroup accepts besides the modes: Auto takes the first of v2,
-// systemd, v1 and proc that can be set up. None is the name the proc mode
-// had before #24 ("none" in the flag, "proc" in the log and in doctor):
-// still taken, so that kernelspecs installed with it keep working, and
-// read as ModeProc (Choice); the mode has one name, proc, everywhere else.
-const (
-	Auto = "auto"
-	None = "none"
-)
+// systemd, v1 and proc that can be set up.
+const Auto = "auto"
+
+// oldProcName is the old spelling of ModeProc, the proc mode's name before
+// #24 ("none" in the flag): still read by Choice, and by Choice alone, so
+// that kernelspecs installed with it keep working; the mode has one name,
+// ModeProc, everywhere else.
+const oldProcName = "none"
 
 // Choices are the values Open accepts, in the order Auto tries them.
 var Choices = []string{Auto, ModeV2, ModeSystemd, ModeV1, ModeProc}
 
-// Choice is c with the old spelling None read as ModeProc; ok is false
+// Choice is c with the old spelling oldProcName read as ModeProc; ok is false
 // for a value Open does not take.
 func Choice(c string) (string, bool) {
-	if c == None {
+	if c == oldProcName {
 		c = ModeProc
 	}
 	for _, k := range Choices {
@@ -83,8 +83,6 @@ type Launcher interface {
 var (
 	// ErrClosed is returned (wrapped) by a Tree used after Close.
 	ErrClosed = errors.New("process tree closed")
-	// ErrReaperStopped is returned (wrapped) by Reaper.StartProcess after Stop.
-	ErrReaperStopped = errors.New("reaper stopped")
 	// ErrUnsupported is returned (wrapped) where the platform lacks the mechanism.
 	ErrUnsupported = errors.New("not supported on this platform")
 )
@@ -98,7 +96,7 @@ type procOptions struct {
 
 // WithExclude keeps out of the tree the direct children of the supervisor
 // for which exclude returns true (and their descendants), except the leader.
-// Pass Reaper.Owns so that only the leader and re-parented orphans count:
+// Pass proc.Reaper.Owns so that only the leader and re-parented orphans count:
 // any other process the supervisor started is then left alone.
 func WithExclude(exclude func(pid int) bool) ProcOption {
 	return func(o *procOptions) { o.exclude = exclude }

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/tfgpu/tfgpu-kernel/internal/proc"
 )
 
 // ModeV1 is the cgroup v1 freezer mode, as Tree.Mode reports it.
@@ -130,7 +132,7 @@ func parseSelfV1(b []byte, controller string) (string, bool, error) {
 // the pids hierarchy (V1SelfDir(l, "pids")); a pids cgroup that cannot be
 // created is left out (it only counts). sweep are the options of the
 // proc-mode sweep (NewProcTree with the supervisor's pid): pass
-// WithExclude(Reaper.Owns). Like the proc mode, the sweep needs the
+// WithExclude(proc.Reaper.Owns). Like the proc mode, the sweep needs the
 // supervisor to be a child subreaper.
 //
 // If the freezer cgroup exists already it is a leftover, from a supervisor
@@ -371,7 +373,7 @@ func (t *V1Tree) leftErr(err, sigErr error) error {
 	var some []string
 	for _, pid := range left[:min(len(left), 5)] {
 		state := "?"
-		if p, perr := ReadProc(pid); perr == nil {
+		if p, perr := proc.Read(pid); perr == nil {
 			state = string(p.State)
 		}
 		some = append(some, fmt.Sprintf("%d %s", pid, state))

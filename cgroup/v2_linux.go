@@ -60,7 +60,7 @@ type v2Options struct {
 // tens of them), and on the test machine the leader's first children were
 // regularly forked before it was moved. So this mode also keeps a proc-mode
 // tree (NewProcTree with the supervisor's pid and sweep's options: pass
-// WithExclude(Reaper.Owns)) that Pids and Kill use after the cgroup, to find
+// WithExclude(proc.Reaper.Owns)) that Pids and Kill use after the cgroup, to find
 // processes that escaped; like the proc mode it needs the supervisor to be a
 // child subreaper. CLONE_INTO_CGROUP (clone3(2)) has no window at all, which
 // is why it is the default.

@@ -19,7 +19,7 @@
 //     session is gpu.Off and nothing is checked.
 //   - SIGINT is forwarded to the kernel's process group and never ends the
 //     supervisor.
-//   - The process is a child subreaper with one reaper (cgroup.Reaper):
+//   - The process is a child subreaper with one reaper (proc.Reaper):
 //     code here must not call exec.Cmd.Wait or os.Process.Wait.
 //   - A watcher process (watcher.go) finishes the kernel should the
 //     supervisor be SIGKILLed.

@@ -17,7 +17,7 @@ import (
 
 	"github.com/go-zeromq/zmq4"
 
-	"github.com/tfgpu/tfgpu-kernel/cgroup"
+	"github.com/tfgpu/tfgpu-kernel/internal/bytesize"
 	"github.com/tfgpu/tfgpu-kernel/internal/jmsg"
 )
 
@@ -49,7 +49,7 @@ func TestMain(m *testing.M) {
 		// The supervisor as a process of its own (startExternal).
 		os.Unsetenv("TFGPU_TEST_SUPERVISOR")
 		lg := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-		limit, _ := cgroup.ParseSize(os.Getenv("TFGPU_MEMORY_LIMIT"))
+		limit, _ := bytesize.Parse(os.Getenv("TFGPU_MEMORY_LIMIT"))
 		confirm, _ := time.ParseDuration(os.Getenv("TFGPU_CONFIRM_TIMEOUT"))
 		os.Exit(Run(context.Background(), Config{ConnFile: path, Cgroup: os.Getenv("TFGPU_CGROUP"), MemoryLimit: limit,
 			NVMLLibrary: os.Getenv("TFGPU_NVML_LIBRARY"), ConfirmTimeout: confirm,

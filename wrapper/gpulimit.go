@@ -6,7 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/tfgpu/tfgpu-kernel/cgroup"
+	"github.com/tfgpu/tfgpu-kernel/internal/bytesize"
 	"github.com/tfgpu/tfgpu-kernel/internal/gpu"
 )
 
@@ -80,12 +80,12 @@ func (s *supervisor) startGPULimit() {
 		return
 	}
 	if err := s.gpu.sess.Err(); err != nil {
-		s.log.Warn("GPU memory limit not enforced", "limit", cgroup.FormatSize(limit), "why", err)
+		s.log.Warn("GPU memory limit not enforced", "limit", bytesize.Format(limit), "why", err)
 		return
 	}
 	s.limit = &gpuLimit{limit: limit, kick: make(chan struct{}, 1)}
 	s.limit.arm(gpuSampleBusy)
-	s.log.Info("GPU memory limit", "limit", cgroup.FormatSize(limit),
+	s.log.Info("GPU memory limit", "limit", bytesize.Format(limit),
 		"sample_every", gpuSampleBusy.String()+" busy, "+gpuSampleIdle.String()+" idle")
 }
 

@@ -7,7 +7,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/tfgpu/tfgpu-kernel/cgroup"
+	"github.com/tfgpu/tfgpu-kernel/internal/proc"
 	"github.com/tfgpu/tfgpu-kernel/internal/record"
 	"github.com/tfgpu/tfgpu-kernel/wrapper/relay"
 )
@@ -66,12 +66,12 @@ func (s *supervisor) leaderHasCompany() bool {
 	if pids, err := s.tree.Pids(); err == nil && len(pids) > 1 {
 		return true
 	}
-	return cgroup.HasChildren(s.kpid)
+	return proc.HasChildren(s.kpid)
 }
 
 // loop is the supervisor's one event loop; every case is a lifecycle
 // event, and every way out is the one stop path (stop.go) with its cause.
-func (s *supervisor) loop(ctx context.Context, exited <-chan cgroup.ExitStatus) int {
+func (s *supervisor) loop(ctx context.Context, exited <-chan proc.ExitStatus) int {
 	var grace <-chan time.Time
 	var req *shutdownRequest // the one being served, from stopping on
 	ready := s.relay.Ready()

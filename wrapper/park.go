@@ -12,6 +12,7 @@ import (
 	"github.com/tfgpu/tfgpu-kernel/cgroup"
 	"github.com/tfgpu/tfgpu-kernel/internal/gpu"
 	"github.com/tfgpu/tfgpu-kernel/internal/jmsg"
+	"github.com/tfgpu/tfgpu-kernel/internal/proc"
 	"github.com/tfgpu/tfgpu-kernel/internal/record"
 	"github.com/tfgpu/tfgpu-kernel/wrapper/relay"
 )
@@ -133,7 +134,7 @@ func (s *supervisor) confirmRelease(event string, old *gpu.Old) (released, warni
 // waitParked serves the parked kernel's place until a request needs a
 // kernel (it then starts one and returns its exit channel), or the
 // supervisor is to end (nil and the exit code).
-func (s *supervisor) waitParked(ctx context.Context) (<-chan cgroup.ExitStatus, int) {
+func (s *supervisor) waitParked(ctx context.Context) (<-chan proc.ExitStatus, int) {
 	for {
 		select {
 		case ev := <-s.events:
@@ -188,7 +189,7 @@ func (s *supervisor) waitParked(ctx context.Context) (<-chan cgroup.ExitStatus, 
 // respawn starts a fresh kernel in the parked kernel's place: a new tree
 // under the same name, the GPU baseline, the kernel, its record, and the
 // relay attached to it. The clients' requests that waited go to it.
-func (s *supervisor) respawn(ctx context.Context) (<-chan cgroup.ExitStatus, int) {
+func (s *supervisor) respawn(ctx context.Context) (<-chan proc.ExitStatus, int) {
 	s.reserve = reserveFDs(16)
 	s.onExit(s.reserve.release)
 	oldDir := s.tree.Dir()

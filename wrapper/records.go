@@ -12,6 +12,7 @@ import (
 
 	"github.com/tfgpu/tfgpu-kernel/cgroup"
 	"github.com/tfgpu/tfgpu-kernel/internal/engine"
+	"github.com/tfgpu/tfgpu-kernel/internal/proc"
 	"github.com/tfgpu/tfgpu-kernel/internal/record"
 )
 
@@ -23,7 +24,7 @@ import (
 func cgroupName(id string) string { return id + "-" + strconv.Itoa(os.Getpid()) }
 
 // startTime reads a process's start time; a test makes it fail.
-var startTime = cgroup.StartTime
+var startTime = proc.StartTime
 
 // sweep finishes the kernels whose supervisor died (SIGKILL, OOM, a crash)
 // and whose watcher did not, before this one starts: their processes may
@@ -125,7 +126,7 @@ func jobCgroupDirs(e engine.Engine) []string {
 }
 
 // watcherRef names the supervisor's watcher, while it runs.
-func (s *supervisor) watcherRef() *cgroup.ProcRef {
+func (s *supervisor) watcherRef() *proc.Ref {
 	if s.watch == nil {
 		return nil
 	}
@@ -133,7 +134,7 @@ func (s *supervisor) watcherRef() *cgroup.ProcRef {
 	if err != nil {
 		return nil
 	}
-	return &cgroup.ProcRef{PID: s.watch.pid, Start: start}
+	return &proc.Ref{PID: s.watch.pid, Start: start}
 }
 
 // memoryCgroup is the memory limit's cgroup when it is one of its own (v1),

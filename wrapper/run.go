@@ -16,8 +16,10 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tfgpu/tfgpu-kernel/cgroup"
+	"github.com/tfgpu/tfgpu-kernel/internal/bytesize"
 	"github.com/tfgpu/tfgpu-kernel/internal/engine"
 	"github.com/tfgpu/tfgpu-kernel/internal/jmsg"
+	"github.com/tfgpu/tfgpu-kernel/internal/proc"
 	"github.com/tfgpu/tfgpu-kernel/internal/record"
 	"github.com/tfgpu/tfgpu-kernel/internal/zmtp"
 	"github.com/tfgpu/tfgpu-kernel/wrapper/relay"
@@ -39,7 +41,7 @@ type supervisor struct {
 	activity  *record.ActivityWriter
 	events    chan relay.Event
 	reserve   *fdReserve // released for the tree kill
-	reaper    *cgroup.Reaper
+	reaper    *proc.Reaper
 	tree      cgroup.Tree
 	mode      string                 // the containment mode the kernel's first tree was given (openTree)
 	mem       cgroup.Memory          // the memory limit, if one could be applied
@@ -50,7 +52,7 @@ type supervisor struct {
 	usagec    chan chan usageFigures // the relay's usage_reply asks the loop (usage.go)
 	usageAt   usagePoint             // the tree's CPU time at the last usage figures
 	watch     *watcher               // the watcher's pipe (watcher.go); nil when it could not start
-	marker    string                 // cgroup.MarkerEnv of the kernel's tree
+	marker    string                 // proc.MarkerEnv of the kernel's tree
 	genCancel context.CancelFunc     // ends the proc-mode tree tracker of the kernel now
 	selfStart uint64                 // this process's start time: the tree's processes start later
 
@@ -65,13 +67,13 @@ type supervisor struct {
 
 	// The spare kernel (sparekeep.go, standby.go, stub.go;
 	// docs/design.md#spare-kernel).
-	spareOff   string          // why this kernel has no spare ("": it has one)
-	standby    *standbyProc    // the standby supervisor this one started, while it runs
-	keepChild  int             // a standby that outlives this supervisor (a restart's)
-	restarting bool            // this supervisor ends for a restart: its next one comes
-	stub       *net.UnixConn   // a standby's: the process Jupyter started, once adopted
-	stubRef    *cgroup.ProcRef // that process, for the record
-	stubGone   chan struct{}   // closed when the stub's connection ends
+	spareOff   string        // why this kernel has no spare ("": it has one)
+	standby    *standbyProc  // the standby supervisor this one started, while it runs
+	keepChild  int           // a standby that outlives this supervisor (a restart's)
+	restarting bool          // this supervisor ends for a restart: its next one comes
+	stub       *net.UnixConn // a standby's: the process Jupyter started, once adopted
+	stubRef    *proc.Ref     // that process, for the record
+	stubGone   chan struct{} // closed when the stub's connection ends
 
 	identities *identityKeeper // who owns which routing identity, for the next supervisor (identities.go)
 }
@@ -111,7 +113,7 @@ func (s *supervisor) run(ctx context.Context) int {
 
 // serve runs the loop until the supervisor is to end: a parked kernel's
 // place is served until a fresh kernel starts (park.go).
-func (s *supervisor) serve(ctx context.Context, exited <-chan cgroup.ExitStatus, code int) int {
+func (s *supervisor) serve(ctx context.Context, exited <-chan proc.ExitStatus, code int) int {
 	for exited != nil {
 		if code = s.loop(ctx, exited); code != exitParked {
 			return code
@@ -268,7 +270,7 @@ func (s *supervisor) bind(ctx context.Context, ci *jmsg.ConnInfo, curve *zmtp.Cu
 // start prepares the kernel's containment, GPU check and watcher, finishes
 // what dead supervisors left, and spawns the kernel. On failure it returns
 // a nil channel and the exit code.
-func (s *supervisor) start(ctx context.Context) (<-chan cgroup.ExitStatus, int) {
+func (s *supervisor) start(ctx context.Context) (<-chan proc.ExitStatus, int) {
 	warning, code, ok := s.contain(true)
 	if !ok {
 		return nil, code
@@ -286,10 +288,10 @@ func (s *supervisor) start(ctx context.Context) (<-chan cgroup.ExitStatus, int) 
 // and (sweep) finishes what dead supervisors left. It returns what the
 // first cell is to be told.
 func (s *supervisor) contain(sweep bool) (warning string, code int, ok bool) {
-	if err := cgroup.SetChildSubreaper(); err != nil {
+	if err := proc.SetChildSubreaper(); err != nil {
 		s.log.Warn("cannot become child subreaper; escaped daemons may survive", "err", err)
 	}
-	s.reaper = cgroup.StartReaper()
+	s.reaper = proc.StartReaper()
 	s.onExit(func() {
 		// Last: the zombies of the killed tree and the watcher are ours
 		// to reap; PID 1 of a container may never (reaper.Drain). The
@@ -346,12 +348,12 @@ func (s *supervisor) contain(sweep bool) (warning string, code int, ok bool) {
 		warning += s.limitMemory(s.cfg.MemoryLimit) // a launcher applies it itself
 	}
 	if lim := s.outerMemLimit(); lim > 0 {
-		s.log.Info("the kernel runs under "+s.engine.LimitOwner()+" memory limit", "limit", cgroup.FormatSize(lim), "cgroup", s.outerMem.Dir)
+		s.log.Info("the kernel runs under "+s.engine.LimitOwner()+" memory limit", "limit", bytesize.Format(lim), "cgroup", s.outerMem.Dir)
 	}
 
 	// The watcher, from here on: should this supervisor be SIGKILLed, it
 	// finishes the kernel (watcher.go). It knows the cgroups already.
-	s.marker = cgroup.NewMarker(s.id)
+	s.marker = proc.NewMarker(s.id)
 	s.selfStart, _ = startTime(os.Getpid())
 	s.startWatcher()
 	s.onExit(s.watch.done)
@@ -437,22 +439,22 @@ func (s *supervisor) limitMemory(limit int64) (tell string) {
 		// and keep Slurm from removing the job's cgroups.
 		applies := "the job's own memory limit applies to the kernel"
 		if lim := s.outerMemLimit(); lim > 0 {
-			applies = fmt.Sprintf("the job's own memory limit (%s) applies to the kernel", cgroup.FormatSize(lim))
+			applies = fmt.Sprintf("the job's own memory limit (%s) applies to the kernel", bytesize.Format(lim))
 		}
-		s.log.Warn("memory limit not applied", "limit", cgroup.FormatSize(limit), "why", "inside "+s.engine.String()+" "+applies)
+		s.log.Warn("memory limit not applied", "limit", bytesize.Format(limit), "why", "inside "+s.engine.String()+" "+applies)
 		return fmt.Sprintf("tfgpu-kernel: the memory limit of %s is not applied inside Slurm job %s: %s (sbatch --mem sets it).\n",
-			cgroup.FormatSize(limit), s.engine.SlurmJob, applies)
+			bytesize.Format(limit), s.engine.SlurmJob, applies)
 	}
 	l, err := cgroup.DetectLayout()
 	if err == nil {
 		var how string
 		if s.mem, how, err = cgroup.NewMemoryLimit(l, cgroupName(s.id), limit); err == nil {
-			s.log.Info("memory limit", "limit", cgroup.FormatSize(s.mem.Limit()), "how", how)
+			s.log.Info("memory limit", "limit", bytesize.Format(s.mem.Limit()), "how", how)
 			return ""
 		}
 	}
-	s.log.Warn("memory limit not applied; the kernel runs without one", "limit", cgroup.FormatSize(limit), "why", err)
-	text := fmt.Sprintf("tfgpu-kernel: the memory limit of %s is not applied: %v. The kernel runs without one", cgroup.FormatSize(limit), err)
+	s.log.Warn("memory limit not applied; the kernel runs without one", "limit", bytesize.Format(limit), "why", err)
+	text := fmt.Sprintf("tfgpu-kernel: the memory limit of %s is not applied: %v. The kernel runs without one", bytesize.Format(limit), err)
 	if s.engine.Kind == engine.Container {
 		text += fmt.Sprintf("; inside %s, its engine's memory limit is the one that holds (podman/docker --memory, a pod's resources.limits.memory)", s.engine)
 	}

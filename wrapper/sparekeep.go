@@ -13,8 +13,8 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/tfgpu/tfgpu-kernel/cgroup"
 	"github.com/tfgpu/tfgpu-kernel/internal/engine"
+	"github.com/tfgpu/tfgpu-kernel/internal/proc"
 	"github.com/tfgpu/tfgpu-kernel/wrapper/spare"
 )
 
@@ -22,7 +22,7 @@ import (
 type standbyProc struct {
 	pid    int
 	leash  *os.File // the write end; closing it without "restart" ends the standby
-	exited <-chan cgroup.ExitStatus
+	exited <-chan proc.ExitStatus
 }
 
 // checkSpare decides once whether this kernel keeps a spare (s.spareOff
@@ -110,7 +110,7 @@ func (s *supervisor) startStandby() {
 }
 
 // standbyExited receives when the standby ended before it was needed.
-func (s *supervisor) standbyExited() <-chan cgroup.ExitStatus {
+func (s *supervisor) standbyExited() <-chan proc.ExitStatus {
 	if s.standby == nil {
 		return nil
 	}
@@ -119,7 +119,7 @@ func (s *supervisor) standbyExited() <-chan cgroup.ExitStatus {
 
 // standbyEnded notes the standby's end; one whose spare grew too old is
 // replaced.
-func (s *supervisor) standbyEnded(st cgroup.ExitStatus) {
+func (s *supervisor) standbyEnded(st proc.ExitStatus) {
 	s.standby = nil
 	if st.Code() == exitReplaceMe {
 		s.startStandby()

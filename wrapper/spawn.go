@@ -12,13 +12,15 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tfgpu/tfgpu-kernel/cgroup"
+	"github.com/tfgpu/tfgpu-kernel/internal/bytesize"
+	"github.com/tfgpu/tfgpu-kernel/internal/proc"
 )
 
 // spawn starts the kernel in its own process group (and, through the tree,
 // its containment), with JPY_PARENT_PID naming the supervisor and SIGKILL as
 // its parent-death signal should the supervisor itself be SIGKILLed.
 // On failure it returns a nil channel and the exit code.
-func (s *supervisor) spawn(argv []string) (<-chan cgroup.ExitStatus, int) {
+func (s *supervisor) spawn(argv []string) (<-chan proc.ExitStatus, int) {
 	if len(argv) == 0 {
 		fmt.Fprintf(s.cfg.Stderr, "tfgpu-kernel: no kernel command given after --\n")
 		return nil, ExitUsage
@@ -91,14 +93,14 @@ func (s *supervisor) spawn(argv []string) (<-chan cgroup.ExitStatus, int) {
 // kernelEnv is the kernel's environment: the supervisor's, with
 // JPY_PARENT_PID naming the supervisor and the tree's marker.
 func (s *supervisor) kernelEnv() []string {
-	return append(withoutEnv(withoutEnv(os.Environ(), "JPY_PARENT_PID"), cgroup.MarkerEnv),
-		"JPY_PARENT_PID="+strconv.Itoa(os.Getpid()), cgroup.MarkerEnv+"="+s.marker)
+	return append(withoutEnv(withoutEnv(os.Environ(), "JPY_PARENT_PID"), proc.MarkerEnv),
+		"JPY_PARENT_PID="+strconv.Itoa(os.Getpid()), proc.MarkerEnv+"="+s.marker)
 }
 
 // relaunch undoes a kernel start whose launcher (the systemd scope) did
 // not contain it (systemd-run failed): what was started is killed, and the
 // kernel is started again under the v1 freezer or the proc tree.
-func (s *supervisor) relaunch(launcher cgroup.Launcher, exited <-chan cgroup.ExitStatus, argv []string, why error) (<-chan cgroup.ExitStatus, int) {
+func (s *supervisor) relaunch(launcher cgroup.Launcher, exited <-chan proc.ExitStatus, argv []string, why error) (<-chan proc.ExitStatus, int) {
 	s.log.Warn("no systemd scope for the kernel; starting it without", "err", why)
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.KillTimeout)
 	defer cancel()
@@ -131,10 +133,10 @@ func (s *supervisor) launcherMemory(launcher cgroup.Launcher) {
 	m, err := launcher.Memory()
 	switch {
 	case err != nil:
-		s.log.Warn("memory limit not applied; the kernel runs without one", "limit", cgroup.FormatSize(s.cfg.MemoryLimit), "why", err)
+		s.log.Warn("memory limit not applied; the kernel runs without one", "limit", bytesize.Format(s.cfg.MemoryLimit), "why", err)
 	case m != nil:
 		s.mem = m
-		s.log.Info("memory limit", "limit", cgroup.FormatSize(m.Limit()), "how", "MemoryMax of systemd scope "+launcher.Dir())
+		s.log.Info("memory limit", "limit", bytesize.Format(m.Limit()), "how", "MemoryMax of systemd scope "+launcher.Dir())
 	}
 }
 

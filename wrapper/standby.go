@@ -46,6 +46,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tfgpu/tfgpu-kernel/cgroup"
+	"github.com/tfgpu/tfgpu-kernel/internal/proc"
 	"github.com/tfgpu/tfgpu-kernel/internal/record"
 	"github.com/tfgpu/tfgpu-kernel/wrapper/spare"
 )
@@ -100,9 +101,9 @@ type standby struct {
 	leash  *os.File
 	launch spare.Launch
 	spare  *spare.Spare
-	exited <-chan cgroup.ExitStatus // the spare's
-	quiet  *quietState              // its start-up lines, said once it is adopted
-	said   chan string              // the leash's lines, then "end" (readLeash)
+	exited <-chan proc.ExitStatus // the spare's
+	quiet  *quietState            // its start-up lines, said once it is adopted
+	said   chan string            // the leash's lines, then "end" (readLeash)
 }
 
 // readLeash reads the leash from the standby's start: its lines, then
@@ -248,7 +249,7 @@ func (b *standby) startSpare(ctx context.Context) error {
 		return err
 	}
 	defer devnull.Close()
-	exited := make(chan cgroup.ExitStatus, 1)
+	exited := make(chan proc.ExitStatus, 1)
 	start := func(_ string, argv []string, attr *syscall.ProcAttr) (int, <-chan struct{}, error) {
 		s.outerMem.Baseline()
 		pid, es, err := s.reaper.StartProcess(path, argv, attr)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/tfgpu/tfgpu-kernel/cgroup"
+	"github.com/tfgpu/tfgpu-kernel/internal/proc"
 	"github.com/tfgpu/tfgpu-kernel/internal/record"
 	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
@@ -160,7 +161,7 @@ func TestNoRecordWithoutTheSupervisorsStartTime(t *testing.T) {
 		log: slog.New(slog.NewTextHandler(&log, nil))}
 	startTime = func(int) (uint64, error) { return 0, errors.New("no /proc") }
 	s.record()
-	startTime = cgroup.StartTime
+	startTime = proc.StartTime
 	if states, _, _ := d.States(); len(states) != 0 {
 		t.Fatalf("recorded %+v without the start time", states)
 	}

@@ -8,8 +8,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/tfgpu/tfgpu-kernel/cgroup"
+	"github.com/tfgpu/tfgpu-kernel/internal/bytesize"
 	"github.com/tfgpu/tfgpu-kernel/internal/gpu"
+	"github.com/tfgpu/tfgpu-kernel/internal/proc"
 	"github.com/tfgpu/tfgpu-kernel/internal/record"
 	"github.com/tfgpu/tfgpu-kernel/wrapper/relay"
 )
@@ -25,12 +26,12 @@ type shutdownRequest struct {
 // restart, a signal, the server's death and the kernel's own death is a
 // field here, and stop acts on the fields, each where it decides.
 type cause struct {
-	reason  string             // for the log
-	exit    *cgroup.ExitStatus // the kernel's exit status, when it exited
-	request *shutdownRequest   // a client asked for the stop (shutdown, or restart)
-	died    bool               // the kernel exited unasked: tell its cell, exit with its code
-	gpuOver *gpuUse            // the tree was over its GPU memory limit
-	park    *record.Order      // keep the kernel's place: a fresh kernel on the next request (park.go)
+	reason  string           // for the log
+	exit    *proc.ExitStatus // the kernel's exit status, when it exited
+	request *shutdownRequest // a client asked for the stop (shutdown, or restart)
+	died    bool             // the kernel exited unasked: tell its cell, exit with its code
+	gpuOver *gpuUse          // the tree was over its GPU memory limit
+	park    *record.Order    // keep the kernel's place: a fresh kernel on the next request (park.go)
 	// serverGone: the process that started the supervisor (Jupyter's
 	// server) is gone: nobody will start the kernel again.
 	serverGone bool
@@ -134,7 +135,7 @@ func (s *supervisor) killTree() (int, time.Duration, error) {
 	// Then whatever still carries the tree's marker: a process that left
 	// the cgroup and the process tree both (docs/security.md#threats,
 	// class 5). Only processes started since the supervisor are read.
-	if m, merr := cgroup.KillMarkedSince(ctx, s.marker, os.Geteuid(), s.selfStart); m > 0 || merr != nil {
+	if m, merr := proc.KillMarkedSince(ctx, s.marker, os.Geteuid(), s.selfStart); m > 0 || merr != nil {
 		n += m
 		if m > 0 {
 			s.log.Warn("killed processes of the kernel's tree found by its marker outside its containment", "processes", m)
@@ -262,12 +263,12 @@ func (s *supervisor) deathText(c cause, killed int, stillHeld bool) (what, evalu
 		// The engine's limit (a container's, a Slurm job's) killed it: the
 		// user is told whose, not only "SIGKILL" (#24).
 		what = fmt.Sprintf("the kernel was killed by the out-of-memory killer at %s memory limit of %s (%s).",
-			s.engine.LimitOwner(), cgroup.FormatSize(outer.Limit), c.exit)
-		s.log.Warn("kernel killed at "+s.engine.LimitOwner()+" memory limit", "limit", cgroup.FormatSize(outer.Limit), "cgroup", outer.Dir)
+			s.engine.LimitOwner(), bytesize.Format(outer.Limit), c.exit)
+		s.log.Warn("kernel killed at "+s.engine.LimitOwner()+" memory limit", "limit", bytesize.Format(outer.Limit), "cgroup", outer.Dir)
 	case ownHit:
 		what = fmt.Sprintf("the kernel was killed by the out-of-memory killer at its memory limit of %s (%s).",
-			cgroup.FormatSize(s.mem.Limit()), c.exit)
-		s.log.Warn("kernel killed at its memory limit", "limit", cgroup.FormatSize(s.mem.Limit()))
+			bytesize.Format(s.mem.Limit()), c.exit)
+		s.log.Warn("kernel killed at its memory limit", "limit", bytesize.Format(s.mem.Limit()))
 	}
 	if killed > 0 {
 		what += fmt.Sprintf(" %d leftover process(es) of its tree were killed.", killed)

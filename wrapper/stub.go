@@ -22,8 +22,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/tfgpu/tfgpu-kernel/cgroup"
 	"github.com/tfgpu/tfgpu-kernel/internal/jmsg"
+	"github.com/tfgpu/tfgpu-kernel/internal/proc"
 	"github.com/tfgpu/tfgpu-kernel/internal/record"
 )
 
@@ -41,7 +41,7 @@ func answer(c *net.UnixConn, r adoptReply) error {
 func (s *supervisor) watchStub() {
 	if cred, err := record.PeerCred(s.stub); err == nil {
 		if start, err := startTime(int(cred.Pid)); err == nil {
-			s.stubRef = &cgroup.ProcRef{PID: int(cred.Pid), Start: start}
+			s.stubRef = &proc.Ref{PID: int(cred.Pid), Start: start}
 		}
 	}
 	s.stubGone = make(chan struct{})

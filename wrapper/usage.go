@@ -8,6 +8,7 @@ import (
 
 	"github.com/tfgpu/tfgpu-kernel/cgroup"
 	"github.com/tfgpu/tfgpu-kernel/internal/gpu"
+	"github.com/tfgpu/tfgpu-kernel/internal/proc"
 )
 
 // jupyter-resource-usage's "Kernel usage" panel asks the kernel with a
@@ -83,7 +84,7 @@ func (s *supervisor) usageNow() usageFigures {
 	s.usageAt = usagePoint{at: now, cpu: cpu}
 	var mem int64
 	for _, p := range pids {
-		mem += cgroup.ProcPSS(p)
+		mem += proc.PSS(p)
 	}
 	set := map[string]any{
 		"kernel_cpu":       pct,
@@ -118,7 +119,7 @@ func (s *supervisor) usageNow() usageFigures {
 	if h, err := os.Hostname(); err == nil {
 		fill["hostname"] = h
 	}
-	if m, err := cgroup.ReadHostMemory(); err == nil {
+	if m, err := proc.ReadHostMemory(); err == nil {
 		// psutil.virtual_memory()'s fields, as ipykernel sends them.
 		used := m.Total - m.Free - m.Buffers - m.Cached
 		if used < 0 {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/tfgpu/tfgpu-kernel/cgroup"
 	"github.com/tfgpu/tfgpu-kernel/internal/gpu"
+	"github.com/tfgpu/tfgpu-kernel/internal/proc"
 	"github.com/tfgpu/tfgpu-kernel/internal/record"
 )
 
@@ -52,8 +53,8 @@ type watchMsg struct {
 	Record   *record.State `json:"record,omitempty"`
 	Baseline []gpu.Holder  `json:"baseline,omitempty"`
 	// Tree is what a proc-mode tree is now (record.State.Tree).
-	Tree []cgroup.ProcRef `json:"tree,omitempty"`
-	Done bool             `json:"done,omitempty"`
+	Tree []proc.Ref `json:"tree,omitempty"`
+	Done bool       `json:"done,omitempty"`
 }
 
 type watchConfig struct {
@@ -73,7 +74,7 @@ type watcher struct {
 	pid int
 	// exited receives the watcher's exit status: done waits for it, so
 	// that the watcher is reaped by its parent, not left to PID 1.
-	exited <-chan cgroup.ExitStatus
+	exited <-chan proc.ExitStatus
 }
 
 // startSessionChild starts path (argv, env) through the reaper, in a
@@ -82,7 +83,7 @@ type watcher struct {
 // supervisor's working directory, with the read end of a new pipe at fd
 // pipeFD (0, or 3 after /dev/null, stdout and stderr) and the
 // supervisor's stderr. It returns the pipe's write end.
-func (s *supervisor) startSessionChild(path string, argv, env []string, pipeFD int) (int, <-chan cgroup.ExitStatus, *os.File, error) {
+func (s *supervisor) startSessionChild(path string, argv, env []string, pipeFD int) (int, <-chan proc.ExitStatus, *os.File, error) {
 	pr, pw, err := os.Pipe()
 	if err != nil {
 		return 0, nil, nil, err
@@ -118,7 +119,7 @@ func (s *supervisor) startWatcher() {
 	if err == nil {
 		env := append(withoutEnv(os.Environ(), "TFGPU_WATCHER"), "GOMAXPROCS=1")
 		var pid int
-		var exited <-chan cgroup.ExitStatus
+		var exited <-chan proc.ExitStatus
 		var pw *os.File
 		if pid, exited, pw, err = s.startSessionChild(exe, []string{exe, WatchCommand, s.id}, env, 0); err == nil {
 			s.watch = &watcher{w: pw, enc: json.NewEncoder(pw), pid: pid, exited: exited}
@@ -173,7 +174,7 @@ func Watch(in io.Reader, stderr io.Writer) int {
 	var cfg watchConfig
 	var rec *record.State
 	var baseline []gpu.Holder
-	var tree []cgroup.ProcRef
+	var tree []proc.Ref
 	done := false
 	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 64<<10), 4<<20)
@@ -252,14 +253,14 @@ func finishForDeadSupervisor(lg *slog.Logger, cfg watchConfig, st record.State, 
 func (s *supervisor) trackTree(ctx context.Context, tree cgroup.Tree) {
 	t := time.NewTicker(treeTrackEvery)
 	defer t.Stop()
-	var last []cgroup.ProcRef
+	var last []proc.Ref
 	for {
 		pids, err := tree.Pids()
 		if err == nil {
-			refs := make([]cgroup.ProcRef, 0, len(pids))
+			refs := make([]proc.Ref, 0, len(pids))
 			for _, p := range pids {
 				if start, err := startTime(p); err == nil {
-					refs = append(refs, cgroup.ProcRef{PID: p, Start: start})
+					refs = append(refs, proc.Ref{PID: p, Start: start})
 				}
 			}
 			if !slices.Equal(refs, last) {

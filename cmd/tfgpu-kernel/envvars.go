@@ -5,7 +5,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/tfgpu/tfgpu-kernel/cgroup"
+	"github.com/tfgpu/tfgpu-kernel/internal/proc"
 	"github.com/tfgpu/tfgpu-kernel/internal/record"
 )
 
@@ -49,7 +49,7 @@ func noSuchSetting(name string) error {
 // nor run's settings.
 var internalEnv = map[string]string{
 	// This program's own.
-	cgroup.MarkerEnv:      "the marker of a kernel's tree (wrapper/spawn.go): whatever a kernel starts inherits it, a Jupyter server started from a notebook's terminal and its kernels included",
+	proc.MarkerEnv:        "the marker of a kernel's tree (wrapper/spawn.go): whatever a kernel starts inherits it, a Jupyter server started from a notebook's terminal and its kernels included",
 	"TFGPU_SPARE_PRELOAD": "the modules a spare imports (wrapper/spare), for its Python, which removes it at once",
 	"TFGPU_WATCHER":       "a watcher started by a supervisor of an earlier version (main.go's hiddenRole)",
 
@@ -62,7 +62,7 @@ var internalEnv = map[string]string{
 	"TFGPU_REAL_GPU":        "the real-GPU check (realgpu_test.go)",
 	"TFGPU_REAL_GPU_OUT":    "realgpu_test.go",
 	"TFGPU_REAL_GPU_PYTHON": "realgpu_test.go",
-	"TFGPU_E2E_KERNEL":      "the e2e scenarios against a stock kernelspec (e2e_test.go)",
+	"TFGPU_E2E_KERNEL":      "the e2e scenarios against a stock kernelspec (scenario_test.go)",
 	"TFGPU_FIGURE_OUT":      "where the figure tests write (e2e_figure_test.go)",
 	"TFGPU_ARTIFACTS":       "where the browser tests write (e2e_browser_test.go)",
 	"TFGPU_BENCH_JSON":      "the benchmarks (bench_test.go, testdata/bench)",

@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tfgpu/tfgpu-kernel/cgroup"
 	"github.com/tfgpu/tfgpu-kernel/internal/gpu"
 	"github.com/tfgpu/tfgpu-kernel/internal/gpu/gputest"
+	"github.com/tfgpu/tfgpu-kernel/internal/proc"
 	"github.com/tfgpu/tfgpu-kernel/internal/record"
 	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
@@ -80,7 +80,7 @@ func TestPs(t *testing.T) {
 	f := gputest.New(t, 2, gputest.Full)
 	holder := f.Hold(t, 1, 768, "--setsid") // a process group of its own, as a kernel has
 	stateDir := testutil.PrivateDir(t)
-	kernelStart, err := cgroup.StartTime(holder.Process.Pid)
+	kernelStart, err := proc.StartTime(holder.Process.Pid)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +152,7 @@ func TestStopConfirmsGPU(t *testing.T) {
 	} {
 		f := gputest.New(t, 1, gputest.Full)
 		holder := f.Hold(t, 0, 512, "--setsid")
-		start, err := cgroup.StartTime(holder.Process.Pid)
+		start, err := proc.StartTime(holder.Process.Pid)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -185,7 +185,7 @@ func BenchmarkPs(b *testing.B) {
 	stateDir := testutil.PrivateDir(b)
 	for i := range 20 {
 		h := f.Hold(b, i%2, 256, "--setsid")
-		start, err := cgroup.StartTime(h.Process.Pid)
+		start, err := proc.StartTime(h.Process.Pid)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -14,7 +14,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/tfgpu/tfgpu-kernel/cgroup"
+	"github.com/tfgpu/tfgpu-kernel/internal/proc"
 	"github.com/tfgpu/tfgpu-kernel/internal/record"
 )
 
@@ -163,7 +163,7 @@ func (o *kernelOwner) checkPS(t *testing.T, what string, rows []psRow, stderr, i
 			errorf("process %d listed twice", m.PID)
 		}
 		roles[m.PID] = m.Role
-		if uid := cgroup.ProcOwner(m.PID); alive(m.PID) && uid != o.uid {
+		if uid := proc.Owner(m.PID); alive(m.PID) && uid != o.uid {
 			errorf("process %d (%s) is uid %d's", m.PID, m.Role, uid)
 		}
 	}

@@ -12,7 +12,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/tfgpu/tfgpu-kernel/cgroup"
+	"github.com/tfgpu/tfgpu-kernel/internal/proc"
 	"github.com/tfgpu/tfgpu-kernel/internal/record"
 	"github.com/tfgpu/tfgpu-kernel/kernelspec"
 )
@@ -144,7 +144,7 @@ func kernelsRunningOn(prev *kernelspec.Previous) []string {
 			if launched == 0 {
 				continue
 			}
-			argv, err := cgroup.ProcCmdline(launched)
+			argv, err := proc.Cmdline(launched)
 			if err != nil || !runsSpec(argv, prev) {
 				continue
 			}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tfgpu/tfgpu-kernel/cgroup"
+	"github.com/tfgpu/tfgpu-kernel/internal/bytesize"
 	"github.com/tfgpu/tfgpu-kernel/internal/zmtp"
 	"github.com/tfgpu/tfgpu-kernel/wrapper"
 )
@@ -97,7 +98,7 @@ func (r *runFlags) check(src flagSource) (v runValues, err error) {
 	if r.maxMsg != "" {
 		// Below 1 MiB even kernel_info and execute requests of long cells
 		// would be refused.
-		if v.maxMessage, err = cgroup.ParseSize(r.maxMsg); err != nil || v.maxMessage < 1<<20 {
+		if v.maxMessage, err = bytesize.Parse(r.maxMsg); err != nil || v.maxMessage < 1<<20 {
 			return v, fmt.Errorf("%s %q: want a size of at least 1M, such as 2G", n("max-message-size"), r.maxMsg)
 		}
 	}
@@ -134,7 +135,7 @@ func checkLimit(name, s, why string) (int64, error) {
 	if s == "" {
 		return 0, nil
 	}
-	b, err := cgroup.ParseSize(s)
+	b, err := bytesize.Parse(s)
 	switch {
 	case err != nil || b <= 0:
 		return 0, fmt.Errorf("%s %q: want a size such as 8G or 300M", name, s)

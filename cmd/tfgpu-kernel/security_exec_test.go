@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tfgpu/tfgpu-kernel/cgroup"
+	"github.com/tfgpu/tfgpu-kernel/internal/proc"
 	"github.com/tfgpu/tfgpu-kernel/internal/record"
 )
 
@@ -224,7 +224,7 @@ while :; do sleep 0.1; done
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); cmd.Wait() })
-		st, err := cgroup.StartTime(cmd.Process.Pid)
+		st, err := proc.StartTime(cmd.Process.Pid)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -354,7 +354,7 @@ func TestSecurityRootFindsKernelsFromProcesses(t *testing.T) {
 func TestSecurityPsAttributesOnlyTheOwnersProcesses(t *testing.T) {
 	bin := sharedBinary(t)
 	alice, bob := newLocalUser(t, "alice"), newLocalUser(t, "bob")
-	if err := cgroup.SetChildSubreaper(); err != nil {
+	if err := proc.SetChildSubreaper(); err != nil {
 		t.Fatal(err)
 	}
 	// alice's orphan: her shell exits, its sleep is reparented to us.
@@ -373,7 +373,7 @@ func TestSecurityPsAttributesOnlyTheOwnersProcesses(t *testing.T) {
 		syscall.Wait4(orphan, &ws, 0, nil)
 	})
 	bobPid, bobStart := sleeper(t, bob.credential)
-	self, _ := cgroup.StartTime(os.Getpid())
+	self, _ := proc.StartTime(os.Getpid())
 	run := filepath.Join("/run/user", strconv.Itoa(bob.uid))
 	bob.mkdir(t, run, 0o700)
 	t.Cleanup(func() { os.RemoveAll(run) })
@@ -398,7 +398,7 @@ func TestSecurityPsAttributesOnlyTheOwnersProcesses(t *testing.T) {
 		}
 		found = true
 		for _, p := range r.PIDs {
-			if owner := cgroup.ProcOwner(p); owner != bob.uid {
+			if owner := proc.Owner(p); owner != bob.uid {
 				t.Errorf("bob's planted kernel is shown with pid %d of uid %d (alice's orphan is %d)", p, owner, orphan)
 			}
 		}

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tfgpu/tfgpu-kernel/cgroup"
+	"github.com/tfgpu/tfgpu-kernel/internal/proc"
 	"github.com/tfgpu/tfgpu-kernel/internal/record"
 )
 
@@ -49,7 +49,7 @@ func TestSecurityStopOrders(t *testing.T) {
 	if before.Phase != record.PhaseRunning && before.Phase != record.PhaseStarting {
 		t.Fatalf("bob's kernel is %s", before.Phase)
 	}
-	p, err := cgroup.ReadProc(bobs.cmd.Process.Pid)
+	p, err := proc.Read(bobs.cmd.Process.Pid)
 	if err != nil {
 		t.Fatal(err)
 	}

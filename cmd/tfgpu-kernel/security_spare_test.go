@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tfgpu/tfgpu-kernel/cgroup"
+	"github.com/tfgpu/tfgpu-kernel/internal/proc"
 	"github.com/tfgpu/tfgpu-kernel/internal/record"
 )
 
@@ -106,7 +106,7 @@ while True:
 				}
 				// His kernel is his run's own child.
 				kpid := bobKernelPID(t, state, bobID)
-				if p, err := cgroup.ReadProc(kpid); err != nil || p.PPid != bobs.cmd.Process.Pid {
+				if p, err := proc.Read(kpid); err != nil || p.PPid != bobs.cmd.Process.Pid {
 					t.Errorf("bob's kernel %d is not his run's child (%+v, %v)", kpid, p, err)
 				}
 				bobs.stop(t, syscall.SIGTERM)

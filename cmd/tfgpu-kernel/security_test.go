@@ -21,6 +21,7 @@ import (
 	"github.com/tfgpu/tfgpu-kernel/cgroup"
 	"github.com/tfgpu/tfgpu-kernel/internal/gpu/gputest"
 	"github.com/tfgpu/tfgpu-kernel/internal/jmsg"
+	"github.com/tfgpu/tfgpu-kernel/internal/proc"
 	"github.com/tfgpu/tfgpu-kernel/internal/record"
 	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
@@ -116,7 +117,7 @@ func sleeper(t *testing.T, cred *syscall.Credential) (int, uint64) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	start, err := cgroup.StartTime(cmd.Process.Pid)
+	start, err := proc.StartTime(cmd.Process.Pid)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,8 +11,10 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tfgpu/tfgpu-kernel/cgroup"
+	"github.com/tfgpu/tfgpu-kernel/internal/bytesize"
 	"github.com/tfgpu/tfgpu-kernel/internal/engine"
 	"github.com/tfgpu/tfgpu-kernel/internal/gpu"
+	"github.com/tfgpu/tfgpu-kernel/internal/proc"
 	"github.com/tfgpu/tfgpu-kernel/internal/record"
 )
 
@@ -163,7 +165,7 @@ func ownCgroup(dir string, uid int) bool {
 	}
 	pids, _ := cgroup.Procs(dir)
 	for _, pid := range pids {
-		if owner := cgroup.ProcOwner(pid); owner >= 0 && owner != uid {
+		if owner := proc.Owner(pid); owner >= 0 && owner != uid {
 			return false
 		}
 	}
@@ -203,9 +205,9 @@ func supervisorLives(dir string) bool {
 		return false
 	}
 	var st unix.Stat_t
-	p, perr := cgroup.ReadProc(pid)
+	p, perr := proc.Read(pid)
 	return perr == nil && p.Alive() && p.Comm == "tfgpu-kernel" && unix.Lstat(dir, &st) == nil &&
-		cgroup.ProcOwner(pid) == int(st.Uid)
+		proc.Owner(pid) == int(st.Uid)
 }
 
 // staleCgroup is a kernel cgroup that no live supervisor records, nor
@@ -360,7 +362,7 @@ func engineFinding(e engine.Engine, outer *cgroup.OuterMemory) (Finding, bool) {
 	case engine.Container:
 		limit := "the container has no memory limit: a kernel can take all the host's memory"
 		if outer != nil && outer.Limit > 0 {
-			limit = fmt.Sprintf("the container's memory limit of %s (%s) holds every kernel; a cell killed at it is told so", cgroup.FormatSize(outer.Limit), outer.Dir)
+			limit = fmt.Sprintf("the container's memory limit of %s (%s) holds every kernel; a cell killed at it is told so", bytesize.Format(outer.Limit), outer.Dir)
 		}
 		return Finding{Topic: "engine", Text: fmt.Sprintf("inside %s (%s); %s", e, e.Why, limit)}, true
 	}
@@ -372,5 +374,5 @@ func jobLimit(outer *cgroup.OuterMemory) string {
 	if outer == nil || outer.Limit == 0 {
 		return "the job has no memory limit (sbatch --mem and ConstrainRAMSpace=yes in cgroup.conf set one)"
 	}
-	return fmt.Sprintf("the job's memory limit of %s (%s) holds the kernel and everything else in the job; a cell killed at it is told so", cgroup.FormatSize(outer.Limit), outer.Dir)
+	return fmt.Sprintf("the job's memory limit of %s (%s) holds the kernel and everything else in the job; a cell killed at it is told so", bytesize.Format(outer.Limit), outer.Dir)
 }

@@ -14,7 +14,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/tfgpu/tfgpu-kernel/cgroup"
+	"github.com/tfgpu/tfgpu-kernel/internal/proc"
 )
 
 // Kinds of engine.
@@ -125,11 +125,11 @@ func jobCgroups(selfCgroup []byte, job string) []JobCgroup {
 func ancestorComms(pid int) []string {
 	var out []string
 	for range 64 {
-		p, err := cgroup.ReadProc(pid)
+		p, err := proc.Read(pid)
 		if err != nil || p.PPid <= 1 {
 			return out
 		}
-		parent, err := cgroup.ReadProc(p.PPid)
+		parent, err := proc.Read(p.PPid)
 		if err != nil {
 			return out
 		}

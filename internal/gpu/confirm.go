@@ -11,7 +11,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/tfgpu/tfgpu-kernel/cgroup"
+	"github.com/tfgpu/tfgpu-kernel/internal/bytesize"
+	"github.com/tfgpu/tfgpu-kernel/internal/proc"
 )
 
 // Source lists NVML's process entries; *NVML is one.
@@ -208,13 +209,13 @@ func (r Result) HeldText() string {
 	return strings.Join(held, "; ")
 }
 
-// FormatBytes writes n bytes as cgroup.FormatSize does ("512 MiB",
+// FormatBytes writes n bytes as bytesize.Format does ("512 MiB",
 // "2.5 GiB"); "? MiB" when NVML gave no figure.
 func FormatBytes(n int64) string {
 	if n < 0 {
 		return "? MiB"
 	}
-	return cgroup.FormatSize(n)
+	return bytesize.Format(n)
 }
 
 // ReleasedText formats Result.Released for the log: "GPU0 2 GiB, GPU1 512 MiB".
@@ -273,10 +274,10 @@ func Owner(pid int) string {
 	return userName(uid)
 }
 
-// startTime is pid's start time (cgroup.StartTime), 0 when there is no
+// startTime is pid's start time (proc.StartTime), 0 when there is no
 // such process.
 func startTime(pid int) uint64 {
-	st, err := cgroup.StartTime(pid)
+	st, err := proc.StartTime(pid)
 	if err != nil {
 		return 0
 	}
@@ -285,7 +286,7 @@ func startTime(pid int) uint64 {
 
 // Alive reports whether pid is a live process (not a zombie) here.
 func Alive(pid int) bool {
-	p, err := cgroup.ReadProc(pid)
+	p, err := proc.Read(pid)
 	return err == nil && p.Alive()
 }
 

@@ -5,7 +5,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/tfgpu/tfgpu-kernel/cgroup"
+	"github.com/tfgpu/tfgpu-kernel/internal/proc"
 )
 
 // One kernel, however many processes (docs/design.md#processes). A kernel
@@ -142,9 +142,9 @@ var SpareRoles = []Role{RoleStandby, RoleStandbyWatcher, RoleSpare}
 // Census is the kernels of states, each with its processes by role, from
 // the snapshot sn (nil: one is taken). The spare record of each is read
 // from the directory its record came from.
-func Census(states []State, sn *cgroup.Snapshot) []Kernel {
+func Census(states []State, sn *proc.Snapshot) []Kernel {
 	if sn == nil {
-		sn, _ = cgroup.TakeSnapshot() // nil still: each tree is read on its own
+		sn, _ = proc.TakeSnapshot() // nil still: each tree is read on its own
 	}
 	out := make([]Kernel, 0, len(states))
 	for _, st := range states {
@@ -168,17 +168,17 @@ func (st State) spareRecord() *Spare {
 }
 
 // census is st's kernel with its members.
-func (st State) census(sp *Spare, sn *cgroup.Snapshot) Kernel {
+func (st State) census(sp *Spare, sn *proc.Snapshot) Kernel {
 	k := Kernel{State: st, Spare: sp}
 	if sn == nil {
-		sn, _ = cgroup.TakeSnapshot() // nil still: each process is read on its own
+		sn, _ = proc.TakeSnapshot() // nil still: each process is read on its own
 	}
 	seen := map[int]bool{}
 	rss := func(pid int) int64 {
 		if sn != nil {
 			return sn.RSS(pid)
 		}
-		return cgroup.ProcRSS(pid)
+		return proc.RSS(pid)
 	}
 	add := func(pid int, start uint64, role Role) bool {
 		if pid <= 1 || seen[pid] || !st.owns(pid, start) {
@@ -224,7 +224,7 @@ func (st State) census(sp *Spare, sn *cgroup.Snapshot) Kernel {
 			if pr, ok := sn.Proc(p); ok {
 				start = pr.Start
 			}
-		} else if pr, err := cgroup.ReadProc(p); err == nil {
+		} else if pr, err := proc.Read(p); err == nil {
 			start = pr.Start
 		}
 		if !seen[p] {

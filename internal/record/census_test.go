@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tfgpu/tfgpu-kernel/cgroup"
+	"github.com/tfgpu/tfgpu-kernel/internal/proc"
 	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
 
@@ -29,7 +30,7 @@ func startProc(t *testing.T, sys *syscall.SysProcAttr, argv ...string) (int, uin
 		cmd.Process.Kill()
 		cmd.Wait()
 	})
-	start, err := cgroup.StartTime(cmd.Process.Pid)
+	start, err := proc.StartTime(cmd.Process.Pid)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +41,7 @@ func startProc(t *testing.T, sys *syscall.SysProcAttr, argv ...string) (int, uin
 func childOf(t *testing.T, pid int) int {
 	t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-		sn, err := cgroup.TakeSnapshot()
+		sn, err := proc.TakeSnapshot()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -66,7 +67,7 @@ func TestCensusNamesEveryProcessInItsRole(t *testing.T) {
 	parent := requireCgroupV2(t)
 	const id = "5b2c1e7a-cccc-4bbb-8ccc-000000000003"
 	self := os.Getpid()
-	selfStart, err := cgroup.StartTime(self)
+	selfStart, err := proc.StartTime(self)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +82,7 @@ func TestCensusNamesEveryProcessInItsRole(t *testing.T) {
 	worker := childOf(t, kernel)
 	standby, standbyStart := startProc(t, &syscall.SysProcAttr{Setsid: true}, twoSleeps...)
 	sparePid := childOf(t, standby)
-	spareStart, _ := cgroup.StartTime(sparePid)
+	spareStart, _ := proc.StartTime(sparePid)
 	for _, p := range []int{kernel, worker} {
 		if err := os.WriteFile(filepath.Join(cg, "cgroup.procs"), []byte(strconv.Itoa(p)), 0o644); err != nil {
 			t.Fatal(err)
@@ -95,7 +96,7 @@ func TestCensusNamesEveryProcessInItsRole(t *testing.T) {
 	dir := testutil.PrivateDir(t)
 	st := State{KernelID: id, SupervisorPID: self, SupervisorStart: selfStart, KernelPID: kernel, KernelStart: kernelStart,
 		Containment: cgroup.ModeV2, Cgroup: cg, Phase: PhaseRunning, Started: time.Now(),
-		Watcher: &cgroup.ProcRef{PID: watcher, Start: watcherStart}}
+		Watcher: &proc.Ref{PID: watcher, Start: watcherStart}}
 	writeStateIn(t, dir, st)
 	d, err := OpenDir(dir, false, false)
 	if err != nil {
@@ -176,7 +177,7 @@ func TestCollectFindsKernelsThroughHeldDirectories(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-		start, err := cgroup.StartTime(cmd.Process.Pid)
+		start, err := proc.StartTime(cmd.Process.Pid)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -185,7 +186,7 @@ func TestCollectFindsKernelsThroughHeldDirectories(t *testing.T) {
 	sup, supStart := holder()
 	holder() // a second holder: the stub of a standby that took over
 	self := os.Getpid()
-	selfStart, _ := cgroup.StartTime(self)
+	selfStart, _ := proc.StartTime(self)
 	writeStateIn(t, held, State{KernelID: "k-held", SupervisorPID: sup, SupervisorStart: supStart, Phase: PhaseRunning})
 	// A claim: this test process holds no state directory.
 	writeStateIn(t, held, State{KernelID: "k-claim", SupervisorPID: self, SupervisorStart: selfStart, Phase: PhaseRunning})

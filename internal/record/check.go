@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tfgpu/tfgpu-kernel/cgroup"
+	"github.com/tfgpu/tfgpu-kernel/internal/proc"
 )
 
 // A record read back from a state directory is a claim, not an order:
@@ -55,7 +56,7 @@ func (st State) thisBoot() bool { return st.BootID == "" || st.BootID == BootID 
 // owns reports whether pid is the process the record names: started (see
 // there) and owned by the record's owner.
 func (st State) owns(pid int, start uint64) bool {
-	return st.started(pid, start) && cgroup.ProcOwner(pid) == st.Owner
+	return st.started(pid, start) && proc.Owner(pid) == st.Owner
 }
 
 // started reports whether pid is alive with the start time recorded, since
@@ -72,7 +73,7 @@ func aliveSince(pid int, start uint64) bool {
 	if pid <= 1 {
 		return false
 	}
-	p, err := cgroup.ReadProc(pid)
+	p, err := proc.Read(pid)
 	return err == nil && p.Start == start && p.Alive()
 }
 
@@ -197,7 +198,7 @@ func ShortID(id string) string {
 }
 
 // validMarker reports whether the record's tree marker is one its
-// supervisor made (cgroup.NewMarker of its kernel id).
+// supervisor made (proc.NewMarker of its kernel id).
 func (st State) validMarker() bool {
 	rest, ok := strings.CutPrefix(st.Marker, st.KernelID+"/")
 	return ok && len(rest) == 16 && strings.Trim(rest, "0123456789abcdef") == ""

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"github.com/tfgpu/tfgpu-kernel/cgroup"
+	"github.com/tfgpu/tfgpu-kernel/internal/proc"
 	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
 
@@ -221,7 +221,7 @@ func TestRecordFieldsAreChecked(t *testing.T) {
 
 	// A pid is the record's only with its start time and owner, alive.
 	self := os.Getpid()
-	start, _ := cgroup.StartTime(self)
+	start, _ := proc.StartTime(self)
 	s := st
 	if !s.owns(self, start) {
 		t.Error("owns(self) = false")
@@ -238,7 +238,7 @@ func TestRecordFieldsAreChecked(t *testing.T) {
 		t.Error("owns a process with a record of another boot")
 	}
 	zombie := zombieChild(t)
-	zstart, _ := cgroup.StartTime(zombie)
+	zstart, _ := proc.StartTime(zombie)
 	if (State{Owner: 0}).owns(zombie, zstart) {
 		t.Error("owns a zombie")
 	}

@@ -12,7 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/tfgpu/tfgpu-kernel/cgroup"
+	"github.com/tfgpu/tfgpu-kernel/internal/proc"
 )
 
 // How root finds every user's kernels (docs/security.md#threats, class 2):
@@ -80,7 +80,7 @@ type procKey struct {
 // heldDirs finds the state directories the live tfgpu-kernel processes of
 // uid (every user's when uid < 0) hold open: directories of the process's
 // owner with no permission for others, each listed once.
-func heldDirs(sn *cgroup.Snapshot, uid int, spent budgets) []*heldDir {
+func heldDirs(sn *proc.Snapshot, uid int, spent budgets) []*heldDir {
 	byKey := map[dirKey]*heldDir{}
 	var order []dirKey
 	pids := sn.Pids()
@@ -268,7 +268,7 @@ func Collect(dir string, allUsers bool) (states []State, refusals []error, err e
 	if err != nil {
 		return states, refusals, err
 	}
-	sn, err := cgroup.TakeSnapshot()
+	sn, err := proc.TakeSnapshot()
 	if err != nil {
 		return states, refusals, nil // no /proc to read: the caller's own directory only
 	}

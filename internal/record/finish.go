@@ -12,6 +12,7 @@ import (
 
 	"github.com/tfgpu/tfgpu-kernel/cgroup"
 	"github.com/tfgpu/tfgpu-kernel/internal/gpu"
+	"github.com/tfgpu/tfgpu-kernel/internal/proc"
 )
 
 // Finishing a recorded kernel is one sequence wherever it happens (the
@@ -140,7 +141,7 @@ func (st State) killTree(ctx context.Context) (int, error) {
 	case cg == "" && st.Cgroup == "" && st.KernelPID > 1 && !st.owns(st.KernelPID, st.KernelStart) &&
 		st.started(st.KernelPID, st.KernelStart):
 		errs = append(errs, refused("kernel pid %d belongs to uid %d, not to the record's owner %d",
-			st.KernelPID, cgroup.ProcOwner(st.KernelPID), st.Owner))
+			st.KernelPID, proc.Owner(st.KernelPID), st.Owner))
 	case cg == "" && st.Cgroup == "" && st.owns(st.KernelPID, st.KernelStart):
 		// proc mode: without a cgroup only the kernel's process group
 		// can be found once its supervisor (the subreaper) is gone, and
@@ -157,7 +158,7 @@ func (st State) killTree(ctx context.Context) (int, error) {
 		// the kernel's process group, from /proc/PID/stat: a process that
 		// left the group and hides its environment (non-dumpable) is found
 		// so, its marker unreadable (docs/security.md#threats, class 5).
-		n, err := cgroup.KillRelated(ctx, st.Tree, st.KernelPID, st.Owner, st.KernelStart)
+		n, err := proc.KillRelated(ctx, st.Tree, st.KernelPID, st.Owner, st.KernelStart)
 		killed = max(killed, n) // the group killed above is found again until it is reaped
 		errs = append(errs, err)
 	}
@@ -165,7 +166,7 @@ func (st State) killTree(ctx context.Context) (int, error) {
 		// Also what left the group (setsid), or the cgroup (a delegated
 		// one lets a process move itself out), and was reparented away
 		// when the supervisor, their subreaper, died.
-		n, err := cgroup.KillMarked(ctx, st.Marker, st.Owner)
+		n, err := proc.KillMarked(ctx, st.Marker, st.Owner)
 		killed = max(killed, n)
 		errs = append(errs, err)
 	}

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tfgpu/tfgpu-kernel/cgroup"
+	"github.com/tfgpu/tfgpu-kernel/internal/proc"
 )
 
 const identitiesID = "5f1c7a0e-0b7e-4d1e-9c55-3d2b1f7a9e02"
@@ -258,7 +258,7 @@ func TestSweepIdentities(t *testing.T) {
 	}
 	os.WriteFile(filepath.Join(dir, IdentitiesName(broken)), []byte("{"), 0o600)
 	writeStateIn(t, dir, State{KernelID: live, SupervisorPID: os.Getpid(), Owner: os.Geteuid()})
-	self, _ := cgroup.StartTime(os.Getpid())
+	self, _ := proc.StartTime(os.Getpid())
 	if err := d.WriteSpare(Spare{KernelID: waiting, StandbyPID: os.Getpid(), StandbyStart: self, PID: os.Getpid(), Start: self}); err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/tfgpu/tfgpu-kernel/cgroup"
 	"github.com/tfgpu/tfgpu-kernel/internal/gpu"
+	"github.com/tfgpu/tfgpu-kernel/internal/proc"
 )
 
 // Kernel states, as `tfgpu-kernel ps` shows them, besides the phases the
@@ -85,7 +86,7 @@ type GPUUse struct {
 // GPU memory, from one scan of /proc however many records there are.
 // gpuNote says why GPU memory is not shown, when it is not.
 func PS(states []State, nvmlLibrary string) (rows []KernelStatus, gpuNote string) {
-	sn, _ := cgroup.TakeSnapshot() // nil: each tree is read on its own
+	sn, _ := proc.TakeSnapshot() // nil: each tree is read on its own
 	var holders []gpu.Holder
 	n := gpu.Connect(nvmlLibrary, "")
 	defer n.Close()
@@ -188,8 +189,8 @@ func (st State) TreePids() []int {
 // under its live supervisor that are not in its cgroup. other says which
 // of the supervisor's children are the kernel's other processes (its
 // watcher, its standby), left out with their descendants.
-func (st State) treeIn(sn *cgroup.Snapshot, other func(pid int) bool) (pids, escaped []int) {
-	owner := cgroup.ProcOwner
+func (st State) treeIn(sn *proc.Snapshot, other func(pid int) bool) (pids, escaped []int) {
+	owner := proc.Owner
 	if sn != nil {
 		owner = sn.Owner
 	}
@@ -207,7 +208,7 @@ func (st State) treeIn(sn *cgroup.Snapshot, other func(pid int) bool) (pids, esc
 	}
 	if sn == nil {
 		var err error
-		if sn, err = cgroup.TakeSnapshot(); err != nil {
+		if sn, err = proc.TakeSnapshot(); err != nil {
 			if inCgroup == nil {
 				inCgroup = []int{}
 			}

@@ -3,13 +3,11 @@ package record
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"net"
 	"strings"
 	"time"
 
-	"github.com/tfgpu/tfgpu-kernel/cgroup"
+	"github.com/tfgpu/tfgpu-kernel/internal/proc"
 	"golang.org/x/sys/unix"
 )
 
@@ -17,82 +15,6 @@ import (
 // which the standby supervisor of kernel id waits to be adopted by that
 // kernel's next supervisor (docs/design.md#spare-kernel).
 func StandbyName(id string) string { return id + ".standby" }
-
-// at is a path to name inside d that goes through the open handle, never
-// through the directory's path again (which another process could have
-// replaced): a unix socket's bind and connect take only paths.
-func (d *Dir) at(name string) (string, error) {
-	if !validName(name) {
-		return "", fmt.Errorf("state file name %q: %w", Printable(name), ErrRefused)
-	}
-	return fmt.Sprintf("/proc/self/fd/%d/%s", d.fd(), name), nil
-}
-
-// ListenUnix listens on a unix socket named name in d, mode 0600, first
-// removing a socket of that name its owner left (a standby that was
-// killed). Close removes it again.
-func (d *Dir) ListenUnix(name string) (*net.UnixListener, error) {
-	path, err := d.at(name)
-	if err != nil {
-		return nil, err
-	}
-	var st unix.Stat_t
-	if err := unix.Fstatat(d.fd(), name, &st, unix.AT_SYMLINK_NOFOLLOW); err == nil {
-		if st.Mode&unix.S_IFMT != unix.S_IFSOCK || int(st.Uid) != d.uid {
-			return nil, fmt.Errorf("%s/%s is not a socket of its owner's: %w", d.path, name, ErrRefused)
-		}
-		if err := unix.Unlinkat(d.fd(), name, 0); err != nil && !errors.Is(err, unix.ENOENT) {
-			return nil, fmt.Errorf("remove stale socket %s/%s: %w", d.path, name, err)
-		}
-	}
-	old := unix.Umask(0o177)
-	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
-	unix.Umask(old)
-	if err != nil {
-		return nil, fmt.Errorf("listen on %s/%s: %w", d.path, name, err)
-	}
-	return l, nil
-}
-
-// DialUnix connects to the unix socket named name in d, within timeout.
-// It is a socket of the directory's owner (not a link, not another user's
-// file), or the connection is refused; who listens on it is the caller's to
-// check (SO_PEERCRED).
-func (d *Dir) DialUnix(name string, timeout time.Duration) (*net.UnixConn, error) {
-	path, err := d.at(name)
-	if err != nil {
-		return nil, err
-	}
-	var st unix.Stat_t
-	if err := unix.Fstatat(d.fd(), name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-		return nil, err
-	}
-	if st.Mode&unix.S_IFMT != unix.S_IFSOCK || int(st.Uid) != d.uid {
-		return nil, fmt.Errorf("%s/%s is not a socket of its owner's: %w", d.path, name, ErrRefused)
-	}
-	c, err := net.DialTimeout("unix", path, timeout)
-	if err != nil {
-		return nil, err
-	}
-	return c.(*net.UnixConn), nil
-}
-
-// PeerCred is the process, user and group at the other end of a
-// connected unix socket, as the kernel recorded them when it connected.
-func PeerCred(c *net.UnixConn) (*unix.Ucred, error) {
-	raw, err := c.SyscallConn()
-	if err != nil {
-		return nil, err
-	}
-	var cred *unix.Ucred
-	var cerr error
-	if err := raw.Control(func(fd uintptr) {
-		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
-	}); err != nil {
-		return nil, err
-	}
-	return cred, cerr
-}
 
 // Spare is what a standby supervisor records about the spare kernel it
 // keeps for kernel KernelID's next restart (file SpareName), for ps and
@@ -114,9 +36,9 @@ type Spare struct {
 	// Watcher is the standby's watcher; Cgroup and MemoryCgroup the
 	// standby's containment of the spare (the kernel's, once adopted), so
 	// that doctor knows them for a live kernel's.
-	Watcher      *cgroup.ProcRef `json:"watcher,omitempty"`
-	Cgroup       string          `json:"cgroup,omitempty"`
-	MemoryCgroup string          `json:"memory_cgroup,omitempty"`
+	Watcher      *proc.Ref `json:"watcher,omitempty"`
+	Cgroup       string    `json:"cgroup,omitempty"`
+	MemoryCgroup string    `json:"memory_cgroup,omitempty"`
 }
 
 // SpareName is the file of kernel id's spare.
@@ -199,7 +121,7 @@ func (d *Dir) ReadSpare(id string) *Spare {
 		pid   int
 		start uint64
 	}{{sp.StandbyPID, sp.StandbyStart}, {sp.PID, sp.Start}} {
-		if !aliveSince(p.pid, p.start) || cgroup.ProcOwner(p.pid) != d.uid {
+		if !aliveSince(p.pid, p.start) || proc.Owner(p.pid) != d.uid {
 			return nil
 		}
 	}

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tfgpu/tfgpu-kernel/cgroup"
+	"github.com/tfgpu/tfgpu-kernel/internal/proc"
 )
 
 const spareTestID = "5b2c1e7a-aaaa-4bbb-8ccc-000000000001"
@@ -25,7 +25,7 @@ func TestReadSpare(t *testing.T) {
 	}
 	defer d.Close()
 	self := os.Getpid()
-	start, err := cgroup.StartTime(self)
+	start, err := proc.StartTime(self)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/tfgpu/tfgpu-kernel/cgroup"
+	"github.com/tfgpu/tfgpu-kernel/internal/proc"
 )
 
 // State is what a supervisor records about its kernel in the state
@@ -40,7 +40,7 @@ type State struct {
 	// this, or as a descendant of one of these, once the supervisor (the
 	// subreaper) is gone. Claims like the rest: only the owner's processes
 	// with those start times are acted on.
-	Tree []cgroup.ProcRef `json:"tree,omitempty"`
+	Tree []proc.Ref `json:"tree,omitempty"`
 	// Parks says the supervisor parks its kernel on an Order (SIGUSR1);
 	// stop ends older ones with SIGTERM.
 	Parks bool `json:"parks,omitempty"`
@@ -53,8 +53,8 @@ type State struct {
 	// Stub is the process Jupyter launched, once a standby took over its
 	// start (it forwards signals and exits with the supervisor's code);
 	// Watcher is the supervisor's watcher. Both are named for Census.
-	Stub    *cgroup.ProcRef `json:"stub,omitempty"`
-	Watcher *cgroup.ProcRef `json:"watcher,omitempty"`
+	Stub    *proc.Ref `json:"stub,omitempty"`
+	Watcher *proc.Ref `json:"watcher,omitempty"`
 
 	// Owner is the uid that owns the record (its state directory's owner):
 	// what the record names is acted on only when that uid owns it too.
@@ -218,7 +218,7 @@ func refusedFile(path string, err error) error {
 func (st State) SupervisorAlive() bool {
 	start := st.SupervisorStart
 	if start == 0 {
-		p, err := cgroup.ReadProc(st.SupervisorPID)
+		p, err := proc.Read(st.SupervisorPID)
 		if err != nil {
 			return false
 		}
@@ -230,7 +230,7 @@ func (st State) SupervisorAlive() bool {
 // SupervisorStopped reports whether the supervisor is stopped (SIGSTOP,
 // a debugger): alive but unable to act.
 func (st State) SupervisorStopped() bool {
-	p, err := cgroup.ReadProc(st.SupervisorPID)
+	p, err := proc.Read(st.SupervisorPID)
 	return err == nil && p.Stopped()
 }
 

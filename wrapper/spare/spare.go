@@ -93,7 +93,7 @@ func flagOnly(a string) bool {
 func baseName(p string) string { return p[strings.LastIndexByte(p, '/')+1:] }
 
 // StartFunc starts a process as syscall.ForkExec does and returns its pid
-// and a channel that receives its exit status (cgroup.Reaper.StartProcess,
+// and a channel that receives its exit status (proc.Reaper.StartProcess,
 // in the supervisor).
 type StartFunc func(argv0 string, argv []string, attr *syscall.ProcAttr) (int, <-chan struct{}, error)
 

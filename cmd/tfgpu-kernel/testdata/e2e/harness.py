@@ -1,6 +1,6 @@
 """Shared helpers for the tfgpu-kernel end-to-end scenarios.
 
-Every scenario is a script run by cmd/tfgpu-kernel/e2e_test.go with the
+Every scenario is a script run by cmd/tfgpu-kernel/scenario_test.go with the
 Python of a Jupyter stack (E2E_STACK): /usr/bin/python3 for "debian"
 (jupyter_client 7.4.9, ipykernel 6.17), a venv built from
 testdata/stacks/current.txt for "current" (jupyter_client 8.10, ipykernel

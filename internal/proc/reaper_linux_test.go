@@ -1,14 +1,29 @@
-package cgroup
+package proc
 
 import (
 	"errors"
 	"fmt"
+	"os"
 	"syscall"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
 )
+
+// testReaper is the one Reaper of the test process, which is a child subreaper.
+var testReaper *Reaper
+
+func TestMain(m *testing.M) {
+	if err := SetChildSubreaper(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	testReaper = StartReaper()
+	code := m.Run()
+	testReaper.Stop()
+	os.Exit(code)
+}
 
 func TestExitStatus(t *testing.T) {
 	tests := []struct {
@@ -134,5 +149,30 @@ func TestReaperDrainLeavesNoZombie(t *testing.T) {
 	defer func() { unix.Kill(pid, unix.SIGKILL); <-ch }()
 	if testReaper.Drain(20 * time.Millisecond) {
 		t.Fatal("Drain said no child is left while sleep 60 runs")
+	}
+}
+
+// waitNoZombies waits (the Reaper is asynchronous) until the test process
+// has no zombie child (as cgroup's test helper of the same name).
+func waitNoZombies(t *testing.T) {
+	t.Helper()
+	r := StatReader{Root: "/proc"}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		procs, err := r.Scan()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var z []int
+		for pid, s := range procs {
+			if s.PPid == os.Getpid() && !s.Alive() {
+				z = append(z, pid)
+			}
+		}
+		if len(z) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("zombie children not reaped: %v", z)
+		}
 	}
 }

@@ -1,11 +1,11 @@
-package cgroup
+package bytesize
 
 import (
 	"strings"
 	"testing"
 )
 
-func TestParseSize(t *testing.T) {
+func TestParse(t *testing.T) {
 	const (
 		k = int64(1) << 10
 		m = int64(1) << 20
@@ -37,26 +37,26 @@ func TestParseSize(t *testing.T) {
 		{"9223372036854775807", 1<<63 - 1},
 	}
 	for _, c := range good {
-		got, err := ParseSize(c.in)
+		got, err := Parse(c.in)
 		if err != nil || got != c.want {
-			t.Errorf("ParseSize(%q) = %d, %v; want %d", c.in, got, err, c.want)
+			t.Errorf("Parse(%q) = %d, %v; want %d", c.in, got, err, c.want)
 		}
 	}
 	bad := []string{"", "G", "-1G", "8X", "8GG", "8 G B", "1.2.3M", ".", "8E", "1e3",
 		"9223372036854775808", "0x10", "8Gb extra", "+1G"}
 	for _, in := range bad {
-		got, err := ParseSize(in)
+		got, err := Parse(in)
 		if err == nil {
-			t.Errorf("ParseSize(%q) = %d, want an error", in, got)
+			t.Errorf("Parse(%q) = %d, want an error", in, got)
 			continue
 		}
 		if msg := err.Error(); strings.Contains(msg, "\n") || !strings.Contains(msg, `"`+in+`"`) {
-			t.Errorf("ParseSize(%q): error %q is not one line naming the value", in, msg)
+			t.Errorf("Parse(%q): error %q is not one line naming the value", in, msg)
 		}
 	}
 }
 
-func TestFormatSize(t *testing.T) {
+func TestFormat(t *testing.T) {
 	for _, c := range []struct {
 		in   int64
 		want string
@@ -70,13 +70,13 @@ func TestFormatSize(t *testing.T) {
 		{1<<30 - 1, "1023.9 MiB"},
 		{1<<63 - 1, "7.9 EiB"},
 	} {
-		if got := FormatSize(c.in); got != c.want {
-			t.Errorf("FormatSize(%d) = %q, want %q", c.in, got, c.want)
+		if got := Format(c.in); got != c.want {
+			t.Errorf("Format(%d) = %q, want %q", c.in, got, c.want)
 		}
 		if c.in > 0 {
-			back, err := ParseSize(strings.ReplaceAll(c.want, " ", ""))
+			back, err := Parse(strings.ReplaceAll(c.want, " ", ""))
 			if err != nil || back > c.in {
-				t.Errorf("ParseSize(FormatSize(%d)) = %d, %v: want ≤ %d", c.in, back, err, c.in)
+				t.Errorf("Parse(Format(%d)) = %d, %v: want ≤ %d", c.in, back, err, c.in)
 			}
 		}
 	}

@@ -1,4 +1,4 @@
-package cgroup
+package proc
 
 import "sort"
 
@@ -17,13 +17,22 @@ import "sort"
 // re-parents a dying process's children before P becomes a zombie, so such a
 // process is read again, and its fresh ppid is the subreaper's.
 type membership struct {
-	procs   map[int]procStat
+	procs   map[int]Stat
 	self    int
 	leader  int
-	exclude func(pid int) bool                    // may be nil
-	reread  func(pid int) (procStat, bool, error) // may be nil (tests)
+	exclude func(pid int) bool                // may be nil
+	reread  func(pid int) (Stat, bool, error) // may be nil (tests)
 	memo    map[int]bool
 	err     error // first reread error
+}
+
+// Members returns the live members, sorted, of the tree of leader under the
+// subreaper self (the membership rules above), over procs, one Scan of
+// /proc; exclude may be nil; reread (may be nil) reads a process again
+// whose parent vanished during the scan. procs is updated in place.
+func Members(procs map[int]Stat, self, leader int, exclude func(pid int) bool, reread func(pid int) (Stat, bool, error)) ([]int, error) {
+	m := membership{procs: procs, self: self, leader: leader, exclude: exclude, reread: reread}
+	return m.live()
 }
 
 // live returns the live members, sorted.
@@ -36,7 +45,7 @@ func (m *membership) live() ([]int, error) {
 	for pid := range m.procs {
 		if m.member(pid) {
 			// Read the map again: member may have refreshed this entry.
-			if s, ok := m.procs[pid]; ok && s.alive() {
+			if s, ok := m.procs[pid]; ok && s.Alive() {
 				pids = append(pids, pid)
 			}
 		}
@@ -63,13 +72,13 @@ func (m *membership) decide(pid int) bool {
 	if !ok {
 		return false
 	}
-	if s.pgrp == m.leader {
+	if s.Pgrp == m.leader {
 		return true
 	}
-	if s.ppid == m.self {
+	if s.PPid == m.self {
 		return pid == m.leader || m.exclude == nil || !m.exclude(pid)
 	}
-	if _, ok := m.procs[s.ppid]; !ok && s.ppid > 1 && m.reread != nil {
+	if _, ok := m.procs[s.PPid]; !ok && s.PPid > 1 && m.reread != nil {
 		// The parent vanished during the scan: read this process again.
 		fresh, ok, err := m.reread(pid)
 		if err != nil && m.err == nil {
@@ -80,9 +89,9 @@ func (m *membership) decide(pid int) bool {
 			return false
 		}
 		m.procs[pid] = fresh
-		if fresh.ppid != s.ppid {
+		if fresh.PPid != s.PPid {
 			return m.decide(pid)
 		}
 	}
-	return m.member(s.ppid)
+	return m.member(s.PPid)
 }

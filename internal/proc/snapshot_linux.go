@@ -1,4 +1,4 @@
-package cgroup
+package proc
 
 import (
 	"bytes"
@@ -18,7 +18,7 @@ import (
 // thousand of them must not cost a thousand scans). What it says is as of
 // the scan.
 type Snapshot struct {
-	procs   map[int]procStat
+	procs   map[int]Stat
 	owners  map[int]int
 	rss     map[int]int64
 	markers map[int]string // TFGPU_TREE of the processes of the owners in marked
@@ -34,8 +34,8 @@ const markerWait = 3 * time.Second
 
 // TakeSnapshot scans /proc.
 func TakeSnapshot() (*Snapshot, error) {
-	r := statReader{root: "/proc"}
-	procs, err := r.scan()
+	r := StatReader{Root: "/proc"}
+	procs, err := r.Scan()
 	if err != nil {
 		return nil, err
 	}
@@ -54,20 +54,20 @@ func (s *Snapshot) Pids() []int {
 // Proc is pid's stat as of the scan.
 func (s *Snapshot) Proc(pid int) (Proc, bool) {
 	p, ok := s.procs[pid]
-	return p.proc(), ok
+	return p.Proc(), ok
 }
 
 // Comm is pid's command name as of the scan ("" when it was not there).
 func (s *Snapshot) Comm(pid int) string {
 	p := s.procs[pid]
-	return string(bytes.TrimRight(p.comm[:], "\x00"))
+	return string(bytes.TrimRight(p.Comm[:], "\x00"))
 }
 
 // Owner is pid's owner (-1 when it is gone), read once.
-func (s *Snapshot) Owner(pid int) int { return memo(s.owners, pid, ProcOwner) }
+func (s *Snapshot) Owner(pid int) int { return memo(s.owners, pid, Owner) }
 
 // RSS is pid's resident memory in bytes, read once.
-func (s *Snapshot) RSS(pid int) int64 { return memo(s.rss, pid, ProcRSS) }
+func (s *Snapshot) RSS(pid int) int64 { return memo(s.rss, pid, RSS) }
 
 // memo is m[pid], read (once) when m has none.
 func memo[T any](m map[int]T, pid int, read func(int) T) T {
@@ -80,8 +80,8 @@ func memo[T any](m map[int]T, pid int, read func(int) T) T {
 }
 
 // Tree lists the live members of the proc-mode tree of leader under the
-// subreaper supervisor (-1: none), as NewProcTree's Pids would, but for the
-// supervisor's own helpers: its children for which exclude (may be nil)
+// subreaper supervisor (-1: none), as cgroup.NewProcTree's Pids would, but
+// for the supervisor's own helpers: its children for which exclude (may be nil)
 // says so, and any child named tfgpu-kernel (a watcher or standby of a
 // record that does not name them), with their descendants.
 func (s *Snapshot) Tree(supervisor, leader int, exclude func(pid int) bool) []int {
@@ -102,7 +102,7 @@ func (s *Snapshot) Marked(marker string, owner int) []int {
 		s.marked[owner] = true
 		var todo []int
 		for pid, p := range s.procs {
-			if pid > 1 && pid != os.Getpid() && p.alive() && s.Owner(pid) == owner {
+			if pid > 1 && pid != os.Getpid() && p.Alive() && s.Owner(pid) == owner {
 				todo = append(todo, pid)
 			}
 		}
@@ -166,9 +166,9 @@ func readMarker(pid int) string {
 	return ""
 }
 
-// ProcRef names a process by pid and start time (clock ticks after boot):
+// Ref names a process by pid and start time (clock ticks after boot):
 // a later process with the same pid is not it.
-type ProcRef struct {
+type Ref struct {
 	PID   int    `json:"pid"`
 	Start uint64 `json:"start"`
 }
@@ -179,10 +179,10 @@ type ProcRef struct {
 // whose subreaper is gone, found from /proc/PID/stat alone, which a
 // process cannot hide (its environment it can, by making itself
 // non-dumpable).
-func (s *Snapshot) Related(roots []ProcRef, pgid, owner int, since uint64) []int {
+func (s *Snapshot) Related(roots []Ref, pgid, owner int, since uint64) []int {
 	member := map[int]bool{}
 	for _, r := range roots {
-		if p, ok := s.procs[r.PID]; ok && p.start == r.Start && r.PID > 1 {
+		if p, ok := s.procs[r.PID]; ok && p.Start == r.Start && r.PID > 1 {
 			member[r.PID] = true
 		}
 	}
@@ -194,15 +194,15 @@ func (s *Snapshot) Related(roots []ProcRef, pgid, owner int, since uint64) []int
 			return false
 		case member[pid]:
 			return true
-		case pgid > 1 && p.pgrp == pgid && p.start >= since:
+		case pgid > 1 && p.Pgrp == pgid && p.Start >= since:
 			return true
 		}
-		return in(p.ppid, depth+1)
+		return in(p.PPid, depth+1)
 	}
 	var out []int
 	self := os.Getpid()
 	for pid, p := range s.procs {
-		if pid != self && p.alive() && in(pid, 0) && s.Owner(pid) == owner {
+		if pid != self && p.Alive() && in(pid, 0) && s.Owner(pid) == owner {
 			out = append(out, pid)
 		}
 	}
@@ -211,7 +211,7 @@ func (s *Snapshot) Related(roots []ProcRef, pgid, owner int, since uint64) []int
 
 // KillRelated SIGSTOPs and SIGKILLs what Related finds, scan after scan,
 // until none is left or ctx ends; it returns how many it killed.
-func KillRelated(ctx context.Context, roots []ProcRef, pgid, owner int, since uint64) (int, error) {
+func KillRelated(ctx context.Context, roots []Ref, pgid, owner int, since uint64) (int, error) {
 	killed := map[int]bool{}
 	for pause := firstPause; ; pause = min(2*pause, maxPause) {
 		sn, err := TakeSnapshot()

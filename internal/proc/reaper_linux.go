@@ -1,4 +1,4 @@
-package cgroup
+package proc
 
 import (
 	"errors"
@@ -170,7 +170,7 @@ func (r *Reaper) StartProcess(argv0 string, argv []string, attr *syscall.ProcAtt
 }
 
 // Owns reports whether pid is a child that StartProcess started and that has
-// not been reaped yet. Pass it to WithExclude.
+// not been reaped yet. Pass it to cgroup.WithExclude.
 func (r *Reaper) Owns(pid int) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -1,4 +1,4 @@
-package cgroup
+package bytesize
 
 import (
 	"fmt"
@@ -7,7 +7,7 @@ import (
 	"strings"
 )
 
-// ParseSize parses a memory size such as a --memory-limit value: a
+// Parse parses a memory size such as a --memory-limit value: a
 // non-negative number, optionally with a fraction, and an optional unit.
 //
 // Units are powers of 1024 whichever way they are spelled, as for Docker's
@@ -18,7 +18,7 @@ import (
 // and the result is rounded down to a whole byte. Spaces around the value
 // and between number and unit are ignored. Errors are one line that names
 // the bad value.
-func ParseSize(s string) (int64, error) {
+func Parse(s string) (int64, error) {
 	bad := func(why string) (int64, error) {
 		return 0, fmt.Errorf("bad memory size %q: %s", s, why)
 	}
@@ -75,11 +75,11 @@ func sizeUnit(u string) (uint, bool) {
 	return 10 * uint(i+1), true
 }
 
-// FormatSize writes n bytes the way ParseSize reads them back, in the
+// Format writes n bytes the way Parse reads them back, in the
 // largest binary unit that keeps at most one decimal ("300 MiB", "1.5 GiB",
 // "1000 B"), for messages such as "killed at the memory limit of 300 MiB".
 // The figure is rounded down, so it never overstates the size.
-func FormatSize(n int64) string {
+func Format(n int64) string {
 	if n < 1024 {
 		return fmt.Sprintf("%d B", n)
 	}

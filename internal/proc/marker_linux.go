@@ -1,4 +1,4 @@
-package cgroup
+package proc
 
 import (
 	"context"
@@ -40,8 +40,8 @@ func MarkedPids(marker string, owner int) []int {
 // file system that never answers (FUSE): the reads run apart, and when ctx
 // ends first, what was found by then is returned.
 func markedPids(ctx context.Context, marker string, owner int, since uint64) []int {
-	r := statReader{root: "/proc"}
-	procs, err := r.scan()
+	r := StatReader{Root: "/proc"}
+	procs, err := r.Scan()
 	if err != nil {
 		return []int{}
 	}
@@ -50,7 +50,7 @@ func markedPids(ctx context.Context, marker string, owner int, since uint64) []i
 	go func() {
 		defer close(found)
 		for pid, p := range procs {
-			if pid <= 1 || pid == self || !p.alive() || p.start < since || ProcOwner(pid) != owner {
+			if pid <= 1 || pid == self || !p.Alive() || p.Start < since || Owner(pid) != owner {
 				continue
 			}
 			if readMarker(pid) == marker {
@@ -75,6 +75,14 @@ func markedPids(ctx context.Context, marker string, owner int, since uint64) []i
 		}
 	}
 }
+
+// Pauses between kill rounds, as in cgroup's proc mode: short first, since a
+// SIGKILLed process is usually a zombie within a millisecond, growing so
+// that a slow exit does not spin a core.
+const (
+	firstPause = time.Millisecond
+	maxPause   = 20 * time.Millisecond
+)
 
 // KillMarked SIGSTOPs and then SIGKILLs every process of owner whose
 // environment carries marker, until none is left or ctx ends; it returns

@@ -1,4 +1,4 @@
-package cgroup
+package proc
 
 import (
 	"bytes"
@@ -13,30 +13,30 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// procStat is what the tree needs from /proc/PID/stat (proc(5)).
-type procStat struct {
-	pid   int
-	state byte // R S D T t Z X ...
-	ppid  int
-	pgrp  int
-	start uint64   // starttime, clock ticks after boot: tells a process from a later one with the same pid
-	comm  [16]byte // the command name (at most 15 bytes, TASK_COMM_LEN), NUL-padded
+// Stat is what a tree scan needs from /proc/PID/stat (proc(5)).
+type Stat struct {
+	PID   int
+	State byte // R S D T t Z X ...
+	PPid  int
+	Pgrp  int
+	Start uint64   // starttime, clock ticks after boot: tells a process from a later one with the same pid
+	Comm  [16]byte // the command name (at most 15 bytes, TASK_COMM_LEN), NUL-padded
 }
 
-func (s procStat) proc() Proc {
-	return Proc{PID: s.pid, State: s.state, Start: s.start, PPid: s.ppid, Comm: string(bytes.TrimRight(s.comm[:], "\x00"))}
+func (s Stat) Proc() Proc {
+	return Proc{PID: s.PID, State: s.State, Start: s.Start, PPid: s.PPid, Comm: string(bytes.TrimRight(s.Comm[:], "\x00"))}
 }
 
-// alive reports whether the process can still run: a zombie (Z) or a dead
+// Alive reports whether the process can still run: a zombie (Z) or a dead
 // task (X, x) has released everything but its pid and exit status.
-func (s procStat) alive() bool {
-	return s.state != 'Z' && s.state != 'X' && s.state != 'x'
+func (s Stat) Alive() bool {
+	return s.State != 'Z' && s.State != 'X' && s.State != 'x'
 }
 
 // parseStat parses one /proc/PID/stat line. comm sits in parentheses and may
 // itself contain spaces and ')', so the fields start after the LAST ')'.
-func parseStat(b []byte) (procStat, error) {
-	var s procStat
+func parseStat(b []byte) (Stat, error) {
+	var s Stat
 	open := bytes.IndexByte(b, '(')
 	end := bytes.LastIndexByte(b, ')')
 	if open < 1 || end < open {
@@ -51,15 +51,15 @@ func parseStat(b []byte) (procStat, error) {
 	if len(f) < 20 || len(f[0]) != 1 {
 		return s, fmt.Errorf("parse stat of %d: %d fields after comm", pid, len(f))
 	}
-	s.pid, s.state = pid, f[0][0]
-	copy(s.comm[:], b[open+1:end])
-	if s.ppid, err = strconv.Atoi(string(f[1])); err != nil {
+	s.PID, s.State = pid, f[0][0]
+	copy(s.Comm[:], b[open+1:end])
+	if s.PPid, err = strconv.Atoi(string(f[1])); err != nil {
 		return s, fmt.Errorf("parse stat ppid of %d: %w", pid, err)
 	}
-	if s.pgrp, err = strconv.Atoi(string(f[2])); err != nil {
+	if s.Pgrp, err = strconv.Atoi(string(f[2])); err != nil {
 		return s, fmt.Errorf("parse stat pgrp of %d: %w", pid, err)
 	}
-	if s.start, err = strconv.ParseUint(string(f[19]), 10, 64); err != nil {
+	if s.Start, err = strconv.ParseUint(string(f[19]), 10, 64); err != nil {
 		return s, fmt.Errorf("parse stat starttime of %d: %w", pid, err)
 	}
 	return s, nil
@@ -72,19 +72,19 @@ func truncate(b []byte) []byte {
 	return b
 }
 
-// statReader reads /proc/PID/stat files into one reused buffer: a scan reads
+// StatReader reads /proc/PID/stat files into one reused buffer: a scan reads
 // every process on the host, so it avoids an allocation per file.
-type statReader struct {
-	root string // "/proc"
+type StatReader struct {
+	Root string // "/proc"
 	buf  []byte
 }
 
-// read returns the stat of pid; ok is false when the process is gone.
-func (r *statReader) read(pid int) (s procStat, ok bool, err error) {
+// Read returns the stat of pid; ok is false when the process is gone.
+func (r *StatReader) Read(pid int) (s Stat, ok bool, err error) {
 	if r.buf == nil {
 		r.buf = make([]byte, 4096) // a stat line is < 1 KiB; comm is at most 64 bytes
 	}
-	path := r.root + "/" + strconv.Itoa(pid) + "/stat"
+	path := r.Root + "/" + strconv.Itoa(pid) + "/stat"
 	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ESRCH) {
@@ -124,19 +124,19 @@ func readFull(fd int, buf []byte) (int, error) {
 	return n, nil
 }
 
-// scan reads the stat of every process in r.root. Processes that exit while
+// Scan reads the stat of every process in r.Root. Processes that exit while
 // it runs are left out; the caller scans again.
-func (r *statReader) scan() (map[int]procStat, error) {
-	d, err := os.Open(r.root)
+func (r *StatReader) Scan() (map[int]Stat, error) {
+	d, err := os.Open(r.Root)
 	if err != nil {
-		return nil, fmt.Errorf("scan %s: %w", r.root, err)
+		return nil, fmt.Errorf("scan %s: %w", r.Root, err)
 	}
 	names, err := d.Readdirnames(-1)
 	d.Close()
 	if err != nil {
-		return nil, fmt.Errorf("scan %s: %w", r.root, err)
+		return nil, fmt.Errorf("scan %s: %w", r.Root, err)
 	}
-	procs := make(map[int]procStat, len(names))
+	procs := make(map[int]Stat, len(names))
 	for _, name := range names {
 		if name == "" || name[0] < '1' || name[0] > '9' {
 			continue // self, sys, meminfo, ...
@@ -145,9 +145,9 @@ func (r *statReader) scan() (map[int]procStat, error) {
 		if err != nil {
 			continue
 		}
-		s, ok, err := r.read(pid)
+		s, ok, err := r.Read(pid)
 		if err != nil {
-			return nil, fmt.Errorf("scan %s: %w", r.root, err)
+			return nil, fmt.Errorf("scan %s: %w", r.Root, err)
 		}
 		if ok {
 			procs[pid] = s
@@ -167,32 +167,32 @@ type Proc struct {
 }
 
 // Alive reports whether the process can still run (not a zombie or dead).
-func (p Proc) Alive() bool { return procStat{state: p.State}.alive() }
+func (p Proc) Alive() bool { return Stat{State: p.State}.Alive() }
 
 // Stopped reports whether the process is stopped (SIGSTOP, a debugger).
 func (p Proc) Stopped() bool { return p.State == 'T' || p.State == 't' }
 
-// ReadProc reads /proc/PID/stat. An error wrapping os.ErrNotExist means
+// Read reads /proc/PID/stat. An error wrapping os.ErrNotExist means
 // there is no such process.
-func ReadProc(pid int) (Proc, error) {
+func Read(pid int) (Proc, error) {
 	if pid <= 0 {
 		return Proc{}, fmt.Errorf("pid %d: %w", pid, os.ErrNotExist)
 	}
-	r := statReader{root: "/proc"}
-	s, ok, err := r.read(pid)
+	r := StatReader{Root: "/proc"}
+	s, ok, err := r.Read(pid)
 	switch {
 	case err != nil:
 		return Proc{}, err
 	case !ok:
 		return Proc{}, fmt.Errorf("pid %d: %w", pid, os.ErrNotExist)
 	}
-	return s.proc(), nil
+	return s.Proc(), nil
 }
 
 // StartTime returns the start time of pid (clock ticks after boot, proc(5)
 // field 22), which tells a process from a later one that reuses its pid.
 func StartTime(pid int) (uint64, error) {
-	p, err := ReadProc(pid)
+	p, err := Read(pid)
 	return p.Start, err
 }
 
@@ -204,12 +204,12 @@ func HasChildren(pid int) bool {
 	return err == nil && len(bytes.TrimSpace(b)) > 0
 }
 
-// maxCmdline bounds what ProcCmdline reads: a command line is the
+// maxCmdline bounds what Cmdline reads: a command line is the
 // process's own to make as long as ARG_MAX allows.
 const maxCmdline = 64 << 10
 
-// ProcCmdline is pid's argv (/proc/PID/cmdline), at most 64 KiB of it.
-func ProcCmdline(pid int) ([]string, error) {
+// Cmdline is pid's argv (/proc/PID/cmdline), at most 64 KiB of it.
+func Cmdline(pid int) ([]string, error) {
 	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/cmdline")
 	if err != nil {
 		return nil, err
@@ -225,9 +225,9 @@ func ProcCmdline(pid int) ([]string, error) {
 	return strings.Split(strings.TrimSuffix(string(b), "\x00"), "\x00"), nil
 }
 
-// ProcOwner is pid's owner (the owner of /proc/PID: its effective uid),
+// Owner is pid's owner (the owner of /proc/PID: its effective uid),
 // or -1 when there is no such process.
-func ProcOwner(pid int) int {
+func Owner(pid int) int {
 	var s unix.Stat_t
 	if err := unix.Stat("/proc/"+strconv.Itoa(pid), &s); err != nil {
 		return -1
@@ -235,8 +235,8 @@ func ProcOwner(pid int) int {
 	return int(s.Uid)
 }
 
-// ProcRSS is pid's resident memory in bytes (0 when it is gone).
-func ProcRSS(pid int) int64 {
+// RSS is pid's resident memory in bytes (0 when it is gone).
+func RSS(pid int) int64 {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/statm")
 	if err != nil {
 		return 0
@@ -253,9 +253,9 @@ func ProcRSS(pid int) int64 {
 // Linux architecture's ABI).
 const userHZ = 100
 
-// ProcCPU is the CPU time pid has used, user and system (0 when it is
+// CPU is the CPU time pid has used, user and system (0 when it is
 // gone).
-func ProcCPU(pid int) time.Duration {
+func CPU(pid int) time.Duration {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
 		return 0
@@ -276,41 +276,18 @@ func ProcCPU(pid int) time.Duration {
 	return time.Duration(u+s) * time.Second / userHZ
 }
 
-// ProcPSS is pid's proportional set size in bytes: its resident memory,
+// PSS is pid's proportional set size in bytes: its resident memory,
 // with each page shared among n processes counted 1/n, so that a tree of
 // forked workers sums to what it really holds (/proc/PID/smaps_rollup;
-// ProcRSS when that cannot be read; 0 when it is gone).
-func ProcPSS(pid int) int64 {
+// RSS when that cannot be read; 0 when it is gone).
+func PSS(pid int) int64 {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/smaps_rollup")
 	if err == nil {
 		if kb, ok := meminfoField(b, "Pss:"); ok {
 			return kb << 10
 		}
 	}
-	return ProcRSS(pid)
-}
-
-// TreeCPU is the CPU time the tree's processes have used: the cgroup's
-// own account when it is a cgroup v2 (cpu.stat usage_usec, which keeps
-// what exited processes used), else the sum over its live processes.
-func TreeCPU(t Tree) time.Duration {
-	if m := t.Mode(); (m == ModeV2 || m == ModeSystemd) && t.Dir() != "" {
-		if b, err := os.ReadFile(t.Dir() + "/cpu.stat"); err == nil {
-			for _, line := range bytes.Split(b, []byte("\n")) {
-				if v, ok := bytes.CutPrefix(line, []byte("usage_usec ")); ok {
-					if us, err := strconv.ParseInt(string(bytes.TrimSpace(v)), 10, 64); err == nil {
-						return time.Duration(us) * time.Microsecond
-					}
-				}
-			}
-		}
-	}
-	pids, _ := t.Pids()
-	var sum time.Duration
-	for _, p := range pids {
-		sum += ProcCPU(p)
-	}
-	return sum
+	return RSS(pid)
 }
 
 // HostMemory is the host's memory from /proc/meminfo, in bytes.

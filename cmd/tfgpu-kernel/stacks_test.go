@@ -25,7 +25,7 @@ const (
 	stackCurrent = "current"
 )
 
-// e2eStacks (stacks_quick_test.go, stacks_full_test.go) are the stacks
+// e2eStacks (stacks_quick_test.go, e2e_stacks_full_test.go) are the stacks
 // every stack-aware E2E test runs on: Debian's alone in the quick suite,
 // which needs nothing from the network; both in the full one.
 
