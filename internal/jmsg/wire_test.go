@@ -15,6 +15,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
 
 // capture is one message serialized by jupyter_client (testdata/gen.py).
@@ -460,10 +462,7 @@ func requireJupyter(t *testing.T) {
 		}
 	})
 	if err := jupyterOnce.err; err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("CI needs /usr/bin/python3 with jupyter_client (python3-jupyter-client): %v", err)
-		}
-		t.Skipf("no jupyter_client for /usr/bin/python3: %v", err)
+		testutil.RequireOrSkip(t, "needs /usr/bin/python3 with jupyter_client (python3-jupyter-client): %v", err)
 	}
 }
 
