@@ -24,12 +24,19 @@ var JupyterEnv = []string{
 // a test run inside srun or sbatch has them) and this program's own
 // TFGPU_ settings (TFGPU_MEMORY_LIMIT, TFGPU_STATE_DIR, a typo run
 // refuses, the marker of a kernel's tree when go test runs in a
-// notebook's terminal), but for TestControlEnv.
-var hostEnvPrefixes = []string{"XDG_", "SLURM", "SBATCH_", "SRUN_", "SALLOC_", "TFGPU_"}
+// notebook's terminal), and Jupyter's JPY_ ones (JPY_PARENT_PID, which a
+// supervisor watches, in a notebook's terminal or !go test), but for
+// TestControlEnv.
+var hostEnvPrefixes = []string{"XDG_", "SLURM", "SBATCH_", "SRUN_", "SALLOC_", "TFGPU_", "JPY_"}
 
 // hostEnvNames are the variables by which internal/engine takes the host
 // for a container's (go test run in a pod or a toolbox).
 var hostEnvNames = []string{"container", "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT"}
+
+// gpuEnv choose the GPUs a supervisor confirms (wrapper/gpu.go): the
+// host's would change what the tests of the fake NVML see, but for the
+// real-GPU check (TFGPU_REAL_GPU), which runs on them on purpose.
+var gpuEnv = []string{"CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES"}
 
 // TestControlEnv are the TFGPU_ variables that steer the tests
 // themselves (a helper process's role, the real-GPU check, fuzzing
@@ -45,10 +52,14 @@ var TestControlEnv = []string{
 
 // IsHostEnv reports whether the variable named k is one of the host's
 // that Hermetic and CleanEnv remove: JupyterEnv, XDG_*, Slurm's, a
-// container's, and TFGPU_* but TestControlEnv.
+// container's, JPY_*, the GPUs' (but for the real-GPU check), and
+// TFGPU_* but TestControlEnv.
 func IsHostEnv(k string) bool {
 	if slices.Contains(JupyterEnv, k) || slices.Contains(hostEnvNames, k) {
 		return true
+	}
+	if slices.Contains(gpuEnv, k) {
+		return os.Getenv("TFGPU_REAL_GPU") == ""
 	}
 	for _, p := range hostEnvPrefixes {
 		if strings.HasPrefix(k, p) {

@@ -117,9 +117,11 @@ func TestQuickTestsOnAPlantedHost(t *testing.T) {
 		"SLURM_JOB_ID=4242", "SLURM_STEP_ID=0", "SLURM_JOB_UID=0", "SLURM_CPUS_ON_NODE=1",
 		"TFGPU_MEMORY_LIMT=8G", // a typo run refuses
 		"TFGPU_MEMORY_LIMIT=64M",
-		"TFGPU_CGROUP=v1",
+		"TFGPU_CGROUP=v3", // no such mode: a supervisor that reads it refuses
 		"TFGPU_STATE_DIR=" + state,
 		"TFGPU_LOG_LEVEL=error",
+		"JPY_PARENT_PID=2147483646", "JPY_SESSION_NAME=planted.ipynb", // a notebook's !go test; that pid does not exist
+		"CUDA_VISIBLE_DEVICES=7",
 	}
 	host := Host{Dirs: dirs, Env: env}
 
@@ -181,7 +183,7 @@ func TestCleanEnvKeepsOnlyTheTests(t *testing.T) {
 		}
 	}
 	for _, k := range []string{"SLURM_JOB_ID", "SLURMD_NODENAME", "SBATCH_ACCOUNT", "XDG_RUNTIME_DIR", "XDG_DATA_DIRS",
-		"JUPYTER_PATH", "IPYTHONDIR", "TFGPU_MEMORY_LIMIT", "TFGPU_MEMORY_LIMT", "TFGPU_TREE", "container"} {
+		"JUPYTER_PATH", "IPYTHONDIR", "TFGPU_MEMORY_LIMIT", "TFGPU_MEMORY_LIMT", "TFGPU_TREE", "container", "JPY_PARENT_PID"} {
 		if !IsHostEnv(k) {
 			t.Errorf("IsHostEnv(%s) = false", k)
 		}
