@@ -444,6 +444,7 @@ func (h *harness) stopAndCheck(cmd *exec.Cmd, pid int) {
 // go in.
 func requireMode(t *testing.T, mode string) string {
 	t.Helper()
+	testutil.Integration(t)
 	o, err := cgroup.Open(mode, fmt.Sprintf("probe-%d", os.Getpid()), cgroup.Options{})
 	if err != nil {
 		testutil.RequireOrSkip(t, "needs a writable %s cgroup hierarchy: %v", mode, err)

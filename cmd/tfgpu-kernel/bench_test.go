@@ -39,6 +39,7 @@ const benchPython = "/usr/bin/python3"
 // Jupyter stack is missing.
 func benchJupyterPython(tb testing.TB) {
 	tb.Helper()
+	testutil.Integration(tb)
 	out, err := exec.Command(benchPython, "-c", "import ipykernel, jupyter_client, zmq").CombinedOutput()
 	if err == nil {
 		return

@@ -18,6 +18,7 @@ import (
 // the test fails in CI (CI=true) and is skipped elsewhere.
 func installJupyterPython(t *testing.T) string {
 	t.Helper()
+	testutil.Integration(t)
 	const py = "/usr/bin/python3"
 	if out, err := exec.Command(py, "-c", "import ipykernel, jupyter_client, jupyter_core").CombinedOutput(); err != nil {
 		msg := "need " + py + " with ipykernel and jupyter_client (apt-get install python3-ipykernel python3-jupyter-client): " + strings.TrimSpace(string(out))
@@ -40,6 +41,7 @@ var (
 // or moves a binary copies it first.
 func buildInstallTestBinary(t *testing.T) string {
 	t.Helper()
+	testutil.Integration(t)
 	testBinaryOnce.Do(func() {
 		if testBinaryDir, testBinaryErr = os.MkdirTemp("", "tfgpu-test-bin-"); testBinaryErr != nil {
 			return

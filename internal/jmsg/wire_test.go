@@ -455,6 +455,7 @@ var jupyterOnce struct {
 // except in CI, where nothing that matters may be skipped.
 func requireJupyter(t *testing.T) {
 	t.Helper()
+	testutil.Integration(t)
 	jupyterOnce.Do(func() {
 		out, err := exec.Command("/usr/bin/python3", "-c", "import jupyter_client").CombinedOutput()
 		if err != nil {
