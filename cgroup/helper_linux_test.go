@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tfgpu/tfgpu-kernel/internal/proc"
+	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
 
 // tortureProcs is how many live processes the "torture" helper tree has
@@ -47,6 +48,7 @@ func TestMain(m *testing.M) {
 	if mode := os.Getenv(envMode); mode != "" {
 		helper(mode) // never returns
 	}
+	testutil.CleanEnv() // the host's XDG_RUNTIME_DIR (a systemd user session), TFGPU_ and Slurm variables (docs/testing.md#hermetic)
 	if err := proc.SetChildSubreaper(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)

@@ -49,6 +49,7 @@ func init() {
 // it elsewhere.
 func requireRoot(t *testing.T) {
 	t.Helper()
+	testutil.Integration(t)
 	if os.Geteuid() != 0 {
 		testutil.RequireOrSkip(t, "needs root (euid %d)", os.Geteuid())
 	}

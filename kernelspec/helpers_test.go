@@ -14,6 +14,7 @@ import (
 // python3-ipykernel). Missing in CI (CI=true) is a failure, never a skip.
 func systemPython(t *testing.T) Python {
 	t.Helper()
+	testutil.Integration(t)
 	py, err := ProbePython(context.Background(), FallbackPython)
 	if err != nil {
 		testutil.RequireOrSkip(t, "need %s with ipykernel (apt-get install python3-ipykernel): %v", FallbackPython, err)

@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
 
 // churnClient is the real jupyter_client making a client per run, as
@@ -45,13 +47,11 @@ os._exit(0)  # not the interpreter's teardown: jupyter_client 7.4.9's __del__ ho
 // supervisor process's descriptors and RSS from outside; goroutines can
 // only be counted in-process).
 func TestClientChurnLeavesNothingBehind(t *testing.T) {
+	testutil.Integration(t) // a real jupyter_client
 	py := "/usr/bin/python3"
 	if out, err := exec.Command(py, "-c", "import jupyter_client, zmq").CombinedOutput(); err != nil {
 		msg := fmt.Sprintf("need %s with jupyter_client (apt-get install python3-jupyter-client): %s", py, out)
-		if os.Getenv("CI") == "true" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
+		testutil.RequireOrSkip(t, "%s", msg)
 	}
 	cycles := 1000
 	if testing.Short() {

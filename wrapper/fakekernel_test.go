@@ -19,6 +19,7 @@ import (
 
 	"github.com/tfgpu/tfgpu-kernel/internal/bytesize"
 	"github.com/tfgpu/tfgpu-kernel/internal/jmsg"
+	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
 
 // The test binary plays a small Jupyter kernel written in Go when
@@ -67,6 +68,11 @@ func TestMain(m *testing.M) {
 		time.Sleep(time.Hour)
 		return
 	}
+	// Nothing of the host's may change an outcome: its Jupyter and
+	// IPython directories (the real kernels some tests start read them),
+	// and Jupyter's, XDG's, Slurm's and TFGPU_ variables of the shell that
+	// runs go test (docs/testing.md#hermetic).
+	testutil.Hermetic(testutil.HostJupyterDirs(), nil)
 	os.Exit(m.Run())
 }
 

@@ -449,12 +449,10 @@ func (h *harness) stopAndCheck(cmd *exec.Cmd, pid int) {
 // go in.
 func requireMode(t *testing.T, mode string) string {
 	t.Helper()
+	testutil.Integration(t)
 	o, err := cgroup.Open(mode, fmt.Sprintf("probe-%d", os.Getpid()), cgroup.Options{})
 	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("CI=true: needs a writable %s cgroup hierarchy: %v", mode, err)
-		}
-		t.Skipf("needs a writable %s cgroup hierarchy: %v", mode, err)
+		testutil.RequireOrSkip(t, "needs a writable %s cgroup hierarchy: %v", mode, err)
 	}
 	dir := filepath.Dir(o.Tree.Dir())
 	if err := o.Tree.Close(); err != nil {

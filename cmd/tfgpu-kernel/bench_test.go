@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/tfgpu/tfgpu-kernel/internal/gpu/gputest"
+	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
 
 const benchPython = "/usr/bin/python3"
@@ -38,15 +39,13 @@ const benchPython = "/usr/bin/python3"
 // Jupyter stack is missing.
 func benchJupyterPython(tb testing.TB) {
 	tb.Helper()
+	testutil.Integration(tb)
 	out, err := exec.Command(benchPython, "-c", "import ipykernel, jupyter_client, zmq").CombinedOutput()
 	if err == nil {
 		return
 	}
 	msg := "need " + benchPython + " with ipykernel and jupyter_client (apt-get install python3-ipykernel python3-jupyter-client): " + strings.TrimSpace(string(out))
-	if os.Getenv("CI") == "true" {
-		tb.Fatal(msg)
-	}
-	tb.Skip(msg)
+	testutil.RequireOrSkip(tb, "%s", msg)
 }
 
 // benchSetup builds the supervisor (with lazy binding, as install.sh does)

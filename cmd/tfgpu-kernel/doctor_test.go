@@ -14,6 +14,7 @@ import (
 // doctor reports containment and memory limits, and a kernel whose
 // supervisor died, with the command that fixes it; stop then finishes it.
 func TestDoctorAndStopOfAStaleKernel(t *testing.T) {
+	testutil.Integration(t)
 	if os.Geteuid() != 0 && os.Getenv("CI") != "true" {
 		t.Skip("the cgroup findings differ for other users")
 	}

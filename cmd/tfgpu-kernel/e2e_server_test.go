@@ -4,12 +4,12 @@ package main
 
 import (
 	"fmt"
-	"os"
 	"os/exec"
 	"testing"
 	"time"
 
 	"github.com/tfgpu/tfgpu-kernel/internal/gpu/gputest"
+	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
 
 // Issue 5, "The scenario users meet": the real Jupyter server and nbconvert
@@ -80,9 +80,6 @@ func e2eRequireTool(t *testing.T, name string) {
 	t.Helper()
 	if _, err := exec.LookPath(name); err != nil {
 		msg := fmt.Sprintf("need %s (apt-get install %s): %v", name, name, err)
-		if os.Getenv("CI") == "true" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
+		testutil.RequireOrSkip(t, "%s", msg)
 	}
 }

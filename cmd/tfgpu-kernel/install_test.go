@@ -10,19 +10,19 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
 
 // installJupyterPython is Debian's /usr/bin/python3 with jupyter_client; without it
 // the test fails in CI (CI=true) and is skipped elsewhere.
 func installJupyterPython(t *testing.T) string {
 	t.Helper()
+	testutil.Integration(t)
 	const py = "/usr/bin/python3"
 	if out, err := exec.Command(py, "-c", "import ipykernel, jupyter_client, jupyter_core").CombinedOutput(); err != nil {
 		msg := "need " + py + " with ipykernel and jupyter_client (apt-get install python3-ipykernel python3-jupyter-client): " + strings.TrimSpace(string(out))
-		if os.Getenv("CI") == "true" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
+		testutil.RequireOrSkip(t, "%s", msg)
 	}
 	return py
 }
@@ -41,6 +41,7 @@ var (
 // or moves a binary copies it first.
 func buildInstallTestBinary(t *testing.T) string {
 	t.Helper()
+	testutil.Integration(t)
 	testBinaryOnce.Do(func() {
 		if testBinaryDir, testBinaryErr = os.MkdirTemp("", "tfgpu-test-bin-"); testBinaryErr != nil {
 			return

@@ -27,6 +27,7 @@ type installSh struct {
 // real system is not touched, and the Go setup of this test run.
 func newInstallSh(t *testing.T, extra ...string) (*installSh, string) {
 	t.Helper()
+	testutil.Integration(t)
 	script, err := filepath.Abs(filepath.Join("..", "..", "install.sh"))
 	if err != nil {
 		t.Fatal(err)

@@ -105,6 +105,7 @@ func realRig(t *testing.T) *gpuRig {
 }
 
 func fakeRig(t *testing.T) *gpuRig {
+	testutil.Integration(t) // a Python load and the supervisor
 	f := gputest.New(t, 1, gputest.Full)
 	env := f.Env("FAKE_NVML_RELEASE_MS=700")
 	for _, kv := range env {

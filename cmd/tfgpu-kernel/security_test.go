@@ -41,6 +41,7 @@ type localUser struct {
 
 func newLocalUser(t *testing.T, role string) localUser {
 	t.Helper()
+	testutil.Integration(t)
 	shared := sharedDir(t)
 	u := testutil.NewUser(t, role, func(name string) string { return filepath.Join(shared, name) })
 	home := filepath.Join(shared, u.Name)
@@ -507,12 +508,10 @@ func TestSecurityRootLoadsOnlyRootsNVML(t *testing.T) {
 // make a cgroup.
 func cgroupV2Parent(t *testing.T) string {
 	t.Helper()
+	testutil.Integration(t)
 	l, err := cgroup.DetectLayout()
 	if err != nil || l.V2Self == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("CI=true: needs cgroup v2: %v", err)
-		}
-		t.Skipf("needs cgroup v2: %v", err)
+		testutil.RequireOrSkip(t, "needs cgroup v2: %v", err)
 	}
 	return l.V2Self
 }

@@ -39,6 +39,7 @@ var (
 // first if it is not yet (fatal in CI where it cannot be, a skip elsewhere).
 func stackPython(t testing.TB, stack string) string {
 	t.Helper()
+	testutil.Integration(t)
 	if stack == stackDebian {
 		return "/usr/bin/python3"
 	}

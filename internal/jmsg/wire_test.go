@@ -15,6 +15,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
 
 // capture is one message serialized by jupyter_client (testdata/gen.py).
@@ -453,6 +455,7 @@ var jupyterOnce struct {
 // except in CI, where nothing that matters may be skipped.
 func requireJupyter(t *testing.T) {
 	t.Helper()
+	testutil.Integration(t)
 	jupyterOnce.Do(func() {
 		out, err := exec.Command("/usr/bin/python3", "-c", "import jupyter_client").CombinedOutput()
 		if err != nil {
@@ -460,10 +463,7 @@ func requireJupyter(t *testing.T) {
 		}
 	})
 	if err := jupyterOnce.err; err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("CI needs /usr/bin/python3 with jupyter_client (python3-jupyter-client): %v", err)
-		}
-		t.Skipf("no jupyter_client for /usr/bin/python3: %v", err)
+		testutil.RequireOrSkip(t, "needs /usr/bin/python3 with jupyter_client (python3-jupyter-client): %v", err)
 	}
 }
 

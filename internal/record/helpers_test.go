@@ -15,6 +15,7 @@ const nobody = 65534
 
 func requireRootUser(t *testing.T) {
 	t.Helper()
+	testutil.Integration(t)
 	if os.Geteuid() != 0 {
 		testutil.RequireOrSkip(t, "needs root (to plant files owned by another user)")
 	}
@@ -24,6 +25,7 @@ func requireRootUser(t *testing.T) {
 // would go in, once one could be made and removed there.
 func requireCgroupV2(t *testing.T) string {
 	t.Helper()
+	testutil.Integration(t)
 	o, err := cgroup.Open(cgroup.ModeV2, fmt.Sprintf("probe-%d", os.Getpid()), cgroup.Options{})
 	if err != nil {
 		testutil.RequireOrSkip(t, "needs a writable cgroup v2 tree: %v", err)

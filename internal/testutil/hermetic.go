@@ -31,6 +31,7 @@ func HostJupyterDirs() []string {
 		dirs = append(dirs, filepath.Join(home, ".local", "share", "jupyter"), filepath.Join(home, ".jupyter"),
 			filepath.Join(home, ".local", "etc", "jupyter"), filepath.Join(home, ".ipython"))
 	}
+	dirs = append(dirs, pythonPrefixDirs()...)
 	var have []string
 	for _, d := range dirs {
 		if fi, err := os.Stat(d); err == nil && fi.IsDir() {
@@ -38,6 +39,37 @@ func HostJupyterDirs() []string {
 		}
 	}
 	return have
+}
+
+// pythonPrefixDirs are the kernelspec and config directories of the
+// sys.prefix of the python3 on PATH (a pyenv's, a conda's), which
+// jupyter_core searches too (ENV_JUPYTER_PATH, ENV_CONFIG_PATH): a
+// kernel installed there with --sys-prefix is the host's. Only asked as
+// root, before Hermetic's namespace, the only time they are hidden.
+func pythonPrefixDirs() []string {
+	if os.Geteuid() != 0 || os.Getenv(hermeticEnv) != "" {
+		return nil
+	}
+	return probePythonPrefixDirs()
+}
+
+// probePythonPrefixDirs asks the python3 on PATH for pythonPrefixDirs.
+func probePythonPrefixDirs() []string {
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		return nil
+	}
+	out, err := exec.Command(py, "-I", "-c", "import sys; print(sys.prefix); print(sys.exec_prefix)").Output()
+	if err != nil {
+		return nil
+	}
+	var dirs []string
+	for _, p := range strings.Fields(string(out)) {
+		if filepath.IsAbs(p) && p != "/usr" && p != "/usr/local" { // those are HostJupyterDirs' own
+			dirs = append(dirs, filepath.Join(p, "share", "jupyter", "kernels"), filepath.Join(p, "etc", "jupyter"))
+		}
+	}
+	return slices.Compact(dirs)
 }
 
 // HostNVML are the NVIDIA driver's NVML libraries the dynamic loader finds
@@ -69,7 +101,7 @@ func HostNVML() []string {
 // that need the host hidden call RequireHermetic. Call it first thing in
 // TestMain, after the branches where the binary plays a helper process.
 func Hermetic(dirs, files []string) {
-	clearJupyterEnv()
+	CleanEnv()
 	if os.Geteuid() != 0 || os.Getenv(hermeticEnv) != "" {
 		return
 	}

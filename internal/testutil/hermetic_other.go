@@ -6,7 +6,7 @@ import "testing"
 
 func HostJupyterDirs() []string     { return nil }
 func HostNVML() []string            { return nil }
-func Hermetic(dirs, files []string) { clearJupyterEnv() }
+func Hermetic(dirs, files []string) { CleanEnv() }
 
 func RequireHermetic(t testing.TB) {
 	t.Helper()
@@ -19,6 +19,12 @@ type Host struct {
 }
 
 func (h Host) Run(t testing.TB, hide bool, args ...string) (string, error) {
+	t.Helper()
+	RequireHermetic(t)
+	return "", nil
+}
+
+func (h Host) Exec(t testing.TB, hide bool, argv ...string) (string, error) {
 	t.Helper()
 	RequireHermetic(t)
 	return "", nil

@@ -44,6 +44,16 @@ func (h Host) Run(t testing.TB, hide bool, args ...string) (string, error) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return h.Exec(t, hide, append([]string{self}, args...)...)
+}
+
+// Exec is Run with any command, argv[0] looked up in PATH: go test of
+// other packages (TestQuickTestsOnAPlantedHost), whose test binaries'
+// TestMain hide the host, or, with hide false, not (they are told they
+// already run hermetic).
+func (h Host) Exec(t testing.TB, hide bool, argv ...string) (string, error) {
+	t.Helper()
+	RequireHermetic(t)
 	const script = `set -e
 scratch=$1; shift
 mount -t tmpfs -o mode=0700,size=16m tfgpu-test-plant "$scratch"
@@ -62,7 +72,7 @@ while [ "$1" != -- ]; do
 done
 shift
 exec "$@"`
-	argv := []string{"--mount", "--propagation", "private", "/bin/sh", "-c", script, "sh", t.TempDir()}
+	uargv := []string{"--mount", "--propagation", "private", "/bin/sh", "-c", script, "sh", t.TempDir()}
 	targets := make([]string, 0, len(h.Dirs))
 	for d := range h.Dirs {
 		targets = append(targets, d)
@@ -72,9 +82,9 @@ exec "$@"`
 		if !filepath.IsAbs(d) || strings.ContainsAny(d, ",:") {
 			t.Fatalf("Host.Dirs: %q is not an absolute path an overlay can name", d)
 		}
-		argv = append(argv, d, h.Dirs[d])
+		uargv = append(uargv, d, h.Dirs[d])
 	}
-	argv = append(append(argv, "--", self), args...)
+	uargv = append(append(uargv, "--"), argv...)
 
 	ctx := context.Background()
 	if dl, ok := t.(interface{ Deadline() (time.Time, bool) }); ok {
@@ -84,7 +94,7 @@ exec "$@"`
 			defer cancel()
 		}
 	}
-	cmd := exec.CommandContext(ctx, "unshare", argv...)
+	cmd := exec.CommandContext(ctx, "unshare", uargv...)
 	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, hermeticEnv+"=") })
 	cmd.Env = append(cmd.Env, h.Env...)
 	if !hide {

@@ -39,13 +39,29 @@ func PrivateDir(t testing.TB) string {
 	return d
 }
 
-// RequireOrSkip fails the test in CI (CI=true), where .ci/run installs
-// everything the tests need, so that a missing dependency is never a
-// skip there; elsewhere it skips.
+// RequireOrSkip is the one rule for a dependency a test lacks (the
+// Python stack, root, a cgroup hierarchy, a tool): it fails the test in
+// CI (CI=true), where .ci/run installs everything the tests need, so
+// that a missing dependency is never a skip there; elsewhere, and under
+// -short (the unit-only run, which needs none of them, CI or not), it
+// skips.
 func RequireOrSkip(t testing.TB, format string, args ...any) {
 	t.Helper()
-	if os.Getenv("CI") == "true" {
+	if os.Getenv("CI") == "true" && !testing.Short() {
 		t.Fatalf("CI=true: "+format, args...)
 	}
 	t.Skipf(format, args...)
+}
+
+// Integration marks a test that needs more than Go and this process: one
+// that starts real kernels or Python, needs root, cgroups, other users,
+// Slurm or podman, or builds binaries. Under -short (go test -short
+// ./..., the unit-only run: no root, under 30 s) it skips; otherwise it
+// does nothing, so the quick and full suites run every such test and
+// their missing dependencies still fail in CI (RequireOrSkip).
+func Integration(t testing.TB) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("integration test: skipped under -short, the unit-only run (docs/testing.md)")
+	}
 }

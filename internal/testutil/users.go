@@ -26,6 +26,7 @@ type User struct {
 // needs root: fatal in CI, a skip elsewhere.
 func NewUser(t testing.TB, role string, home func(name string) string) User {
 	t.Helper()
+	Integration(t)
 	if os.Geteuid() != 0 {
 		RequireOrSkip(t, "needs root (useradd)")
 	}

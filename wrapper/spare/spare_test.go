@@ -31,6 +31,7 @@ const (
 
 func requirePython(t *testing.T) {
 	t.Helper()
+	testutil.Integration(t)
 	if out, err := exec.Command(python, "-c", "import ipykernel").CombinedOutput(); err != nil {
 		testutil.RequireOrSkip(t, "need %s with ipykernel (apt-get install python3-ipykernel): %s", python, out)
 	}

@@ -45,6 +45,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
 
 // SOName is the file name of the fake library in a LibDir, NVML's soname.
@@ -205,6 +207,7 @@ func (f *Fake) Calls(t testing.TB) []string {
 // cleanup kills and reaps it; a test may do so earlier itself.
 func (f *Fake) Hold(t testing.TB, dev, mib int, extra ...string) *exec.Cmd {
 	t.Helper()
+	testutil.Integration(t) // a Python holder
 	if slices.Contains(extra, "--double-fork") {
 		t.Fatalf("gputest: Hold does not take --double-fork")
 	}

@@ -19,6 +19,8 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"golang.org/x/sys/unix"
+
+	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
 
 // The fake is tested through go-nvml, as the supervisor uses it. go-nvml
@@ -536,6 +538,7 @@ signal.pause()
 // as this process is a child subreaper.
 func startEscape(t *testing.T, f *Fake, how string) (starter *exec.Cmd, pid int) {
 	t.Helper()
+	testutil.Integration(t) // a Python starter
 	r, w, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,14 @@
+package testutil
+
+import (
+	"os"
+	"testing"
+)
+
+// The package's own tests run as every package's do (docs/testing.md#hermetic):
+// TestCleanEnvKeepsOnlyTheTests checks what Hermetic leaves, and
+// TestQuickTestsOnAPlantedHost needs its namespace to plant a host in.
+func TestMain(m *testing.M) {
+	Hermetic(HostJupyterDirs(), nil)
+	os.Exit(m.Run())
+}
