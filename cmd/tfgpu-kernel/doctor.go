@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/tfgpu/tfgpu-kernel/internal/control"
 	"github.com/tfgpu/tfgpu-kernel/internal/doctor"
 	"github.com/tfgpu/tfgpu-kernel/internal/gpu"
 	"github.com/tfgpu/tfgpu-kernel/internal/record"
@@ -35,7 +36,7 @@ func cmdDoctor(args []string) int {
 	problems := 0
 	only := stateDirNamed(fs)
 	all := os.Geteuid() == 0 && !only
-	kernels := func() ([]record.State, []error, error) { return collectStates(*stateDir, all, only) }
+	kernels := func() ([]record.State, []error, error) { return control.Collect(*stateDir, all, only) }
 	findings := append(doctor.Host(*stateDir, all, kernels), doctor.GPU(*nvmlLib)...)
 	findings = append(findings, doctor.Handoffs(*stateDir, *nvmlLib)...)
 	if states, _, err := kernels(); err == nil {

@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/tfgpu/tfgpu-kernel/cgroup"
+	"github.com/tfgpu/tfgpu-kernel/internal/control"
 	"github.com/tfgpu/tfgpu-kernel/internal/record"
 	"github.com/tfgpu/tfgpu-kernel/kernelspec"
 )
@@ -134,7 +135,7 @@ func (c *installCmd) checkEnv() error {
 // matched is read from the running processes, never from the records.
 func kernelsRunningOn(prev *kernelspec.Previous) []string {
 	var out []string
-	states, _, err := collectStates(record.DefaultDir(), os.Geteuid() == 0, false)
+	states, _, err := control.Collect(record.DefaultDir(), os.Geteuid() == 0, false)
 	if err == nil {
 		for _, k := range record.Census(states, nil) {
 			st := k.State

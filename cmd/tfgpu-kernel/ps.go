@@ -10,6 +10,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/tfgpu/tfgpu-kernel/internal/control"
 	"github.com/tfgpu/tfgpu-kernel/internal/gpu"
 	"github.com/tfgpu/tfgpu-kernel/internal/record"
 )
@@ -39,7 +40,7 @@ func cmdPs(args []string) int {
 	// Root lists every user's kernels, found from the running supervisors
 	// (record.Collect), whatever state directory each chose.
 	only := stateDirNamed(fs)
-	states, refused, err := collectStates(*stateDir, os.Geteuid() == 0 && !only, only)
+	states, refused, err := control.Collect(*stateDir, os.Geteuid() == 0 && !only, only)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "tfgpu-kernel ps: %v\n", err)
 		return 1
