@@ -2,6 +2,7 @@ package main
 
 import (
 	"flag"
+	"github.com/tfgpu/tfgpu-kernel/internal/runflags"
 	"os"
 	"regexp"
 	"runtime/debug"
@@ -53,8 +54,8 @@ func TestRunFlagsComeFromTheEnvironment(t *testing.T) {
 			}
 		})
 	}
-	if got := envName("inner-transport"); got != "TFGPU_INNER_TRANSPORT" {
-		t.Fatalf("envName = %q", got)
+	if got := runflags.EnvName("inner-transport"); got != "TFGPU_INNER_TRANSPORT" {
+		t.Fatalf("runflags.EnvName = %q", got)
 	}
 }
 

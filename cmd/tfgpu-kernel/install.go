@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/tfgpu/tfgpu-kernel/internal/runflags"
 	"io"
 	"io/fs"
 	"maps"
@@ -90,9 +91,9 @@ type installCmd struct {
 	fs      *flag.FlagSet
 	o       kernelspec.Options
 	env     installEnvFlags
-	rf      runFlags
+	rf      runflags.Flags
 	set     map[string]bool
-	src     flagSource // how each run flag was given, for errors
+	src     runflags.Source // how each run flag was given, for errors
 	dryRun  bool
 	reset   bool
 	wraps   bool // --with-wraps
@@ -101,7 +102,7 @@ type installCmd struct {
 }
 
 func installMain(args []string, stdout, stderr io.Writer) int {
-	c := &installCmd{fs: flag.NewFlagSet("install", flag.ContinueOnError), env: installEnvFlags{}, stdout: stdout, src: flagSource{}}
+	c := &installCmd{fs: flag.NewFlagSet("install", flag.ContinueOnError), env: installEnvFlags{}, stdout: stdout, src: runflags.Source{}}
 	fs, o := c.fs, &c.o
 	fs.SetOutput(io.Discard) // errors are reported as one line below
 	o.Env, o.Version = c.env, version
@@ -119,13 +120,13 @@ func installMain(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&c.dryRun, "dry-run", false, "say what would be installed and kept; write nothing")
 	uninstall := fs.Bool("uninstall", false, "remove the kernelspec (only one written by tfgpu-kernel; with --wrap, only the wrapper) and say which kernels still run on it, and which other kernelspecs run this binary")
 	fs.BoolVar(&c.wraps, "with-wraps", false, "with --uninstall: also remove every other kernelspec of ours that runs this binary (its --wrap twins), wherever Jupyter finds them")
-	c.rf.define(fs)
+	c.rf.Define(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			printInstallUsage(stdout, installUsage, fs)
 			return 0
 		}
-		return installFail(stderr, 2, errors.New(flagError(err)))
+		return installFail(stderr, 2, errors.New(runflags.FlagError(err)))
 	}
 	if fs.NArg() > 0 {
 		return installFail(stderr, 2, fmt.Errorf("unexpected argument %q", fs.Arg(0)))
@@ -242,7 +243,7 @@ func (c *installCmd) settle(stderr io.Writer) (kept []string, prev *kernelspec.P
 	if err != nil {
 		return nil, nil, installFail(stderr, installExitCode(err), err)
 	}
-	if _, err := c.rf.check(c.src); err != nil {
+	if _, err := c.rf.Check(c.src); err != nil {
 		return nil, nil, installFail(stderr, 2, err)
 	}
 	if err := c.checkEnv(); err != nil {
@@ -425,12 +426,12 @@ func sayRunning(w io.Writer, prev *kernelspec.Previous) {
 }
 
 // installRunArgv turns the run flags given on the command line (and not
-// empty) into "--flag value" pairs in kernelspecRunFlags order, values as
+// empty) into "--flag value" pairs in runflags.KernelspecFlags order, values as
 // the flag package prints them. A relative --nvml-library path is made
 // absolute: Jupyter starts the kernel from another directory.
 func installRunArgv(fs *flag.FlagSet, set map[string]bool) ([]string, error) {
 	var argv []string
-	for _, name := range kernelspecRunFlags {
+	for _, name := range runflags.KernelspecFlags {
 		if !set[name] {
 			continue
 		}
@@ -487,10 +488,10 @@ func installFail(w io.Writer, code int, err error) int {
 // users type them: install's own, then the run flags.
 func printInstallUsage(w io.Writer, usage string, fs *flag.FlagSet) {
 	fmt.Fprint(w, usage)
-	isRun := func(f *flag.Flag) bool { return slices.Contains(kernelspecRunFlags, f.Name) }
-	printFlags(w, fs, func(f *flag.Flag) bool { return !isRun(f) })
+	isRun := func(f *flag.Flag) bool { return slices.Contains(runflags.KernelspecFlags, f.Name) }
+	runflags.PrintFlags(w, fs, func(f *flag.Flag) bool { return !isRun(f) })
 	fmt.Fprint(w, installRunFlagsHeader)
-	printFlags(w, fs, isRun)
+	runflags.PrintFlags(w, fs, isRun)
 }
 
 func installCountTrue(bs ...bool) int {

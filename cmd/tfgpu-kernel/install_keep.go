@@ -15,6 +15,7 @@ import (
 	"github.com/tfgpu/tfgpu-kernel/cgroup"
 	"github.com/tfgpu/tfgpu-kernel/internal/control"
 	"github.com/tfgpu/tfgpu-kernel/internal/record"
+	"github.com/tfgpu/tfgpu-kernel/internal/runflags"
 	"github.com/tfgpu/tfgpu-kernel/kernelspec"
 )
 
@@ -58,13 +59,13 @@ func (c *installCmd) keep() (kept []string, prev *kernelspec.Previous, err error
 	for _, p := range prev.RunFlags {
 		name := strings.TrimPrefix(p[0], "--")
 		switch {
-		case !slices.Contains(kernelspecRunFlags, name):
+		case !slices.Contains(runflags.KernelspecFlags, name):
 			kept = append(kept, "not "+p[0]+" (no such run flag any more)")
 			continue
 		case c.set[name]: // given now, perhaps empty: no value
 			continue
 		}
-		if _, ok := givenEnv[envName(name)]; ok {
+		if _, ok := givenEnv[runflags.EnvName(name)]; ok {
 			continue
 		}
 		c.src[name] = "the installed kernelspec's " + p[0]
@@ -79,7 +80,7 @@ func (c *installCmd) keep() (kept []string, prev *kernelspec.Previous, err error
 		if _, ok := givenEnv[k]; ok {
 			continue
 		}
-		if name, ok := runFlagOfEnv(k); ok && c.set[name] && c.src[name] == "" {
+		if name, ok := runflags.FlagOfEnv(k); ok && c.set[name] && c.src[name] == "" {
 			continue // the flag given now wins over the variable kept
 		}
 		c.env[k] = v
@@ -99,9 +100,9 @@ func (c *installCmd) checkEnv() error {
 		if !strings.HasPrefix(k, "TFGPU_") {
 			continue
 		}
-		name, ok := runFlagOfEnv(k)
+		name, ok := runflags.FlagOfEnv(k)
 		if !ok {
-			return noSuchSetting("--env " + k) // the line run says for it (envvars.go)
+			return runflags.NoSuchSetting("--env " + k) // the line run says for it (internal/runflags)
 		}
 		if c.set[name] && c.src[name] == "" {
 			return fmt.Errorf("--%s and --env %s are one setting; give one", name, k)
@@ -113,16 +114,16 @@ func (c *installCmd) checkEnv() error {
 			continue
 		}
 		if v == "" {
-			continue // empty: run's default (parseFlags ignores an empty variable)
+			continue // empty: run's default (runflags.Parse ignores an empty variable)
 		}
-		var rf runFlags // a fresh set of run flags: only this value is checked
+		var rf runflags.Flags // a fresh set of run flags: only this value is checked
 		one := flag.NewFlagSet("run", flag.ContinueOnError)
 		one.SetOutput(io.Discard)
-		rf.define(one)
+		rf.Define(one)
 		if err := one.Set(name, v); err != nil {
 			return fmt.Errorf("--env %s=%q: %v", k, v, err)
 		}
-		if _, err := rf.check(flagSource{name: "--env " + k}); err != nil {
+		if _, err := rf.Check(runflags.Source{name: "--env " + k}); err != nil {
 			return err
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/tfgpu/tfgpu-kernel/internal/control"
 	"github.com/tfgpu/tfgpu-kernel/internal/gpu"
 	"github.com/tfgpu/tfgpu-kernel/internal/record"
+	"github.com/tfgpu/tfgpu-kernel/internal/runflags"
 	"github.com/tfgpu/tfgpu-kernel/wrapper"
 )
 
@@ -30,11 +31,11 @@ func cmdStop(args []string) int {
 	until := fs.String("until", "", "with --hold: until `TIME` (15:00, 2026-12-24 08:00, or a duration such as 2h)")
 	message := fs.String("message", "", "`TEXT` the notebook's user is told, e.g. \"GPU maintenance until 15:00\"")
 	var idleFor, timeout, confirm time.Duration
-	durationVar(fs, &idleFor, "idle-for", 0, "stop the running kernels idle (no cell running) at least this long, e.g. 2h")
+	runflags.DurationVar(fs, &idleFor, "idle-for", 0, "stop the running kernels idle (no cell running) at least this long, e.g. 2h")
 	holdingGPU := fs.Bool("holding-gpu", false, "with --idle-for: only those whose tree holds GPU memory")
-	durationVar(fs, &timeout, "timeout", 15*time.Second, "how long a kernel's supervisor may take to stop it (it also confirms the GPU release)")
+	runflags.DurationVar(fs, &timeout, "timeout", 15*time.Second, "how long a kernel's supervisor may take to stop it (it also confirms the GPU release)")
 	stateDir := fs.String("state-dir", record.DefaultDir(), "`DIR` where supervisors record their kernels")
-	durationVar(fs, &confirm, "confirm-timeout", wrapper.DefaultConfirmTimeout, "how long to wait for NVML to list none of the tree's GPU contexts")
+	runflags.DurationVar(fs, &confirm, "confirm-timeout", wrapper.DefaultConfirmTimeout, "how long to wait for NVML to list none of the tree's GPU contexts")
 	nvmlLib := fs.String("nvml-library", "", "NVML library `FILE` to load; empty: "+gpuSoname+" through the dynamic loader")
 	if _, code, done := parseFlags(fs, args, "tfgpu-kernel stop 5b2c1e7a   # a kernel id, or a unique prefix of one; alice:5b2c1e7a for alice's"); done {
 		return code
@@ -106,7 +107,7 @@ func cmdStart(args []string) int {
 	every := fs.Bool("all", false, "every held kernel")
 	userName := fs.String("user", "", "only the kernels of `USER` (a login name or uid); USER:ID says the same for one kernel")
 	var timeout time.Duration
-	durationVar(fs, &timeout, "timeout", 15*time.Second, "how long a kernel's supervisor may take to answer")
+	runflags.DurationVar(fs, &timeout, "timeout", 15*time.Second, "how long a kernel's supervisor may take to answer")
 	stateDir := fs.String("state-dir", record.DefaultDir(), "`DIR` where supervisors record their kernels")
 	if _, code, done := parseFlags(fs, args, "tfgpu-kernel start 5b2c1e7a   # a held kernel's id, or a unique prefix of one; alice:5b2c1e7a for alice's"); done {
 		return code

@@ -1,4 +1,4 @@
-package main
+package runflags
 
 import (
 	"fmt"
@@ -10,44 +10,45 @@ import (
 )
 
 // The TFGPU_ variables, in one place. Each setting of `run` has one,
-// TFGPU_<FLAG> (envName): the kernelspec's env or the Jupyter server's
+// TFGPU_<FLAG> (EnvName): the kernelspec's env or the Jupyter server's
 // environment can set it. Any other TFGPU_ name is a typo that would be
 // ignored (TFGPU_MEMORY_LIMT=8G: a kernel without the limit its user
-// asked for), so `run` refuses it (runConfig) and `install` refuses it in
-// a kernelspec's env (checkEnv), with the same line (noSuchSetting), but
+// asked for), so `run` refuses it (Config) and `install` refuses it in
+// a kernelspec's env (cmd/tfgpu-kernel's checkEnv), with the same line (NoSuchSetting), but
 // for the names this program and its tests set for their own processes
-// (internalEnv), which `run` may find in its environment and takes
+// (InternalEnv), which `run` may find in its environment and takes
 // without a word.
 
-// runFlagOfEnv is the run flag a TFGPU_ variable stands for: one a
-// kernelspec's argv may carry (kernelspecRunFlags), or --state-dir.
-func runFlagOfEnv(k string) (string, bool) {
-	for _, name := range append(slices.Clone(kernelspecRunFlags), "state-dir") {
-		if envName(name) == k {
+// FlagOfEnv is the run flag a TFGPU_ variable stands for: one a
+// kernelspec's argv may carry (KernelspecFlags), or --state-dir.
+func FlagOfEnv(k string) (string, bool) {
+	for _, name := range append(slices.Clone(KernelspecFlags), "state-dir") {
+		if EnvName(name) == k {
 			return name, true
 		}
 	}
 	return "", false
 }
 
-// noSuchSetting is the one line for a TFGPU_ variable that is no setting
+// NoSuchSetting is the one line for a TFGPU_ variable that is no setting
 // of run's; name is the variable as the user gave it (install's
 // "--env TFGPU_MEMORY_LIMT", run's "TFGPU_MEMORY_LIMT").
-func noSuchSetting(name string) error {
+func NoSuchSetting(name string) error {
 	var known []string
-	for _, f := range kernelspecRunFlags {
-		known = append(known, envName(f))
+	for _, f := range KernelspecFlags {
+		known = append(known, EnvName(f))
 	}
 	return fmt.Errorf("%s: tfgpu-kernel run has no such setting (it reads %s and TFGPU_STATE_DIR)", name, strings.Join(known, ", "))
 }
 
-// internalEnv are the TFGPU_ variables that set nothing of run's but that
+// InternalEnv are the TFGPU_ variables that set nothing of run's but that
 // run may find in its environment, because this program or its tests put
 // them there for a process of their own and what it starts inherits them.
+// A file named without a directory is cmd/tfgpu-kernel's.
 // TestEveryTFGPUNameIsKnown finds every TFGPU_ name the repository uses
 // (Go, Python, shell, docs) and fails on one that is in neither this list
 // nor run's settings.
-var internalEnv = map[string]string{
+var InternalEnv = map[string]string{
 	// This program's own.
 	cgroup.MarkerEnv:      "the marker of a kernel's tree (wrapper/spawn.go): whatever a kernel starts inherits it, a Jupyter server started from a notebook's terminal and its kernels included",
 	"TFGPU_SPARE_PRELOAD": "the modules a spare imports (wrapper/spare), for its Python, which removes it at once",
@@ -80,22 +81,22 @@ var internalEnv = map[string]string{
 	"TFGPU_FAKE_DELAY":      "wrapper's tests",
 }
 
-// checkRunEnv refuses a TFGPU_ variable in environ (KEY=VALUE, as
-// os.Environ) that run would ignore: neither a setting nor internalEnv.
+// CheckEnv refuses a TFGPU_ variable in environ (KEY=VALUE, as
+// os.Environ) that run would ignore: neither a setting nor InternalEnv.
 // Empty ones too: TFGPU_MEMORY_LIMT= meant to clear a limit the server's
 // environment sets clears nothing. With several, the first in sorted order
 // is named.
-func checkRunEnv(environ []string) error {
+func CheckEnv(environ []string) error {
 	var unknown []string
 	for _, kv := range environ {
 		k, _, _ := strings.Cut(kv, "=")
 		if !strings.HasPrefix(k, "TFGPU_") {
 			continue
 		}
-		if _, ok := runFlagOfEnv(k); ok {
+		if _, ok := FlagOfEnv(k); ok {
 			continue
 		}
-		if _, ok := internalEnv[k]; ok {
+		if _, ok := InternalEnv[k]; ok {
 			continue
 		}
 		unknown = append(unknown, k)
@@ -103,5 +104,5 @@ func checkRunEnv(environ []string) error {
 	if len(unknown) == 0 {
 		return nil
 	}
-	return noSuchSetting(record.Printable(slices.Min(unknown)))
+	return NoSuchSetting(record.Printable(slices.Min(unknown)))
 }
