@@ -2,7 +2,6 @@ package main
 
 import (
 	"flag"
-	"github.com/tfgpu/tfgpu-kernel/internal/runflags"
 	"os"
 	"regexp"
 	"runtime/debug"
@@ -10,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tfgpu/tfgpu-kernel/internal/runflags"
 	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
 

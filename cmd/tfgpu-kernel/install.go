@@ -5,7 +5,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/tfgpu/tfgpu-kernel/internal/runflags"
 	"io"
 	"io/fs"
 	"maps"
@@ -14,6 +13,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/tfgpu/tfgpu-kernel/internal/control"
+	"github.com/tfgpu/tfgpu-kernel/internal/runflags"
 	"github.com/tfgpu/tfgpu-kernel/kernelspec"
 	"golang.org/x/sys/unix"
 )
@@ -235,6 +236,17 @@ func (c *installCmd) install(stderr io.Writer) int {
 	return 0
 }
 
+// keep fills in what was not given on the command line from the
+// installed kernelspec of ours that --replace upgrades (not with --reset):
+// kernelspec.Keep, with run's rules for the run flags.
+func (c *installCmd) keep() (kept []string, prev *kernelspec.Previous, err error) {
+	if !c.o.Replace || c.reset {
+		return nil, nil, nil
+	}
+	return kernelspec.Keep(context.Background(), &c.o, kernelspec.Upgrade{Set: c.set, Src: c.src, Env: c.env,
+		RunFlags: runflags.KernelspecFlags, EnvName: runflags.EnvName, SetFlag: c.fs.Set})
+}
+
 // settle fills in what is kept from the installed kernelspec (keep),
 // checks every setting as run will, and puts the run flags into o.RunFlags;
 // code is install's exit code when something is refused (said on stderr).
@@ -246,7 +258,7 @@ func (c *installCmd) settle(stderr io.Writer) (kept []string, prev *kernelspec.P
 	if _, err := c.rf.Check(c.src); err != nil {
 		return nil, nil, installFail(stderr, 2, err)
 	}
-	if err := c.checkEnv(); err != nil {
+	if err := runflags.CheckKernelspecEnv(c.env, func(name string) bool { return c.set[name] && c.src[name] == "" }); err != nil {
 		return nil, nil, installFail(stderr, 2, err)
 	}
 	if c.o.RunFlags, err = installRunArgv(c.fs, c.set); err != nil {
@@ -419,7 +431,7 @@ func sayRunning(w io.Writer, prev *kernelspec.Previous) {
 	if prev == nil {
 		return
 	}
-	if running := kernelsRunningOn(prev); len(running) > 0 {
+	if running := control.RunningOn(prev); len(running) > 0 {
 		fmt.Fprintf(w, "%d kernel(s) still running on it: %s; they run until shut down, but a restart of one fails now that its kernelspec is gone\n",
 			len(running), strings.Join(running, ", "))
 	}

@@ -12,6 +12,7 @@
 //
 // Stop, StopIdle and Start are idempotent: a parked kernel stopped again
 // is said to be parked already, a kernel not held is said not to be, and a
-// kernel gone is not found. A kernel that runs a cell is never stopped for
+// kernel gone is not found. RunningOn names the kernels still running on
+// a kernelspec, for install --uninstall. A kernel that runs a cell is never stopped for
 // being idle: each is checked again just before it is.
 package control

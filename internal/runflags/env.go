@@ -1,7 +1,11 @@
 package runflags
 
 import (
+	"flag"
 	"fmt"
+	"io"
+	"maps"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -14,7 +18,7 @@ import (
 // environment can set it. Any other TFGPU_ name is a typo that would be
 // ignored (TFGPU_MEMORY_LIMT=8G: a kernel without the limit its user
 // asked for), so `run` refuses it (Config) and `install` refuses it in
-// a kernelspec's env (cmd/tfgpu-kernel's checkEnv), with the same line (NoSuchSetting), but
+// a kernelspec's env (CheckKernelspecEnv), with the same line (NoSuchSetting), but
 // for the names this program and its tests set for their own processes
 // (InternalEnv), which `run` may find in its environment and takes
 // without a word.
@@ -105,4 +109,46 @@ func CheckEnv(environ []string) error {
 		return nil
 	}
 	return NoSuchSetting(record.Printable(slices.Min(unknown)))
+}
+
+// CheckKernelspecEnv checks every TFGPU_ variable a kernelspec's env
+// will carry (install's --env, and those kept) as run will read it at
+// each start: a variable run does not know is a typo that would be
+// ignored, a bad value a kernel that never starts. given says whether a
+// run flag was given on install's command line (not kept): it and its
+// variable are one setting.
+func CheckKernelspecEnv(env map[string]string, given func(flag string) bool) error {
+	for _, k := range slices.Sorted(maps.Keys(env)) {
+		v := env[k]
+		if !strings.HasPrefix(k, "TFGPU_") {
+			continue
+		}
+		name, ok := FlagOfEnv(k)
+		if !ok {
+			return NoSuchSetting("--env " + k) // the line run says for it
+		}
+		if given(name) {
+			return fmt.Errorf("--%s and --env %s are one setting; give one", name, k)
+		}
+		if name == "state-dir" {
+			if !filepath.IsAbs(v) {
+				return fmt.Errorf("--env %s=%q: want an absolute directory, such as /var/lib/tfgpu-kernel", k, v)
+			}
+			continue
+		}
+		if v == "" {
+			continue // empty: run's default (Parse ignores an empty variable)
+		}
+		var rf Flags // a fresh set of run flags: only this value is checked
+		one := flag.NewFlagSet("run", flag.ContinueOnError)
+		one.SetOutput(io.Discard)
+		rf.Define(one)
+		if err := one.Set(name, v); err != nil {
+			return fmt.Errorf("--env %s=%q: %v", k, v, err)
+		}
+		if _, err := rf.Check(Source{name: "--env " + k}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
