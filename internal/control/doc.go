@@ -1,7 +1,9 @@
 // Package control is the policy of `tfgpu-kernel stop` and `start`: which
 // recorded kernels an operator's name or selection picks, and how each is
 // stopped (parked by its running supervisor, held down, or its tree killed
-// through its record), let start again, or stopped for being idle.
+// through its record), let start again, or stopped for being idle; and
+// how `ps` shows the kernels found (Table, Prometheus: the text exposition
+// format for node_exporter's textfile collector, docs/operating.md#metrics).
 //
 // It owns no state of its own: it reads the supervisors' records
 // (internal/record), leaves orders in the directories they hold open and
