@@ -16,7 +16,6 @@ import (
 	"github.com/tfgpu/tfgpu-kernel/internal/control"
 	"github.com/tfgpu/tfgpu-kernel/internal/runflags"
 	"github.com/tfgpu/tfgpu-kernel/kernelspec"
-	"golang.org/x/sys/unix"
 )
 
 const installUsage = `usage: tfgpu-kernel install [--user | --system | --sys-prefix | --prefix DIR] [flags] [run flags]
@@ -332,7 +331,7 @@ func (c *installCmd) uninstall(stderr io.Writer) int {
 		if bin, err = installSelfPath(); err != nil {
 			return installFail(stderr, 1, err)
 		}
-		others = c.runningThisBinary(bin, dir, prev)
+		others = kernelspec.Twins(context.Background(), bin, dir, prev)
 	}
 	if c.dryRun {
 		switch {
@@ -377,37 +376,6 @@ func (c *installCmd) uninstall(stderr io.Writer) int {
 		sayRunning(c.stdout, p)
 	}
 	return code
-}
-
-// runningThisBinary are the kernelspecs of ours other than the one in dir
-// that run bin, in the directories Jupyter searches as the removed
-// kernelspec's Python (its sys.prefix: a --sys-prefix twin) and the
-// default ones see them, and in dir's own kernels directory; only those
-// this user may remove: a user uninstalling their own kernelspec of the
-// system's binary is not told of root's, which --with-wraps could not
-// remove and which keep their binary.
-func (c *installCmd) runningThisBinary(bin, dir string, prev *kernelspec.Previous) []kernelspec.Spec {
-	var pythons []string
-	if prev != nil && prev.Python != "" {
-		pythons = append(pythons, prev.Python)
-	}
-	for _, p := range kernelspec.Candidates() {
-		if !slices.Contains(pythons, p) {
-			pythons = append(pythons, p)
-		}
-	}
-	self, _ := os.Stat(dir)
-	var out []kernelspec.Spec
-	for _, sp := range kernelspec.RunsBinary(context.Background(), bin, pythons, filepath.Dir(dir)) {
-		if fi, err := os.Stat(sp.Dir); sp.Dir == dir || err == nil && self != nil && os.SameFile(fi, self) {
-			continue
-		}
-		if unix.Access(filepath.Dir(sp.Dir), unix.W_OK) != nil {
-			continue
-		}
-		out = append(out, sp)
-	}
-	return out
 }
 
 // nameOthers says, in one line, which other kernelspecs run bin.
