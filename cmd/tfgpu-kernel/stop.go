@@ -24,18 +24,18 @@ import (
 // kernel, told why. --exit ends the supervisor too, as before.
 func cmdStop(args []string) int {
 	fs := flag.NewFlagSet("stop", flag.ContinueOnError)
-	every := fs.Bool("all", false, "stop every supervised kernel")
+	var f control.StopFlags
+	fs.BoolVar(&f.All, "all", false, "stop every supervised kernel")
 	userName := fs.String("user", "", "only the kernels of `USER` (a login name or uid), with an ID, --all or --idle-for; USER:ID says the same for one kernel")
-	exit := fs.Bool("exit", false, "end the supervisors too: Jupyter then sees the kernels die (and may restart them)")
-	holdDown := fs.Bool("hold", false, "keep the kernels down: cells are refused, saying so, until --until or 'tfgpu-kernel start'")
-	until := fs.String("until", "", "with --hold: until `TIME` (15:00, 2026-12-24 08:00, or a duration such as 2h)")
-	message := fs.String("message", "", "`TEXT` the notebook's user is told, e.g. \"GPU maintenance until 15:00\"")
-	var idleFor, timeout, confirm time.Duration
-	runflags.DurationVar(fs, &idleFor, "idle-for", 0, "stop the running kernels idle (no cell running) at least this long, e.g. 2h")
-	holdingGPU := fs.Bool("holding-gpu", false, "with --idle-for: only those whose tree holds GPU memory")
-	runflags.DurationVar(fs, &timeout, "timeout", 15*time.Second, "how long a kernel's supervisor may take to stop it (it also confirms the GPU release)")
+	fs.BoolVar(&f.Exit, "exit", false, "end the supervisors too: Jupyter then sees the kernels die (and may restart them)")
+	fs.BoolVar(&f.Hold, "hold", false, "keep the kernels down: cells are refused, saying so, until --until or 'tfgpu-kernel start'")
+	fs.StringVar(&f.Until, "until", "", "with --hold: until `TIME` (15:00, 2026-12-24 08:00, or a duration such as 2h)")
+	fs.StringVar(&f.Message, "message", "", "`TEXT` the notebook's user is told, e.g. \"GPU maintenance until 15:00\"")
+	runflags.DurationVar(fs, &f.IdleFor, "idle-for", 0, "stop the running kernels idle (no cell running) at least this long, e.g. 2h")
+	fs.BoolVar(&f.HoldingGPU, "holding-gpu", false, "with --idle-for: only those whose tree holds GPU memory")
+	runflags.DurationVar(fs, &f.Timeout, "timeout", 15*time.Second, "how long a kernel's supervisor may take to stop it (it also confirms the GPU release)")
 	stateDir := fs.String("state-dir", record.DefaultDir(), "`DIR` where supervisors record their kernels")
-	runflags.DurationVar(fs, &confirm, "confirm-timeout", wrapper.DefaultConfirmTimeout, "how long to wait for NVML to list none of the tree's GPU contexts")
+	runflags.DurationVar(fs, &f.Confirm, "confirm-timeout", wrapper.DefaultConfirmTimeout, "how long to wait for NVML to list none of the tree's GPU contexts")
 	nvmlLib := fs.String("nvml-library", "", "NVML library `FILE` to load; empty: "+gpuSoname+" through the dynamic loader")
 	if _, code, done := parseFlags(fs, args, "tfgpu-kernel stop 5b2c1e7a   # a kernel id, or a unique prefix of one; alice:5b2c1e7a for alice's"); done {
 		return code
@@ -44,22 +44,9 @@ func cmdStop(args []string) int {
 	if err != nil {
 		return usageError("stop", err.Error())
 	}
-	idle := idleFor > 0
-	switch {
-	case idleFor < 0:
-		return usageError("stop", fmt.Sprintf("--idle-for %v: give a positive duration, e.g. 2h", idleFor))
-	case timeout <= 0:
-		return usageError("stop", fmt.Sprintf("--timeout %v: give a positive duration, e.g. 15s", timeout))
-	case confirm <= 0:
-		return usageError("stop", fmt.Sprintf("--confirm-timeout %v: give a positive duration, e.g. 10s", confirm))
-	case *holdingGPU && !idle:
-		return usageError("stop", "--holding-gpu goes with --idle-for")
-	case *until != "" && !*holdDown:
-		return usageError("stop", "--until goes with --hold")
-	case *exit && (*holdDown || *message != ""):
-		return usageError("stop", "--exit ends the supervisor; --hold and --message need it to stay")
-	case btoi(*every)+btoi(idle)+fs.NArg() != 1:
-		return usageError("stop", "give one kernel id, --all, or --idle-for DURATION")
+	f.Args = fs.NArg()
+	if err := control.CheckStop(f); err != nil {
+		return usageError("stop", err.Error())
 	}
 	// Root stops any user's kernel by id, as ps lists them all; a record
 	// in a user's directory is then acted on only where that user owns
@@ -76,19 +63,19 @@ func cmdStop(args []string) int {
 	}
 	n := gpu.Connect(*nvmlLib, "")
 	defer n.Close()
-	how := control.How{Timeout: timeout, Confirm: confirm, Exit: *exit, By: record.UserName(os.Geteuid()),
-		Hold: *holdDown, Message: *message}
-	if *until != "" {
-		t, err := control.ParseUntil(*until, time.Now())
+	how := control.How{Timeout: f.Timeout, Confirm: f.Confirm, Exit: f.Exit, By: record.UserName(os.Geteuid()),
+		Hold: f.Hold, Message: f.Message}
+	if f.Until != "" {
+		t, err := control.ParseUntil(f.Until, time.Now())
 		if err != nil {
-			return usageError("stop", fmt.Sprintf("--until %q: %v", *until, err))
+			return usageError("stop", fmt.Sprintf("--until %q: %v", f.Until, err))
 		}
 		how.Until = t
 	}
-	if idle {
-		return control.StopIdle(os.Stdout, os.Stderr, control.OfUser(states, uid), idleFor, *holdingGPU, n, how)
+	if f.IdleFor > 0 {
+		return control.StopIdle(os.Stdout, os.Stderr, control.OfUser(states, uid), f.IdleFor, f.HoldingGPU, n, how)
 	}
-	chosen, err := control.Pick(states, fs.Arg(0), id, *every, uid, nil)
+	chosen, err := control.Pick(states, fs.Arg(0), id, f.All, uid, nil)
 	switch {
 	case err != nil:
 		return usageError("stop", err.Error())
