@@ -70,6 +70,17 @@
 // UninstallDir removes one by its directory, under the same rule. Names are validated (and lower-cased) as jupyter_client
 // does: [a-z0-9._-]+, case-insensitive.
 //
+// # Upgrades
+//
+// An upgrade (Replace) keeps what the installed kernelspec of ours was
+// configured with and the command line does not give again (Keep): the
+// Python or what it wraps, its run flags, its env and its display name; a
+// setting given now wins, and a run flag and its TFGPU_ variable are one
+// setting. Which run flags there are, and the variable of each, are run's
+// rules (internal/runflags), given to Keep in an Upgrade, since that
+// package imports this one. Previous.Runs tells the supervisors started
+// from an installed kernelspec by their argv.
+//
 // A kernelspec for every user (Dest System, root only) is root's whole:
 // the supervisor, the Python or wrapped program (CheckSystemWide), a
 // wrapped kernel.json and the directory it and the copied logos,

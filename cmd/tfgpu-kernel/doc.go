@@ -3,8 +3,12 @@
 // the five Jupyter channels, and on restart, shutdown or crash kills the
 // whole tree before a new kernel starts.
 //
-// The command is thin: each subcommand parses flags, calls into wrapper
-// (run), internal/record (ps, stop), internal/doctor (doctor) or kernelspec
-// (install), and prints. Flags may also come from TFGPU_<FLAG> variables
-// (flags.go). Usage errors are one line on stderr and exit code 2.
+// The command is thin: each subcommand parses its flags, calls one
+// function and prints. run and the hidden standby role read their
+// settings with internal/runflags (Config) and call wrapper.Run; ps, stop
+// and start find and act on kernels through internal/control (Collect,
+// Stop, StopIdle, Start, Table, Prometheus); doctor prints
+// internal/doctor's findings (All); install calls kernelspec (Install,
+// Keep). Flags may also come from TFGPU_<FLAG> variables
+// (internal/runflags). Usage errors are one line on stderr and exit code 2.
 package main

@@ -1,196 +1,34 @@
 package main
 
 import (
-	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"os"
-	"regexp"
-	"strings"
-	"time"
+
+	"github.com/tfgpu/tfgpu-kernel/internal/runflags"
 )
-
-// envName is the environment variable that stands in for a flag:
-// --log-level ↔ TFGPU_LOG_LEVEL. A kernelspec's env or the Jupyter server's
-// environment can then set any run flag.
-func envName(flagName string) string {
-	return "TFGPU_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
-}
-
-// flagSource names, for each flag filled from its TFGPU_ variable, that
-// variable: a value checked after parsing is then reported as what the
-// user typed (TFGPU_GPU_MEMORY_LIMIT="abc", not --gpu-memory-limit).
-type flagSource map[string]string
-
-// name is how the user gave flag: "--flag", or the variable that set it.
-func (s flagSource) name(flag string) string {
-	if e, ok := s[flag]; ok {
-		return e
-	}
-	return dashes(flag) + flag
-}
-
-// dashes is GNU style: -f, --name.
-func dashes(name string) string {
-	if len(name) == 1 {
-		return "-"
-	}
-	return "--"
-}
 
 // parseFlags parses args into fs, then fills every flag not given on the
 // command line from its TFGPU_ variable. It prints one line and returns
 // exit code 2 on a usage error, 0 (with done) after --help.
-func parseFlags(fs *flag.FlagSet, args []string, example string) (src flagSource, code int, done bool) {
-	src, help, err := parseFlagsErr(fs, args)
+func parseFlags(fs *flag.FlagSet, args []string, example string) (src runflags.Source, code int, done bool) {
+	src, help, err := runflags.Parse(fs, args)
 	switch {
 	case help:
-		printUsage(os.Stdout, fs, example)
+		runflags.PrintUsage(os.Stdout, fs, example)
 		return nil, 0, true
 	case err != nil:
-		fmt.Fprintf(os.Stderr, "tfgpu-kernel %s: %s\n", fs.Name(), usageLine(fs.Name(), err))
+		fmt.Fprintf(os.Stderr, "tfgpu-kernel %s: %s\n", fs.Name(), runflags.UsageLine(fs.Name(), err))
 		return nil, 2, true
 	}
 	return src, 0, false
 }
 
-// parseFlagsErr is parseFlags without a word: help after --help, else the
-// usage error (a cmdlineError when the command line's).
-func parseFlagsErr(fs *flag.FlagSet, args []string) (src flagSource, help bool, err error) {
-	fs.SetOutput(io.Discard)
-	fs.Usage = func() {}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil, true, nil
-		}
-		return nil, false, cmdlineError{errors.New(flagError(err))}
-	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	src = flagSource{}
-	var bad error
-	fs.VisitAll(func(f *flag.Flag) {
-		if set[f.Name] || bad != nil {
-			return
-		}
-		// An empty variable is an unset one (TFGPU_STATE_DIR= in a shell
-		// or a kernelspec clears it; it does not ask for "").
-		if v := os.Getenv(envName(f.Name)); v != "" {
-			if err := fs.Set(f.Name, v); err != nil {
-				bad = fmt.Errorf("%s=%q: %v", envName(f.Name), v, err)
-			}
-			src[f.Name] = envName(f.Name)
-		}
-	})
-	if bad != nil {
-		return nil, false, bad
-	}
-	return src, false, nil
-}
-
-// A cmdlineError is a command line the flag package could not parse.
-type cmdlineError struct{ error }
-
-// usageLine is a usage error as cmd says it: one on the command line with
-// a pointer to its --help.
-func usageLine(cmd string, err error) string {
-	var c cmdlineError
-	if errors.As(err, &c) {
-		return fmt.Sprintf("%v (see 'tfgpu-kernel %s --help')", err, cmd)
-	}
-	return err.Error()
-}
-
-// The flag package's own error texts (flag.go), which name flags with one
-// dash; flagError says them GNU style, as the help and the README do.
-var (
-	flagUndefined = regexp.MustCompile(`^flag provided but not defined: -+(.*)$`)
-	flagNoValue   = regexp.MustCompile(`^flag needs an argument: -+(.*)$`)
-	flagBadValue  = regexp.MustCompile(`^invalid (?:boolean )?value ("(?:[^"\\]|\\.)*") for (?:flag )?-+([^:]*): (.*)$`)
-)
-
-// flagError is a parse error of the flag package in the words of the
-// help: "unknown flag --bogus", "--kill-timeout \"abc\": want …".
-func flagError(err error) string {
-	s := err.Error()
-	if m := flagUndefined.FindStringSubmatch(s); m != nil {
-		return "unknown flag " + dashes(m[1]) + m[1]
-	}
-	if m := flagNoValue.FindStringSubmatch(s); m != nil {
-		return dashes(m[1]) + m[1] + " needs a value"
-	}
-	if m := flagBadValue.FindStringSubmatch(s); m != nil {
-		why := m[3]
-		if why == "parse error" || strings.HasPrefix(why, "strconv.") { // a bool
-			why = "want true or false"
-		}
-		return dashes(m[2]) + m[2] + " " + m[1] + ": " + why
-	}
-	return s
-}
-
-// durationValue is a time.Duration flag whose parse error shows a valid
-// value (the flag package's says only "parse error").
-type durationValue time.Duration
-
-func (d *durationValue) String() string { return time.Duration(*d).String() }
-
-func (d *durationValue) Set(s string) error {
-	v, err := time.ParseDuration(s)
-	if err != nil {
-		return errors.New("want a duration such as 1.5s, 500ms or 2h")
-	}
-	*d = durationValue(v)
-	return nil
-}
-
-// durationVar defines a duration flag with a helpful parse error.
-func durationVar(fs *flag.FlagSet, p *time.Duration, name string, def time.Duration, usage string) {
-	*p = def
-	fs.Var((*durationValue)(p), name, usage)
-}
-
-// printUsage writes a command's usage with its flags GNU style, as users
-// type them (--name, -f).
-func printUsage(w io.Writer, fs *flag.FlagSet, example string) {
-	syn := map[string]string{
-		"run":   "run [flags] -f FILE -- KERNEL-COMMAND…",
-		"stop":  "stop [flags] ID | --all | --idle-for DURATION [--holding-gpu]",
-		"start": "start [flags] ID | --all",
-	}[fs.Name()]
-	if syn == "" {
-		syn = fs.Name() + " [flags]"
-	}
-	fmt.Fprintf(w, "usage: tfgpu-kernel %s\n\nflags:\n", syn)
-	printFlags(w, fs, nil)
-	fmt.Fprintf(w, "\nEvery flag can also be set with TFGPU_<FLAG> (e.g. --log-level ↔ TFGPU_LOG_LEVEL).\n")
-	if example != "" {
-		fmt.Fprintf(w, "\nexample:\n  %s\n", example)
-	}
-}
-
-// printFlags writes fs's flags (those keep accepts; all for nil) in
-// lexical order, GNU style, with their defaults.
-func printFlags(w io.Writer, fs *flag.FlagSet, keep func(*flag.Flag) bool) {
-	fs.VisitAll(func(f *flag.Flag) {
-		if keep != nil && !keep(f) {
-			return
-		}
-		arg, help := flag.UnquoteUsage(f)
-		switch {
-		case arg == "":
-		case func() bool { _, ok := f.Value.(*durationValue); return ok }():
-			arg = " DURATION"
-		case arg == "string" || arg == "value":
-			arg = " VALUE"
-		default:
-			arg = " " + strings.ToUpper(arg)
-		}
-		def := ""
-		if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0s" {
-			def = fmt.Sprintf(" (default %q)", f.DefValue)
-		}
-		fmt.Fprintf(w, "  %s%s%s\n        %s%s\n", dashes(f.Name), f.Name, arg, help, def)
-	})
+// stateDirNamed reports whether the state directory was named, with the
+// command's --state-dir or TFGPU_STATE_DIR: then that directory alone is
+// read.
+func stateDirNamed(fs *flag.FlagSet) bool {
+	named := os.Getenv("TFGPU_STATE_DIR") != ""
+	fs.Visit(func(f *flag.Flag) { named = named || f.Name == "state-dir" })
+	return named
 }

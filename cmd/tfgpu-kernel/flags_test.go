@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tfgpu/tfgpu-kernel/internal/runflags"
 	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
 
@@ -53,8 +54,8 @@ func TestRunFlagsComeFromTheEnvironment(t *testing.T) {
 			}
 		})
 	}
-	if got := envName("inner-transport"); got != "TFGPU_INNER_TRANSPORT" {
-		t.Fatalf("envName = %q", got)
+	if got := runflags.EnvName("inner-transport"); got != "TFGPU_INNER_TRANSPORT" {
+		t.Fatalf("runflags.EnvName = %q", got)
 	}
 }
 

@@ -13,8 +13,9 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/tfgpu/tfgpu-kernel/internal/control"
+	"github.com/tfgpu/tfgpu-kernel/internal/runflags"
 	"github.com/tfgpu/tfgpu-kernel/kernelspec"
-	"golang.org/x/sys/unix"
 )
 
 const installUsage = `usage: tfgpu-kernel install [--user | --system | --sys-prefix | --prefix DIR] [flags] [run flags]
@@ -90,9 +91,9 @@ type installCmd struct {
 	fs      *flag.FlagSet
 	o       kernelspec.Options
 	env     installEnvFlags
-	rf      runFlags
+	rf      runflags.Flags
 	set     map[string]bool
-	src     flagSource // how each run flag was given, for errors
+	src     runflags.Source // how each run flag was given, for errors
 	dryRun  bool
 	reset   bool
 	wraps   bool // --with-wraps
@@ -101,7 +102,7 @@ type installCmd struct {
 }
 
 func installMain(args []string, stdout, stderr io.Writer) int {
-	c := &installCmd{fs: flag.NewFlagSet("install", flag.ContinueOnError), env: installEnvFlags{}, stdout: stdout, src: flagSource{}}
+	c := &installCmd{fs: flag.NewFlagSet("install", flag.ContinueOnError), env: installEnvFlags{}, stdout: stdout, src: runflags.Source{}}
 	fs, o := c.fs, &c.o
 	fs.SetOutput(io.Discard) // errors are reported as one line below
 	o.Env, o.Version = c.env, version
@@ -119,13 +120,13 @@ func installMain(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&c.dryRun, "dry-run", false, "say what would be installed and kept; write nothing")
 	uninstall := fs.Bool("uninstall", false, "remove the kernelspec (only one written by tfgpu-kernel; with --wrap, only the wrapper) and say which kernels still run on it, and which other kernelspecs run this binary")
 	fs.BoolVar(&c.wraps, "with-wraps", false, "with --uninstall: also remove every other kernelspec of ours that runs this binary (its --wrap twins), wherever Jupyter finds them")
-	c.rf.define(fs)
+	c.rf.Define(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			printInstallUsage(stdout, installUsage, fs)
 			return 0
 		}
-		return installFail(stderr, 2, errors.New(flagError(err)))
+		return installFail(stderr, 2, errors.New(runflags.FlagError(err)))
 	}
 	if fs.NArg() > 0 {
 		return installFail(stderr, 2, fmt.Errorf("unexpected argument %q", fs.Arg(0)))
@@ -234,6 +235,17 @@ func (c *installCmd) install(stderr io.Writer) int {
 	return 0
 }
 
+// keep fills in what was not given on the command line from the
+// installed kernelspec of ours that --replace upgrades (not with --reset):
+// kernelspec.Keep, with run's rules for the run flags.
+func (c *installCmd) keep() (kept []string, prev *kernelspec.Previous, err error) {
+	if !c.o.Replace || c.reset {
+		return nil, nil, nil
+	}
+	return kernelspec.Keep(context.Background(), &c.o, kernelspec.Upgrade{Set: c.set, Src: c.src, Env: c.env,
+		RunFlags: runflags.KernelspecFlags, EnvName: runflags.EnvName, SetFlag: c.fs.Set})
+}
+
 // settle fills in what is kept from the installed kernelspec (keep),
 // checks every setting as run will, and puts the run flags into o.RunFlags;
 // code is install's exit code when something is refused (said on stderr).
@@ -242,10 +254,10 @@ func (c *installCmd) settle(stderr io.Writer) (kept []string, prev *kernelspec.P
 	if err != nil {
 		return nil, nil, installFail(stderr, installExitCode(err), err)
 	}
-	if _, err := c.rf.check(c.src); err != nil {
+	if _, err := c.rf.Check(c.src); err != nil {
 		return nil, nil, installFail(stderr, 2, err)
 	}
-	if err := c.checkEnv(); err != nil {
+	if err := runflags.CheckKernelspecEnv(c.env, func(name string) bool { return c.set[name] && c.src[name] == "" }); err != nil {
 		return nil, nil, installFail(stderr, 2, err)
 	}
 	if c.o.RunFlags, err = installRunArgv(c.fs, c.set); err != nil {
@@ -319,7 +331,7 @@ func (c *installCmd) uninstall(stderr io.Writer) int {
 		if bin, err = installSelfPath(); err != nil {
 			return installFail(stderr, 1, err)
 		}
-		others = c.runningThisBinary(bin, dir, prev)
+		others = kernelspec.Twins(context.Background(), bin, dir, prev)
 	}
 	if c.dryRun {
 		switch {
@@ -366,37 +378,6 @@ func (c *installCmd) uninstall(stderr io.Writer) int {
 	return code
 }
 
-// runningThisBinary are the kernelspecs of ours other than the one in dir
-// that run bin, in the directories Jupyter searches as the removed
-// kernelspec's Python (its sys.prefix: a --sys-prefix twin) and the
-// default ones see them, and in dir's own kernels directory; only those
-// this user may remove: a user uninstalling their own kernelspec of the
-// system's binary is not told of root's, which --with-wraps could not
-// remove and which keep their binary.
-func (c *installCmd) runningThisBinary(bin, dir string, prev *kernelspec.Previous) []kernelspec.Spec {
-	var pythons []string
-	if prev != nil && prev.Python != "" {
-		pythons = append(pythons, prev.Python)
-	}
-	for _, p := range kernelspec.Candidates() {
-		if !slices.Contains(pythons, p) {
-			pythons = append(pythons, p)
-		}
-	}
-	self, _ := os.Stat(dir)
-	var out []kernelspec.Spec
-	for _, sp := range kernelspec.RunsBinary(context.Background(), bin, pythons, filepath.Dir(dir)) {
-		if fi, err := os.Stat(sp.Dir); sp.Dir == dir || err == nil && self != nil && os.SameFile(fi, self) {
-			continue
-		}
-		if unix.Access(filepath.Dir(sp.Dir), unix.W_OK) != nil {
-			continue
-		}
-		out = append(out, sp)
-	}
-	return out
-}
-
 // nameOthers says, in one line, which other kernelspecs run bin.
 func (c *installCmd) nameOthers(bin string, others []kernelspec.Spec) {
 	if len(others) == 0 {
@@ -418,19 +399,19 @@ func sayRunning(w io.Writer, prev *kernelspec.Previous) {
 	if prev == nil {
 		return
 	}
-	if running := kernelsRunningOn(prev); len(running) > 0 {
+	if running := control.RunningOn(prev); len(running) > 0 {
 		fmt.Fprintf(w, "%d kernel(s) still running on it: %s; they run until shut down, but a restart of one fails now that its kernelspec is gone\n",
 			len(running), strings.Join(running, ", "))
 	}
 }
 
 // installRunArgv turns the run flags given on the command line (and not
-// empty) into "--flag value" pairs in kernelspecRunFlags order, values as
+// empty) into "--flag value" pairs in runflags.KernelspecFlags order, values as
 // the flag package prints them. A relative --nvml-library path is made
 // absolute: Jupyter starts the kernel from another directory.
 func installRunArgv(fs *flag.FlagSet, set map[string]bool) ([]string, error) {
 	var argv []string
-	for _, name := range kernelspecRunFlags {
+	for _, name := range runflags.KernelspecFlags {
 		if !set[name] {
 			continue
 		}
@@ -487,10 +468,10 @@ func installFail(w io.Writer, code int, err error) int {
 // users type them: install's own, then the run flags.
 func printInstallUsage(w io.Writer, usage string, fs *flag.FlagSet) {
 	fmt.Fprint(w, usage)
-	isRun := func(f *flag.Flag) bool { return slices.Contains(kernelspecRunFlags, f.Name) }
-	printFlags(w, fs, func(f *flag.Flag) bool { return !isRun(f) })
+	isRun := func(f *flag.Flag) bool { return slices.Contains(runflags.KernelspecFlags, f.Name) }
+	runflags.PrintFlags(w, fs, func(f *flag.Flag) bool { return !isRun(f) })
 	fmt.Fprint(w, installRunFlagsHeader)
-	printFlags(w, fs, isRun)
+	runflags.PrintFlags(w, fs, isRun)
 }
 
 func installCountTrue(bs ...bool) int {

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/tfgpu/tfgpu-kernel/internal/doctor"
 	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
 
@@ -241,7 +242,7 @@ func TestInstallSpareFlags(t *testing.T) {
 		if len(tc.want) > 0 && !strings.Contains(joined, strings.Join(tc.want, " ")+" ") {
 			t.Errorf("install %v: argv %q lacks %q", tc.args, joined, tc.want)
 		}
-		if got := spareSetting(spec.Argv); got != tc.says {
+		if got := doctor.SpareSetting(spec.Argv); got != tc.says {
 			t.Errorf("install %v: doctor says %q, want %q", tc.args, got, tc.says)
 		}
 	}
@@ -276,4 +277,10 @@ func installArgvHas(xs []string, x string) bool {
 		}
 	}
 	return false
+}
+
+// executable reports whether path is a regular file someone may execute.
+func executable(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0
 }

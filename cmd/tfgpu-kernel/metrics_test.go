@@ -1,81 +1,14 @@
 package main
 
 import (
-	"bytes"
-	"fmt"
 	"os"
-	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
-
-	"github.com/tfgpu/tfgpu-kernel/internal/record"
 )
-
-// Label values are what users named their notebooks: quotes, backslashes,
-// newlines and bytes that are not UTF-8 still make text Prometheus parses,
-// with the name intact where it can be.
-func TestPrometheusLabelsSurviveAnyNotebookName(t *testing.T) {
-	now := time.Now()
-	last := now.Add(-90 * time.Second)
-	names := []string{`a "quoted" name.ipynb`, `C:\\dir\\x.ipynb`, "two\nlines.ipynb", "bad \xff utf8.ipynb", "}{,=\"", ""}
-	var rows []record.KernelStatus
-	for i, n := range names {
-		rows = append(rows, record.KernelStatus{KernelID: "k" + string(rune('0'+i)), Session: n, User: "alice",
-			State: record.PhaseRunning, ExecutionState: record.ExecIdle, LastActivity: &last, PIDs: []int{1, 2},
-			GPU: []record.GPUUse{{Index: 0, UUID: "GPU-x", UsedBytes: 1 << 30}, {Index: 1, UsedBytes: -1}}})
-	}
-	var b bytes.Buffer
-	if err := writePrometheus(&b, rows, "", now); err != nil {
-		t.Fatal(err)
-	}
-	fams := parseProm(t, b.String())
-	for i, n := range names {
-		want := strings.ToValidUTF8(n, "\uFFFD")
-		id := "k" + string(rune('0'+i))
-		if v, ok := promValue(fams, "tfgpu_kernel_idle_seconds", map[string]string{"kernel_id": id, "notebook": want, "user": "alice"}); !ok || v != 90 {
-			t.Errorf("notebook %q: idle seconds %v (found %v)", n, v, ok)
-		}
-		if v, ok := promValue(fams, "tfgpu_kernel_gpu_memory_bytes", map[string]string{"kernel_id": id, "gpu": "0", "uuid": "GPU-x"}); !ok || v != 1<<30 {
-			t.Errorf("notebook %q: GPU0 %v (found %v)", n, v, ok)
-		}
-		if _, ok := promValue(fams, "tfgpu_kernel_gpu_memory_bytes", map[string]string{"kernel_id": id, "gpu": "1"}); ok {
-			t.Errorf("notebook %q: a figure NVML did not give (-1) was exported", n)
-		}
-	}
-	// Each process once, by its role: the spare as the spare.
-	b.Reset()
-	roles := []record.KernelStatus{{KernelID: "kr", User: "alice", State: record.PhaseRunning, PIDs: []int{20, 21}, RSSBytes: 300,
-		Processes: []record.Member{{PID: 9, Role: record.RoleStub, RSSBytes: 10}, {PID: 10, Role: record.RoleSupervisor, RSSBytes: 11},
-			{PID: 20, Role: record.RoleKernel, RSSBytes: 200}, {PID: 21, Role: record.RoleTree, RSSBytes: 100},
-			{PID: 30, Role: record.RoleStandby, RSSBytes: 12}, {PID: 31, Role: record.RoleSpare, RSSBytes: 70}}}}
-	if err := writePrometheus(&b, roles, "", now); err != nil {
-		t.Fatal(err)
-	}
-	fams = parseProm(t, b.String())
-	for role, want := range map[string][2]float64{"stub": {1, 10}, "supervisor": {1, 11}, "kernel": {1, 200}, "tree": {1, 100}, "standby": {1, 12}, "spare": {1, 70}} {
-		l := map[string]string{"kernel_id": "kr", "role": role}
-		n, ok1 := promValue(fams, "tfgpu_kernel_role_processes", l)
-		rss, ok2 := promValue(fams, "tfgpu_kernel_role_rss_bytes", l)
-		if !ok1 || !ok2 || n != want[0] || rss != want[1] {
-			t.Errorf("role %s: %v processes, %v bytes; want %v", role, n, rss, want)
-		}
-	}
-	if v, ok := promValue(fams, "tfgpu_kernel_processes", map[string]string{"kernel_id": "kr"}); !ok || v != 2 {
-		t.Errorf("tfgpu_kernel_processes counts %v, want the tree's 2", v)
-	}
-	b.Reset()
-	if err := writePrometheus(&b, nil, "no NVIDIA driver", now); err != nil {
-		t.Fatal(err)
-	}
-	if v, ok := promValue(parseProm(t, b.String()), "tfgpu_gpu_memory_attributed", nil); !ok || v != 0 {
-		t.Errorf("without NVML: tfgpu_gpu_memory_attributed %v (found %v)\n%s", v, ok, b.String())
-	}
-}
 
 // stop's selections are one of an id, --all, or --idle-for; anything else
 // is a usage error (exit 2) that stops nothing.
@@ -123,79 +56,4 @@ next:
 		return m.GetGauge().GetValue(), true
 	}
 	return 0, false
-}
-
-// An exact id always wins over ids it is a prefix of (a planted
-// "<id>x"); a prefix that names two kernels names none; two users' kernels
-// of one id are both chosen (the caller refuses them, ambiguous) unless a
-// user is given.
-func TestChooseKernels(t *testing.T) {
-	sts := []record.State{{KernelID: "5b2c1e7a-1", Owner: 1000}, {KernelID: "5b2c1e7a-1x", Owner: 1000}, {KernelID: "9f00aa00-2", Owner: 1000},
-		{KernelID: "5b2c1e7a-1", Owner: 1001}}
-	ids := func(s []record.State) string {
-		var out []string
-		for _, st := range s {
-			out = append(out, fmt.Sprintf("%d:%s", st.Owner, st.KernelID))
-		}
-		return strings.Join(out, " ")
-	}
-	for _, tc := range []struct {
-		id   string
-		all  bool
-		uid  int
-		want string
-	}{
-		{"5b2c1e7a-1", false, -1, "1000:5b2c1e7a-1 1001:5b2c1e7a-1"},
-		{"5b2c1e7a-1", false, 1000, "1000:5b2c1e7a-1"},
-		{"5b2c1e7a-1", false, 1001, "1001:5b2c1e7a-1"},
-		{"5b2c1e7a-1x", false, -1, "1000:5b2c1e7a-1x"},
-		{"5b2c1e7a-1x", false, 1001, ""},
-		{"5b2c", false, 1000, "1000:5b2c1e7a-1 1000:5b2c1e7a-1x"},
-		{"9f00", false, -1, "1000:9f00aa00-2"},
-		{"9f0", false, -1, ""}, // a prefix of fewer than 4 characters names nothing
-		{"5", false, -1, ""},
-		{"nope", false, -1, ""},
-		{"", true, -1, "1000:5b2c1e7a-1 1000:5b2c1e7a-1x 1000:9f00aa00-2 1001:5b2c1e7a-1"},
-		{"", true, 1001, "1001:5b2c1e7a-1"},
-	} {
-		if got := ids(chooseKernels(sts, tc.id, tc.all, tc.uid)); got != tc.want {
-			t.Errorf("chooseKernels(%q, %v, %d) = %q, want %q", tc.id, tc.all, tc.uid, got, tc.want)
-		}
-	}
-	want := []string{record.UserName(1000) + ":5b2c1e7a-1", record.UserName(1001) + ":5b2c1e7a-1"}
-	slices.Sort(want)
-	if msg := ambiguous("5b2c1e7a-1", chooseKernels(sts, "5b2c1e7a-1", false, -1)); !strings.Contains(msg, strings.Join(want, ", ")) {
-		t.Errorf("the refusal of an ambiguous id does not name each kernel with its user: %s", msg)
-	}
-}
-
-// A kernel is named ID or USER:ID (a login name or a uid), and --user says
-// the same; two users named are refused.
-func TestKernelNamed(t *testing.T) {
-	for _, tc := range []struct {
-		arg, user string
-		uid       int
-		id, err   string
-	}{
-		{"5b2c1e7a", "", -1, "5b2c1e7a", ""},
-		{"0:5b2c1e7a", "", 0, "5b2c1e7a", ""},
-		{"root:5b2c1e7a", "", 0, "5b2c1e7a", ""},
-		{"5b2c1e7a", "root", 0, "5b2c1e7a", ""},
-		{"root:5b2c1e7a", "0", 0, "5b2c1e7a", ""},
-		{"root:5b2c1e7a", "1", -1, "", "name two users"},
-		{"no-such-user-x:5b2c1e7a", "", -1, "", "no user"},
-		{":5b2c1e7a", "", -1, "", "USER:ID"},
-		{"", "no-such-user-x", -1, "", "no user"},
-	} {
-		uid, id, err := kernelNamed(tc.arg, tc.user)
-		if tc.err != "" {
-			if err == nil || !strings.Contains(err.Error(), tc.err) {
-				t.Errorf("kernelNamed(%q, %q) = %v; want an error with %q", tc.arg, tc.user, err, tc.err)
-			}
-			continue
-		}
-		if err != nil || uid != tc.uid || id != tc.id {
-			t.Errorf("kernelNamed(%q, %q) = %d, %q, %v; want %d, %q", tc.arg, tc.user, uid, id, err, tc.uid, tc.id)
-		}
-	}
 }

@@ -4,13 +4,10 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"io"
 	"os"
-	"strings"
-	"text/tabwriter"
 	"time"
 
-	"github.com/tfgpu/tfgpu-kernel/internal/gpu"
+	"github.com/tfgpu/tfgpu-kernel/internal/control"
 	"github.com/tfgpu/tfgpu-kernel/internal/record"
 )
 
@@ -39,7 +36,7 @@ func cmdPs(args []string) int {
 	// Root lists every user's kernels, found from the running supervisors
 	// (record.Collect), whatever state directory each chose.
 	only := stateDirNamed(fs)
-	states, refused, err := collectStates(*stateDir, os.Geteuid() == 0 && !only, only)
+	states, refused, err := control.Collect(*stateDir, os.Geteuid() == 0 && !only, only)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "tfgpu-kernel ps: %v\n", err)
 		return 1
@@ -50,7 +47,7 @@ func cmdPs(args []string) int {
 	}
 	switch *format {
 	case "prometheus":
-		if err := writePrometheus(os.Stdout, rows, note, time.Now()); err != nil {
+		if err := control.Prometheus(os.Stdout, rows, note, time.Now()); err != nil {
 			fmt.Fprintf(os.Stderr, "tfgpu-kernel ps: %v\n", err)
 			return 1
 		}
@@ -66,73 +63,6 @@ func cmdPs(args []string) int {
 		}
 		return 0
 	}
-	printPs(os.Stdout, rows, note, time.Now())
+	control.Table(os.Stdout, rows, note, time.Now())
 	return 0
-}
-
-func printPs(out io.Writer, rows []record.KernelStatus, note string, now time.Time) {
-	if len(rows) == 0 {
-		fmt.Fprintln(out, "no supervised kernels")
-	} else {
-		w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(w, "KERNEL\tNOTEBOOK\tUSER\tSUPERVISOR\tKERNEL PID\tPROCS\tRSS\tSTATE\tACTIVITY\tUPTIME\tGPU MEMORY")
-		for _, r := range rows {
-			session := r.Session
-			if session == "" {
-				session = "-"
-			}
-			var mem []string
-			for _, g := range r.GPU {
-				mem = append(mem, fmt.Sprintf("GPU%d %s", g.Index, gpu.FormatBytes(g.UsedBytes)))
-			}
-			if len(mem) == 0 {
-				mem = []string{"-"}
-			}
-			uptime := "-" // a record without a start (planted, or of an old version)
-			if !r.Started.IsZero() && !r.Started.After(now) {
-				uptime = now.Sub(r.Started).Round(time.Second).String()
-			}
-			state := r.State
-			if p := r.Parked; p != nil && p.Hold { // down until a time, or until `start`
-				state = "held"
-				if !p.HoldUntil.IsZero() {
-					state += " until " + p.HoldUntil.Local().Format("15:04")
-				}
-			}
-			if len(r.Escaped) > 0 { // a process left the kernel's cgroup: its limits no longer hold it
-				state += fmt.Sprintf(" (%d left its cgroup)", len(r.Escaped))
-			}
-			user := r.User
-			if user == "" {
-				user = "-"
-			}
-			rss := gpu.FormatBytes(r.RSSBytes)
-			if r.Spare != nil && r.Spare.Off == "" { // kept for the next restart, outside the kernel's tree
-				rss += " +" + gpu.FormatBytes(r.Spare.RSSBytes) + " spare"
-			}
-			fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\n", record.ShortID(r.KernelID), session, user, r.SupervisorPID,
-				r.KernelPID, len(r.PIDs), rss, state, activity(r, now), uptime, strings.Join(mem, ", "))
-		}
-		w.Flush()
-		for _, r := range rows { // what happened to a dirty or frozen kernel, where known
-			if r.Why != "" {
-				fmt.Fprintf(out, "%s %s: %s\n", record.ShortID(r.KernelID), r.State, r.Why)
-			}
-		}
-	}
-	if note != "" {
-		fmt.Fprintf(out, "GPU memory not shown: %s\n", note)
-	}
-}
-
-// activity is ps's ACTIVITY column: "busy 12s", "idle 2h5m", or the
-// execution state when it is not known.
-func activity(r record.KernelStatus, now time.Time) string {
-	if r.LastActivity == nil || (r.ExecutionState != record.ExecBusy && r.ExecutionState != record.ExecIdle) {
-		if r.ExecutionState == record.ExecUnknown {
-			return "-"
-		}
-		return r.ExecutionState
-	}
-	return r.ExecutionState + " " + max(now.Sub(*r.LastActivity), 0).Round(time.Second).String()
 }

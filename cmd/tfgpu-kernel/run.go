@@ -3,24 +3,13 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"flag"
 	"fmt"
-	"log/slog"
-	"maps"
 	"os"
-	"path/filepath"
-	"runtime"
-	"runtime/debug"
-	"slices"
-	"strings"
 
 	"github.com/tfgpu/tfgpu-kernel/internal/jmsg"
 	"github.com/tfgpu/tfgpu-kernel/internal/record"
-	"github.com/tfgpu/tfgpu-kernel/internal/zmtp"
-	"github.com/tfgpu/tfgpu-kernel/kernelspec"
+	"github.com/tfgpu/tfgpu-kernel/internal/runflags"
 	"github.com/tfgpu/tfgpu-kernel/wrapper"
-	"golang.org/x/sys/unix"
 )
 
 // cmdRun is what the kernelspec's argv runs:
@@ -31,7 +20,7 @@ import (
 // start (wrapper.Run decides, on one fact: the standby's answer); it then
 // is the kernel's stub (docs/design.md#processes).
 func cmdRun(args []string) int {
-	cfg, code, ok := runConfig("run", args)
+	cfg, code, ok := runflags.Config("run", args)
 	if !ok {
 		return code
 	}
@@ -62,7 +51,7 @@ func cmdStandby(args []string) int {
 		leash.Close()
 		return usageError("standby", fmt.Sprintf("the leash's first line is not run's arguments: %v", err))
 	}
-	cfg, code, ok := runConfig("run", runArgs)
+	cfg, code, ok := runflags.Config("run", runArgs)
 	if ok && cfg.Refusal != "" {
 		// Not expected: its supervisor took the same arguments and
 		// environment. A standby never refuses in a kernel's place.
@@ -111,198 +100,9 @@ func readLine(f *os.File, max int) ([]byte, error) {
 	return nil, fmt.Errorf("longer than %d bytes", max)
 }
 
-// runConfig parses run's arguments into the supervisor's Config; ok is
-// false after a usage error, with the exit code.
-func runConfig(name string, args []string) (wrapper.Config, int, bool) {
-	given := args
-	args, settingsErr := withSettings(args)
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	conn := fs.String("f", "", "the connection `FILE` Jupyter wrote (required)")
-	var rf runFlags
-	rf.define(fs) // shared with install, which writes them into kernelspecs
-	stateDir := fs.String("state-dir", record.DefaultDir(), "`DIR` where the kernel's state file goes (read by 'tfgpu-kernel ps' and 'stop')")
-	example := "tfgpu-kernel run -f kernel-1.json -- /usr/bin/python3 -m ipykernel_launcher -f kernel-1.json"
-	src, help, bad := parseFlagsErr(fs, args)
-	if bad == nil && settingsErr != nil {
-		bad = settingsErr
-	}
-	if help {
-		printUsage(os.Stdout, fs, example)
-		return wrapper.Config{}, 0, false
-	}
-	argv := fs.Args()
-	var v runValues
-	if bad == nil {
-		switch {
-		case *conn == "":
-			return wrapper.Config{}, usageError("run", "-f CONNECTION_FILE is required"), false
-		case len(argv) == 0:
-			return wrapper.Config{}, usageError("run", "no kernel command given after --"), false
-		}
-		// A TFGPU_ variable run does not read is a typo that would be ignored.
-		if bad = checkRunEnv(os.Environ()); bad == nil {
-			v, bad = rf.check(src)
-		}
-	}
-	if bad != nil {
-		return refusingConfig(args, *conn, bad)
-	}
-	// One P: the relay is a chain of goroutine hand-offs (zmq4's reader →
-	// socket queue → pump), and on one P they are run-queue switches
-	// instead of cross-thread wake-ups. Measured on 2 cores:
-	// `pass` round trip 1.06–1.12× direct with GOMAXPROCS=1 against
-	// 1.15–1.17× with 2, stream throughput no lower. GOMAXPROCS in the
-	// environment still wins.
-	if os.Getenv("GOMAXPROCS") == "" {
-		runtime.GOMAXPROCS(1)
-	}
-	// Collect at three times the live heap, not twice: zmq4 reads every
-	// frame from the kernel into a new buffer, and on a stream of 1 MB
-	// frames the collections, and the pages given back and faulted in
-	// again, were a quarter of the relay's CPU. Measured: 82.5–95 → 62.5 ms
-	// per 100 MB, peak RSS 17.8 → 21.6 MB (docs/benchmarks.md#relay-cpu).
-	// The heap's soft limit (wrapper.Run) still bounds a burst. GOGC in the
-	// environment still wins.
-	if os.Getenv("GOGC") == "" {
-		debug.SetGCPercent(200)
-	}
-	// In a terminal (jupyter console, a kernel started by hand) the log
-	// would be printed among the user's own lines: there only what is wrong
-	// is said, unless a level was asked for. The server log (a file or a
-	// pipe) gets every lifecycle line.
-	levelSet := src["log-level"] != ""
-	fs.Visit(func(f *flag.Flag) { levelSet = levelSet || f.Name == "log-level" })
-	if !levelSet && isTerminal(os.Stderr) {
-		v.level = slog.LevelWarn
-	}
-	lg := stderrLog(v.level)
-	return wrapper.Config{
-		Spare:          v.spare,
-		Preload:        v.preload,
-		SpareMaxAge:    rf.spareMaxAge,
-		StandbyProgram: standbyProgram(),
-		StandbyArgs:    given, // its settings file read again, as the next start reads it
-		ConnFile:       *conn,
-		Argv:           argv,
-		ShutdownGrace:  rf.grace,
-		KillTimeout:    rf.killTimeout,
-		InnerTransport: strings.ToLower(rf.inner),
-		Cgroup:         rf.cg,
-		StateDir:       *stateDir,
-		MemoryLimit:    v.memLimit,
-		GPUMemoryLimit: v.gpuLimit,
-		NVMLLibrary:    rf.nvmlLib,
-		ConfirmTimeout: rf.confirm,
-		Limits:         zmtp.Limits{MaxMessage: v.maxMessage},
-		Log:            lg,
-	}, 0, true
-}
-
-// refusingConfig is run's answer to settings it cannot take (bad, the one
-// line that says why; docs/design.md#bad-settings): the line goes to
-// stderr, the server log, once, as it always did; then, if the connection
-// file is usable, the Config of a supervisor that starts no kernel and
-// answers every cell with the line, so that the user sees it in the
-// notebook; else exit 2, as before. conn is -f as parsed ("" when the
-// flags did not parse as far: connArg finds it).
-func refusingConfig(args []string, conn string, bad error) (wrapper.Config, int, bool) {
-	code := usageError("run", bad.Error())
-	if conn == "" {
-		conn = connArg(args)
-	}
-	if conn == "" || wrapper.CheckConnFile(conn) != nil {
-		return wrapper.Config{}, code, false
-	}
-	level := slog.LevelInfo
-	if isTerminal(os.Stderr) {
-		level = slog.LevelWarn
-	}
-	return wrapper.Config{ConnFile: conn, Refusal: bad.Error(), Log: stderrLog(level), Stderr: os.Stderr}, 0, true
-}
-
-// connArg is the value of -f in run's args, before "--", for when the
-// flag package stopped at an error before it (an unknown flag: a
-// kernelspec written for another version of this program).
-func connArg(args []string) string {
-	for i, a := range args {
-		switch {
-		case a == "--":
-			return ""
-		case (a == "-f" || a == "--f") && i+1 < len(args):
-			return args[i+1]
-		case strings.HasPrefix(a, "-f="), strings.HasPrefix(a, "--f="):
-			_, v, _ := strings.Cut(a, "=")
-			return v
-		}
-	}
-	return ""
-}
-
-// stderrLog is the supervisor's log: slog text lines on stderr, which
-// Jupyter puts in the server log.
-func stderrLog(level slog.Level) *slog.Logger {
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})).With("prog", "tfgpu-kernel")
-}
-
-// standbyProgram is how a supervisor starts its standby: wrapper runs
-// /proc/self/exe (this very binary, even should the file have been
-// replaced since) with this argv and the kernel id; the environment is
-// passed on as it is.
-func standbyProgram() []string {
-	self, err := os.Executable() // for ps; /proc/self/exe is what runs
-	if err != nil {
-		self = "tfgpu-kernel"
-	}
-	return []string{self, "standby"}
-}
-
 // gpuSoname is NVML's soname, for the help text.
-const gpuSoname = "libnvidia-ml.so.1"
+const gpuSoname = runflags.GPUSoname
 
-func usageError(cmd, msg string) int {
-	fmt.Fprintf(os.Stderr, "tfgpu-kernel %s: %s (see 'tfgpu-kernel %s --help')\n", cmd, msg, cmd)
-	return 2
-}
-
-// isTerminal reports whether f is a terminal.
-func isTerminal(f *os.File) bool {
-	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
-	return err == nil
-}
-
-// withSettings expands `--settings FILE`, which only the wheel's launcher
-// gives, as run's first flag (docs/design.md#the-wheel): the file's run
-// flags go first, as a kernelspec's argv carries them (a flag after them
-// wins, and either wins over its TFGPU_ variable), and its env is set for
-// the supervisor and the kernel, as a kernelspec's env is. A file that is
-// gone since the launcher looked means the defaults. An error is the one
-// line run's refusal says in the notebook.
-func withSettings(args []string) ([]string, error) {
-	if len(args) == 0 || args[0] != "--settings" && !strings.HasPrefix(args[0], "--settings=") {
-		return args, nil
-	}
-	path, rest := strings.TrimPrefix(args[0], "--settings="), args[1:]
-	if args[0] == "--settings" {
-		if len(args) < 2 {
-			return args[1:], errors.New("--settings needs the settings file's path")
-		}
-		path, rest = args[1], args[2:]
-	}
-	if !filepath.IsAbs(path) {
-		return rest, fmt.Errorf("--settings %q: want an absolute path", path)
-	}
-	set, err := kernelspec.ReadSettings(path)
-	if err != nil || set == nil {
-		return rest, err
-	}
-	pairs, _ := kernelspec.RunFlagPairs(set.RunFlags) // ReadSettings checked them
-	for _, p := range pairs {
-		if !slices.Contains(kernelspecRunFlags, strings.TrimPrefix(p[0], "--")) {
-			return rest, fmt.Errorf("%s: %s is no run flag a kernelspec may carry; fix it with 'tfgpu-kernel install'", path, p[0])
-		}
-	}
-	for _, k := range slices.Sorted(maps.Keys(set.Env)) {
-		os.Setenv(k, set.Env[k])
-	}
-	return append(slices.Clone(set.RunFlags), rest...), nil
-}
+// usageError says a usage error of cmd, one line on stderr, and returns
+// its exit code, 2.
+func usageError(cmd, msg string) int { return runflags.UsageError(cmd, msg) }

@@ -1,4 +1,4 @@
-package main
+package runflags
 
 import (
 	"flag"
@@ -14,18 +14,18 @@ import (
 	"github.com/tfgpu/tfgpu-kernel/wrapper"
 )
 
-// runFlags are the `run` flags a kernelspec may carry. `run` and `install`
+// Flags are the `run` flags a kernelspec may carry. `run` and `install`
 // define and check them with the same code, so `install` refuses exactly the
 // values `run` would refuse at every kernel start.
-type runFlags struct {
+type Flags struct {
 	level, inner, memLimit, gpuLimit, cg, nvmlLib, maxMsg string
 	grace, killTimeout, confirm, spareMaxAge              time.Duration
 	spare, noSpare                                        bool
 	preload                                               string
 }
 
-// runValues are runFlags checked and parsed.
-type runValues struct {
+// Values are Flags checked and parsed.
+type Values struct {
 	memLimit   int64 // bytes; 0: no limit
 	gpuLimit   int64 // bytes of GPU memory; 0: no limit
 	level      slog.Level
@@ -34,30 +34,30 @@ type runValues struct {
 	preload    []string // modules the spare imports
 }
 
-// kernelspecRunFlags are the names of runFlags, in the order `install`
+// KernelspecFlags are the names of Flags, in the order `install`
 // writes them into a kernelspec's argv (a fixed order keeps kernel.json
 // stable whatever order they were typed in).
-var kernelspecRunFlags = []string{
+var KernelspecFlags = []string{
 	"cgroup", "memory-limit", "gpu-memory-limit", "confirm-timeout", "shutdown-grace",
 	"kill-timeout", "inner-transport", "nvml-library", "max-message-size", "log-level",
 	"spare", "no-spare", "preload", "spare-max-age",
 }
 
 // define adds the flags to fs with run's defaults and help.
-func (r *runFlags) define(fs *flag.FlagSet) {
+func (r *Flags) Define(fs *flag.FlagSet) {
 	fs.StringVar(&r.level, "log-level", "info", "`LEVEL`: debug, info, warn, error")
-	durationVar(fs, &r.grace, "shutdown-grace", wrapper.DefaultShutdownGrace, "how long the kernel may take to exit by itself after shutdown_request")
-	durationVar(fs, &r.killTimeout, "kill-timeout", wrapper.DefaultKillTimeout, "how long killing the kernel's tree may take")
+	DurationVar(fs, &r.grace, "shutdown-grace", wrapper.DefaultShutdownGrace, "how long the kernel may take to exit by itself after shutdown_request")
+	DurationVar(fs, &r.killTimeout, "kill-timeout", wrapper.DefaultKillTimeout, "how long killing the kernel's tree may take")
 	fs.StringVar(&r.inner, "inner-transport", "auto", "`TRANSPORT` to the kernel: auto (ipc, else tcp), ipc, tcp")
 	fs.StringVar(&r.memLimit, "memory-limit", "", "`SIZE` of memory the kernel's whole tree may use, e.g. 8G (powers of 1024; at least 128M); empty: no limit")
 	fs.StringVar(&r.gpuLimit, "gpu-memory-limit", "", "`SIZE` of GPU memory the kernel's whole tree may hold, summed over the watched GPUs, e.g. 8G (at least 128M); over it the tree is killed and Jupyter restarts the kernel; empty: no limit")
 	fs.StringVar(&r.cg, "cgroup", cgroup.Auto, "`MODE` of containment: auto (first of v2, systemd, v1 that works, else proc), v2, systemd (user scope via systemd-run), v1 (freezer), proc (process group and /proc; its old name none is taken too); inside a Slurm job always proc")
-	fs.StringVar(&r.nvmlLib, "nvml-library", "", "NVML library `FILE` to load; empty: "+gpuSoname+" through the dynamic loader (LD_LIBRARY_PATH)")
-	durationVar(fs, &r.confirm, "confirm-timeout", wrapper.DefaultConfirmTimeout, "how long to wait for NVML to list none of a killed tree's GPU contexts")
+	fs.StringVar(&r.nvmlLib, "nvml-library", "", "NVML library `FILE` to load; empty: "+GPUSoname+" through the dynamic loader (LD_LIBRARY_PATH)")
+	DurationVar(fs, &r.confirm, "confirm-timeout", wrapper.DefaultConfirmTimeout, "how long to wait for NVML to list none of a killed tree's GPU contexts")
 	fs.BoolVar(&r.spare, "spare", true, "keep a spare kernel, its imports done, for the next restart (docs/design.md#spare-kernel); TFGPU_SPARE=0 turns it off")
 	fs.BoolVar(&r.noSpare, "no-spare", false, "no spare kernel: every restart starts Python cold (same as --spare=false)")
 	fs.StringVar(&r.preload, "preload", "", "`MODULES` the spare kernel imports before it is needed, comma-separated, e.g. numpy,tensorflow (a module that initialises CUDA on import makes the spare useless)")
-	durationVar(fs, &r.spareMaxAge, "spare-max-age", wrapper.DefaultSpareMaxAge, "how long a spare kernel waits before it is replaced by a fresh one (what it imported may have changed on disk)")
+	DurationVar(fs, &r.spareMaxAge, "spare-max-age", wrapper.DefaultSpareMaxAge, "how long a spare kernel waits before it is replaced by a fresh one (what it imported may have changed on disk)")
 	fs.StringVar(&r.maxMsg, "max-message-size", "1G", "the largest message (`SIZE`) a client may send the kernel (all its frames, e.g. a comm's buffers); a client that sends a larger one is disconnected")
 }
 
@@ -72,8 +72,8 @@ const MinMemoryLimit = 128 << 20
 // check validates the values and parses the sizes and the log level. The
 // error is one line naming the setting as the user gave it (src: the
 // flag, or the TFGPU_ variable that set it) and showing a valid value.
-func (r *runFlags) check(src flagSource) (v runValues, err error) {
-	n := src.name
+func (r *Flags) Check(src Source) (v Values, err error) {
+	n := src.Name
 	switch {
 	case !validChoice(r.cg):
 		return v, fmt.Errorf("%s %q: want auto, v2, systemd, v1 or proc", n("cgroup"), r.cg)

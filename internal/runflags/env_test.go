@@ -1,4 +1,4 @@
-package main
+package runflags
 
 import (
 	"bytes"
@@ -18,14 +18,14 @@ import (
 )
 
 // run refuses a TFGPU_ variable it would ignore, with one line naming it
-// (install's line for --env, noSuchSetting), and takes every setting's and
-// every name of internalEnv.
+// (install's line for --env, NoSuchSetting), and takes every setting's and
+// every name of InternalEnv.
 func TestCheckRunEnv(t *testing.T) {
 	var settings, internal []string
-	for _, f := range append(slices.Clone(kernelspecRunFlags), "state-dir") {
-		settings = append(settings, envName(f)+"=x")
+	for _, f := range append(slices.Clone(KernelspecFlags), "state-dir") {
+		settings = append(settings, EnvName(f)+"=x")
 	}
-	for k := range internalEnv {
+	for k := range InternalEnv {
 		internal = append(internal, k+"=1")
 	}
 	for _, tc := range []struct {
@@ -43,7 +43,7 @@ func TestCheckRunEnv(t *testing.T) {
 		{name: "not ours", environ: []string{"TFGPU=1", "E2E_TFGPU_BIN=x", "tfgpu_memory_limt=1", "CUDA_VISIBLE_DEVICES=0"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := checkRunEnv(tc.environ)
+			err := CheckEnv(tc.environ)
 			switch {
 			case tc.bad == "" && err != nil:
 				t.Fatalf("refused: %v", err)
@@ -62,9 +62,9 @@ func TestCheckRunEnv(t *testing.T) {
 }
 
 // Every TFGPU_ name the repository uses (Go, Python, shell, the docs) is a
-// setting of run's or in internalEnv, so that run never refuses what this
+// setting of run's or in InternalEnv, so that run never refuses what this
 // program or its tests set for their own processes; but for the typos the
-// tests and docs show on purpose. And every name of internalEnv is still
+// tests and docs show on purpose. And every name of InternalEnv is still
 // used somewhere.
 func TestEveryTFGPUNameIsKnown(t *testing.T) {
 	typos := map[string]bool{"TFGPU_GPU_MEM_LIMIT": true, "TFGPU_MEMORY_LIMT": true, "TFGPU_CONFIRM_TIMOUT": true}
@@ -91,26 +91,26 @@ func TestEveryTFGPUNameIsKnown(t *testing.T) {
 		t.Fatalf("found only %d TFGPU_ names under %s: the scan is broken", len(used), root)
 	}
 	for _, k := range slices.Sorted(maps.Keys(used)) {
-		_, setting := runFlagOfEnv(k)
-		_, internal := internalEnv[k]
+		_, setting := FlagOfEnv(k)
+		_, internal := InternalEnv[k]
 		switch {
 		case setting && internal:
-			t.Errorf("%s is a setting and in internalEnv", k)
+			t.Errorf("%s is a setting and in InternalEnv", k)
 		case !setting && !internal && !typos[k]:
-			t.Errorf("%s (used in %s) is neither a setting of run's nor in internalEnv (envvars.go): run would refuse it", k, strings.Join(slices.Compact(used[k]), ", "))
+			t.Errorf("%s (used in %s) is neither a setting of run's nor in InternalEnv (env.go): run would refuse it", k, strings.Join(slices.Compact(used[k]), ", "))
 		}
 	}
-	for k := range internalEnv {
-		if files := slices.DeleteFunc(slices.Clone(used[k]), func(f string) bool { return f == "cmd/tfgpu-kernel/envvars.go" }); len(files) == 0 {
-			t.Errorf("internalEnv's %s is used nowhere else: remove it", k)
+	for k := range InternalEnv {
+		if files := slices.DeleteFunc(slices.Clone(used[k]), func(f string) bool { return f == "internal/runflags/env.go" }); len(files) == 0 {
+			t.Errorf("InternalEnv's %s is used nowhere else: remove it", k)
 		}
 	}
 }
 
-// runConfig on bad settings: the one line on stderr, once; with a usable
+// Config on bad settings: the one line on stderr, once; with a usable
 // connection file, the Config of a supervisor that refuses (its Refusal
 // the line without the pointer to --help), else exit 2 as before. Good
-// settings and internalEnv's names give a supervisor that starts the
+// settings and InternalEnv's names give a supervisor that starts the
 // kernel.
 func TestRunConfigRefusesBadSettings(t *testing.T) {
 	dir := t.TempDir()
@@ -126,7 +126,7 @@ func TestRunConfigRefusesBadSettings(t *testing.T) {
 		env     map[string]string
 		args    []string
 		refusal string // the Config's Refusal must start with it; "": none
-		code    int    // when runConfig is not ok
+		code    int    // when Config is not ok
 	}{
 		{name: "a typo", env: map[string]string{"TFGPU_MEMORY_LIMT": "8G"}, args: []string{"-f", conn},
 			refusal: "TFGPU_MEMORY_LIMT: tfgpu-kernel run has no such setting"},
@@ -141,7 +141,7 @@ func TestRunConfigRefusesBadSettings(t *testing.T) {
 		{name: "good settings", env: map[string]string{"TFGPU_CONFIRM_TIMEOUT": "5s", "TFGPU_MEMORY_LIMIT": "8G", "TFGPU_SPARE": "0"}, args: []string{"-f", conn}},
 		{name: "internal names", env: func() map[string]string {
 			m := map[string]string{}
-			for k := range internalEnv {
+			for k := range InternalEnv {
 				m[k] = "1"
 			}
 			return m
@@ -156,11 +156,11 @@ func TestRunConfigRefusesBadSettings(t *testing.T) {
 				code    int
 				ok      bool
 			}{}
-			// runConfig tunes the runtime for a supervisor; this is a test.
+			// Config tunes the runtime for a supervisor; this is a test.
 			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
 			defer debug.SetGCPercent(debug.SetGCPercent(100))
 			stderr := captureStderr(t, func() {
-				c, code, ok := runConfig("run", append(slices.Clone(tc.args), kernel...))
+				c, code, ok := Config("run", append(slices.Clone(tc.args), kernel...))
 				cfg.refusal, cfg.code, cfg.ok = c.Refusal, code, ok
 			})
 			switch {

@@ -1,4 +1,4 @@
-package main
+package control
 
 import (
 	"bufio"
@@ -12,11 +12,11 @@ import (
 	"github.com/tfgpu/tfgpu-kernel/internal/record"
 )
 
-// writePrometheus writes ps's rows in the Prometheus text exposition format
+// Prometheus writes ps's rows in the Prometheus text exposition format
 // (version 0.0.4), for node_exporter's textfile collector
 // (docs/operating.md#metrics): one family after another, every sample of
 // a kernel labelled with its id, notebook and user.
-func writePrometheus(out io.Writer, rows []record.KernelStatus, gpuNote string, now time.Time) error {
+func Prometheus(out io.Writer, rows []record.KernelStatus, gpuNote string, now time.Time) error {
 	w := bufio.NewWriter(out)
 	family := func(name, help string, samples func(emit func(labels string, v float64))) {
 		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s gauge\n", name, help, name)

@@ -1,7 +1,11 @@
-package main
+package runflags
 
 import (
+	"flag"
 	"fmt"
+	"io"
+	"maps"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -10,44 +14,45 @@ import (
 )
 
 // The TFGPU_ variables, in one place. Each setting of `run` has one,
-// TFGPU_<FLAG> (envName): the kernelspec's env or the Jupyter server's
+// TFGPU_<FLAG> (EnvName): the kernelspec's env or the Jupyter server's
 // environment can set it. Any other TFGPU_ name is a typo that would be
 // ignored (TFGPU_MEMORY_LIMT=8G: a kernel without the limit its user
-// asked for), so `run` refuses it (runConfig) and `install` refuses it in
-// a kernelspec's env (checkEnv), with the same line (noSuchSetting), but
+// asked for), so `run` refuses it (Config) and `install` refuses it in
+// a kernelspec's env (CheckKernelspecEnv), with the same line (NoSuchSetting), but
 // for the names this program and its tests set for their own processes
-// (internalEnv), which `run` may find in its environment and takes
+// (InternalEnv), which `run` may find in its environment and takes
 // without a word.
 
-// runFlagOfEnv is the run flag a TFGPU_ variable stands for: one a
-// kernelspec's argv may carry (kernelspecRunFlags), or --state-dir.
-func runFlagOfEnv(k string) (string, bool) {
-	for _, name := range append(slices.Clone(kernelspecRunFlags), "state-dir") {
-		if envName(name) == k {
+// FlagOfEnv is the run flag a TFGPU_ variable stands for: one a
+// kernelspec's argv may carry (KernelspecFlags), or --state-dir.
+func FlagOfEnv(k string) (string, bool) {
+	for _, name := range append(slices.Clone(KernelspecFlags), "state-dir") {
+		if EnvName(name) == k {
 			return name, true
 		}
 	}
 	return "", false
 }
 
-// noSuchSetting is the one line for a TFGPU_ variable that is no setting
+// NoSuchSetting is the one line for a TFGPU_ variable that is no setting
 // of run's; name is the variable as the user gave it (install's
 // "--env TFGPU_MEMORY_LIMT", run's "TFGPU_MEMORY_LIMT").
-func noSuchSetting(name string) error {
+func NoSuchSetting(name string) error {
 	var known []string
-	for _, f := range kernelspecRunFlags {
-		known = append(known, envName(f))
+	for _, f := range KernelspecFlags {
+		known = append(known, EnvName(f))
 	}
 	return fmt.Errorf("%s: tfgpu-kernel run has no such setting (it reads %s and TFGPU_STATE_DIR)", name, strings.Join(known, ", "))
 }
 
-// internalEnv are the TFGPU_ variables that set nothing of run's but that
+// InternalEnv are the TFGPU_ variables that set nothing of run's but that
 // run may find in its environment, because this program or its tests put
 // them there for a process of their own and what it starts inherits them.
+// A file named without a directory is cmd/tfgpu-kernel's.
 // TestEveryTFGPUNameIsKnown finds every TFGPU_ name the repository uses
 // (Go, Python, shell, docs) and fails on one that is in neither this list
 // nor run's settings.
-var internalEnv = map[string]string{
+var InternalEnv = map[string]string{
 	// This program's own.
 	proc.MarkerEnv:        "the marker of a kernel's tree (wrapper/spawn.go): whatever a kernel starts inherits it, a Jupyter server started from a notebook's terminal and its kernels included",
 	"TFGPU_SPARE_PRELOAD": "the modules a spare imports (wrapper/spare), for its Python, which removes it at once",
@@ -80,22 +85,22 @@ var internalEnv = map[string]string{
 	"TFGPU_FAKE_DELAY":      "wrapper's tests",
 }
 
-// checkRunEnv refuses a TFGPU_ variable in environ (KEY=VALUE, as
-// os.Environ) that run would ignore: neither a setting nor internalEnv.
+// CheckEnv refuses a TFGPU_ variable in environ (KEY=VALUE, as
+// os.Environ) that run would ignore: neither a setting nor InternalEnv.
 // Empty ones too: TFGPU_MEMORY_LIMT= meant to clear a limit the server's
 // environment sets clears nothing. With several, the first in sorted order
 // is named.
-func checkRunEnv(environ []string) error {
+func CheckEnv(environ []string) error {
 	var unknown []string
 	for _, kv := range environ {
 		k, _, _ := strings.Cut(kv, "=")
 		if !strings.HasPrefix(k, "TFGPU_") {
 			continue
 		}
-		if _, ok := runFlagOfEnv(k); ok {
+		if _, ok := FlagOfEnv(k); ok {
 			continue
 		}
-		if _, ok := internalEnv[k]; ok {
+		if _, ok := InternalEnv[k]; ok {
 			continue
 		}
 		unknown = append(unknown, k)
@@ -103,5 +108,47 @@ func checkRunEnv(environ []string) error {
 	if len(unknown) == 0 {
 		return nil
 	}
-	return noSuchSetting(record.Printable(slices.Min(unknown)))
+	return NoSuchSetting(record.Printable(slices.Min(unknown)))
+}
+
+// CheckKernelspecEnv checks every TFGPU_ variable a kernelspec's env
+// will carry (install's --env, and those kept) as run will read it at
+// each start: a variable run does not know is a typo that would be
+// ignored, a bad value a kernel that never starts. given says whether a
+// run flag was given on install's command line (not kept): it and its
+// variable are one setting.
+func CheckKernelspecEnv(env map[string]string, given func(flag string) bool) error {
+	for _, k := range slices.Sorted(maps.Keys(env)) {
+		v := env[k]
+		if !strings.HasPrefix(k, "TFGPU_") {
+			continue
+		}
+		name, ok := FlagOfEnv(k)
+		if !ok {
+			return NoSuchSetting("--env " + k) // the line run says for it
+		}
+		if given(name) {
+			return fmt.Errorf("--%s and --env %s are one setting; give one", name, k)
+		}
+		if name == "state-dir" {
+			if !filepath.IsAbs(v) {
+				return fmt.Errorf("--env %s=%q: want an absolute directory, such as /var/lib/tfgpu-kernel", k, v)
+			}
+			continue
+		}
+		if v == "" {
+			continue // empty: run's default (Parse ignores an empty variable)
+		}
+		var rf Flags // a fresh set of run flags: only this value is checked
+		one := flag.NewFlagSet("run", flag.ContinueOnError)
+		one.SetOutput(io.Discard)
+		rf.Define(one)
+		if err := one.Set(name, v); err != nil {
+			return fmt.Errorf("--env %s=%q: %v", k, v, err)
+		}
+		if _, err := rf.Check(Source{name: "--env " + k}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
