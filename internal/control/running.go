@@ -5,7 +5,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/tfgpu/tfgpu-kernel/cgroup"
+	"github.com/tfgpu/tfgpu-kernel/internal/proc"
 	"github.com/tfgpu/tfgpu-kernel/internal/record"
 	"github.com/tfgpu/tfgpu-kernel/kernelspec"
 )
@@ -27,7 +27,7 @@ func RunningOn(prev *kernelspec.Previous) []string {
 			if launched == 0 {
 				continue
 			}
-			argv, err := cgroup.ProcCmdline(launched)
+			argv, err := proc.Cmdline(launched)
 			if err != nil || !prev.Runs(argv) {
 				continue
 			}
