@@ -77,36 +77,6 @@ func aliveIDs(t *testing.T, ids []procID) []procID {
 	return alive
 }
 
-// zombieChildren returns the children of the test process left as zombies.
-func zombieChildren(t *testing.T) []int {
-	t.Helper()
-	r := proc.StatReader{Root: "/proc"}
-	procs, err := r.Scan()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var z []int
-	for pid, s := range procs {
-		if s.PPid == os.Getpid() && !s.Alive() {
-			z = append(z, pid)
-		}
-	}
-	return z
-}
-
-// waitNoZombies waits (the Reaper is asynchronous) until the test process
-// has no zombie child.
-func waitNoZombies(t *testing.T) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for z := zombieChildren(t); len(z) > 0; z = zombieChildren(t) {
-		if time.Now().After(deadline) {
-			t.Fatalf("zombie children not reaped: %v", z)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // killChecked checks that Pids covers every reported live process, kills
 // the tree, and checks that Kill counted at least what Pids saw.
 func killChecked(t *testing.T, tr Tree, ids []procID) {

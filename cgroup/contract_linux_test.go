@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
 
 // contractMode is one way of containing a tree that TestTreeContract runs
@@ -151,7 +153,7 @@ func TestTreeContract(t *testing.T) {
 					if n, err := tr.Kill(context.Background()); n != 0 || err != nil {
 						t.Errorf("second Kill = %d, %v; want 0, nil", n, err)
 					}
-					waitNoZombies(t)
+					testutil.WaitNoZombies(t)
 					closeChecked(t, tr, dirs)
 				})
 			}
@@ -175,7 +177,7 @@ func TestTreeContract(t *testing.T) {
 				if alive := aliveIDs(t, ids); len(alive) > 0 {
 					t.Errorf("alive after Kill: %v", alive)
 				}
-				waitNoZombies(t)
+				testutil.WaitNoZombies(t)
 			})
 			t.Run("kill after the leader exited", func(t *testing.T) {
 				tr, dirs := m.start(t, "exit3-orphan")
@@ -195,7 +197,7 @@ func TestTreeContract(t *testing.T) {
 				if alive := aliveIDs(t, ids); len(alive) > 0 {
 					t.Errorf("alive after Kill: %v", alive)
 				}
-				waitNoZombies(t)
+				testutil.WaitNoZombies(t)
 				closeChecked(t, tr, dirs)
 			})
 			t.Run("unstarted", func(t *testing.T) {

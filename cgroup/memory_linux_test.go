@@ -165,7 +165,7 @@ func TestV1MemoryOOMKill(t *testing.T) {
 	if err := m.Close(); err != nil {
 		t.Fatalf("second Close: %v", err)
 	}
-	waitNoZombies(t)
+	testutil.WaitNoZombies(t)
 }
 
 func TestV1MemoryUnderLimit(t *testing.T) {

@@ -258,7 +258,7 @@ func TestV1Cycles(t *testing.T) {
 			}
 		})
 	}
-	waitNoZombies(t)
+	testutil.WaitNoZombies(t)
 	// Only this test process's cgroups: other programs on the host (the
 	// wrapper's tests, run at the same time) may have theirs.
 	if after := mine(tfgpuCgroups(t, freezer)); !slices.Equal(before, after) {

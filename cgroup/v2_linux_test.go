@@ -300,7 +300,7 @@ func TestV2Cycles(t *testing.T) {
 			tr.exitStatus(t)
 		})
 	}
-	waitNoZombies(t)
+	testutil.WaitNoZombies(t)
 	if after := tfgpuCgroups(t, parent); !slices.Equal(before, after) {
 		t.Errorf("tfgpu-* cgroups before %v, after %v", before, after)
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tfgpu/tfgpu-kernel/internal/gpu/gputest"
+	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
 
 // Issue 14, idle holders and metrics: testdata/e2e/gpu.py idle on both
@@ -35,7 +36,7 @@ func TestE2EIdleStop(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		fams := parseProm(t, string(text))
+		fams := testutil.ParseProm(t, string(text))
 		rows, _ := res.Facts["ps_rows"].(map[string]any)
 		if len(rows) != 3 {
 			t.Fatalf("facts lack the three ps rows: %v", res.Facts["ps_rows"])
@@ -48,31 +49,31 @@ func TestE2EIdleStop(t *testing.T) {
 				"tfgpu_kernel_busy":      map[bool]float64{true: 1, false: 0}[name == "busy"],
 			}
 			for metric, v := range want {
-				if got, ok := promValue(fams, metric, map[string]string{"kernel_id": id}); !ok || got != v {
+				if got, ok := testutil.PromValue(fams, metric, map[string]string{"kernel_id": id}); !ok || got != v {
 					t.Errorf("%s kernel: %s = %v (found %v), want %v", name, metric, got, ok, v)
 				}
 			}
-			if got, ok := promValue(fams, "tfgpu_kernel_rss_bytes", map[string]string{"kernel_id": id}); !ok || got < 10<<20 {
+			if got, ok := testutil.PromValue(fams, "tfgpu_kernel_rss_bytes", map[string]string{"kernel_id": id}); !ok || got < 10<<20 {
 				t.Errorf("%s kernel: rss %v", name, got)
 			}
-			idle, ok := promValue(fams, "tfgpu_kernel_idle_seconds", map[string]string{"kernel_id": id})
+			idle, ok := testutil.PromValue(fams, "tfgpu_kernel_idle_seconds", map[string]string{"kernel_id": id})
 			if !ok || (name == "busy") != (idle == 0) || (name != "busy" && idle < 1) {
 				t.Errorf("%s kernel: idle seconds %v (found %v)", name, idle, ok)
 			}
-			if _, ok := promValue(fams, "tfgpu_kernel_info", map[string]string{"kernel_id": id, "user": "root",
+			if _, ok := testutil.PromValue(fams, "tfgpu_kernel_info", map[string]string{"kernel_id": id, "user": "root",
 				"state": "running", "execution_state": map[bool]string{true: "busy", false: "idle"}[name == "busy"]}); !ok {
 				t.Errorf("%s kernel: no tfgpu_kernel_info with its labels", name)
 			}
 			for _, g := range row["gpu"].([]any) {
 				g := g.(map[string]any)
 				dev := strconv.Itoa(int(g["index"].(float64)))
-				got, ok := promValue(fams, "tfgpu_kernel_gpu_memory_bytes", map[string]string{"kernel_id": id, "gpu": dev})
+				got, ok := testutil.PromValue(fams, "tfgpu_kernel_gpu_memory_bytes", map[string]string{"kernel_id": id, "gpu": dev})
 				if !ok || got != g["used_bytes"].(float64) {
 					t.Errorf("%s kernel: GPU%s memory %v (found %v), ps --json says %v", name, dev, got, ok, g["used_bytes"])
 				}
 			}
 		}
-		if v, ok := promValue(fams, "tfgpu_gpu_memory_attributed", nil); !ok || v != 1 {
+		if v, ok := testutil.PromValue(fams, "tfgpu_gpu_memory_attributed", nil); !ok || v != 1 {
 			t.Errorf("tfgpu_gpu_memory_attributed = %v (found %v), want 1", v, ok)
 		}
 	})

@@ -119,19 +119,19 @@ func TestPs(t *testing.T) {
 	// The same row for Prometheus: a dead supervisor's kernel has no
 	// execution state (no busy or idle figure), its GPU memory is there.
 	r = runInstallBin(t, env, bin, "ps", "--format", "prometheus")
-	fams := parseProm(t, r.stdout)
+	fams := testutil.ParseProm(t, r.stdout)
 	labels := map[string]string{"kernel_id": "5b2c1e7a-ps", "notebook": "train.ipynb", "user": "root"}
-	if v, ok := promValue(fams, "tfgpu_kernel_gpu_memory_bytes", map[string]string{"kernel_id": "5b2c1e7a-ps", "gpu": "1"}); r.code != 0 || !ok || v != 768<<20 {
+	if v, ok := testutil.PromValue(fams, "tfgpu_kernel_gpu_memory_bytes", map[string]string{"kernel_id": "5b2c1e7a-ps", "gpu": "1"}); r.code != 0 || !ok || v != 768<<20 {
 		t.Fatalf("ps --format prometheus: exit %d, GPU1 %v (found %v)\n%s%s", r.code, v, ok, r.stdout, r.stderr)
 	}
-	if _, ok := promValue(fams, "tfgpu_kernel_info", map[string]string{"kernel_id": "5b2c1e7a-ps", "state": "dirty", "execution_state": "unknown"}); !ok {
+	if _, ok := testutil.PromValue(fams, "tfgpu_kernel_info", map[string]string{"kernel_id": "5b2c1e7a-ps", "state": "dirty", "execution_state": "unknown"}); !ok {
 		t.Errorf("no tfgpu_kernel_info for the dirty kernel:\n%s", r.stdout)
 	}
-	if v, ok := promValue(fams, "tfgpu_kernel_processes", labels); !ok || v != 1 {
+	if v, ok := testutil.PromValue(fams, "tfgpu_kernel_processes", labels); !ok || v != 1 {
 		t.Errorf("tfgpu_kernel_processes = %v (found %v)", v, ok)
 	}
 	for _, m := range []string{"tfgpu_kernel_busy", "tfgpu_kernel_idle_seconds"} {
-		if _, ok := promValue(fams, m, labels); ok {
+		if _, ok := testutil.PromValue(fams, m, labels); ok {
 			t.Errorf("%s given for a kernel whose execution state is unknown", m)
 		}
 	}

@@ -4,10 +4,6 @@ import (
 	"os"
 	"strings"
 	"testing"
-
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 )
 
 // stop's selections are one of an id, --all, or --idle-for; anything else
@@ -23,37 +19,4 @@ func TestStopUsage(t *testing.T) {
 			t.Errorf("%v: exit %d, want 2 with a short error:\n%s", args, r.code, r.stderr)
 		}
 	}
-}
-
-// parseProm parses the text exposition format with Prometheus' own parser.
-func parseProm(t *testing.T, text string) map[string]*dto.MetricFamily {
-	t.Helper()
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(strings.NewReader(text))
-	if err != nil {
-		t.Fatalf("not the Prometheus text format: %v\n%s", err, text)
-	}
-	return fams
-}
-
-// promValue is the gauge of family name whose labels include want.
-func promValue(fams map[string]*dto.MetricFamily, name string, want map[string]string) (float64, bool) {
-	f := fams[name]
-	if f == nil {
-		return 0, false
-	}
-next:
-	for _, m := range f.GetMetric() {
-		have := map[string]string{}
-		for _, l := range m.GetLabel() {
-			have[l.GetName()] = l.GetValue()
-		}
-		for k, v := range want {
-			if have[k] != v {
-				continue next
-			}
-		}
-		return m.GetGauge().GetValue(), true
-	}
-	return 0, false
 }

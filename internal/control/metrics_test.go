@@ -6,11 +6,8 @@ import (
 	"testing"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
-
 	"github.com/tfgpu/tfgpu-kernel/internal/record"
+	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
 
 // Label values are what users named their notebooks: quotes, backslashes,
@@ -30,17 +27,17 @@ func TestPrometheusLabelsSurviveAnyNotebookName(t *testing.T) {
 	if err := Prometheus(&b, rows, "", now); err != nil {
 		t.Fatal(err)
 	}
-	fams := parseProm(t, b.String())
+	fams := testutil.ParseProm(t, b.String())
 	for i, n := range names {
 		want := strings.ToValidUTF8(n, "\uFFFD")
 		id := "k" + string(rune('0'+i))
-		if v, ok := promValue(fams, "tfgpu_kernel_idle_seconds", map[string]string{"kernel_id": id, "notebook": want, "user": "alice"}); !ok || v != 90 {
+		if v, ok := testutil.PromValue(fams, "tfgpu_kernel_idle_seconds", map[string]string{"kernel_id": id, "notebook": want, "user": "alice"}); !ok || v != 90 {
 			t.Errorf("notebook %q: idle seconds %v (found %v)", n, v, ok)
 		}
-		if v, ok := promValue(fams, "tfgpu_kernel_gpu_memory_bytes", map[string]string{"kernel_id": id, "gpu": "0", "uuid": "GPU-x"}); !ok || v != 1<<30 {
+		if v, ok := testutil.PromValue(fams, "tfgpu_kernel_gpu_memory_bytes", map[string]string{"kernel_id": id, "gpu": "0", "uuid": "GPU-x"}); !ok || v != 1<<30 {
 			t.Errorf("notebook %q: GPU0 %v (found %v)", n, v, ok)
 		}
-		if _, ok := promValue(fams, "tfgpu_kernel_gpu_memory_bytes", map[string]string{"kernel_id": id, "gpu": "1"}); ok {
+		if _, ok := testutil.PromValue(fams, "tfgpu_kernel_gpu_memory_bytes", map[string]string{"kernel_id": id, "gpu": "1"}); ok {
 			t.Errorf("notebook %q: a figure NVML did not give (-1) was exported", n)
 		}
 	}
@@ -53,56 +50,23 @@ func TestPrometheusLabelsSurviveAnyNotebookName(t *testing.T) {
 	if err := Prometheus(&b, roles, "", now); err != nil {
 		t.Fatal(err)
 	}
-	fams = parseProm(t, b.String())
+	fams = testutil.ParseProm(t, b.String())
 	for role, want := range map[string][2]float64{"stub": {1, 10}, "supervisor": {1, 11}, "kernel": {1, 200}, "tree": {1, 100}, "standby": {1, 12}, "spare": {1, 70}} {
 		l := map[string]string{"kernel_id": "kr", "role": role}
-		n, ok1 := promValue(fams, "tfgpu_kernel_role_processes", l)
-		rss, ok2 := promValue(fams, "tfgpu_kernel_role_rss_bytes", l)
+		n, ok1 := testutil.PromValue(fams, "tfgpu_kernel_role_processes", l)
+		rss, ok2 := testutil.PromValue(fams, "tfgpu_kernel_role_rss_bytes", l)
 		if !ok1 || !ok2 || n != want[0] || rss != want[1] {
 			t.Errorf("role %s: %v processes, %v bytes; want %v", role, n, rss, want)
 		}
 	}
-	if v, ok := promValue(fams, "tfgpu_kernel_processes", map[string]string{"kernel_id": "kr"}); !ok || v != 2 {
+	if v, ok := testutil.PromValue(fams, "tfgpu_kernel_processes", map[string]string{"kernel_id": "kr"}); !ok || v != 2 {
 		t.Errorf("tfgpu_kernel_processes counts %v, want the tree's 2", v)
 	}
 	b.Reset()
 	if err := Prometheus(&b, nil, "no NVIDIA driver", now); err != nil {
 		t.Fatal(err)
 	}
-	if v, ok := promValue(parseProm(t, b.String()), "tfgpu_gpu_memory_attributed", nil); !ok || v != 0 {
+	if v, ok := testutil.PromValue(testutil.ParseProm(t, b.String()), "tfgpu_gpu_memory_attributed", nil); !ok || v != 0 {
 		t.Errorf("without NVML: tfgpu_gpu_memory_attributed %v (found %v)\n%s", v, ok, b.String())
 	}
-}
-
-// parseProm parses the text exposition format with Prometheus' own parser.
-func parseProm(t *testing.T, text string) map[string]*dto.MetricFamily {
-	t.Helper()
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(strings.NewReader(text))
-	if err != nil {
-		t.Fatalf("not the Prometheus text format: %v\n%s", err, text)
-	}
-	return fams
-}
-
-// promValue is the gauge of family name whose labels include want.
-func promValue(fams map[string]*dto.MetricFamily, name string, want map[string]string) (float64, bool) {
-	f := fams[name]
-	if f == nil {
-		return 0, false
-	}
-next:
-	for _, m := range f.GetMetric() {
-		have := map[string]string{}
-		for _, l := range m.GetLabel() {
-			have[l.GetName()] = l.GetValue()
-		}
-		for k, v := range want {
-			if have[k] != v {
-				continue next
-			}
-		}
-		return m.GetGauge().GetValue(), true
-	}
-	return 0, false
 }

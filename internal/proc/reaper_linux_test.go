@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
 
 // testReaper is the one Reaper of the test process, which is a child subreaper.
@@ -92,7 +94,7 @@ func TestReaperDeliversFastExits(t *testing.T) {
 			t.Errorf("Owns(%d) after its exit", pids[i])
 		}
 	}
-	waitNoZombies(t)
+	testutil.WaitNoZombies(t)
 }
 
 func TestReaperStartError(t *testing.T) {
@@ -119,7 +121,7 @@ func TestReaperReapsOrphans(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	waitNoZombies(t)
+	testutil.WaitNoZombies(t)
 }
 
 // TestReaperDrainLeavesNoZombie: orphans of a tree (a double fork) that
@@ -149,30 +151,5 @@ func TestReaperDrainLeavesNoZombie(t *testing.T) {
 	defer func() { unix.Kill(pid, unix.SIGKILL); <-ch }()
 	if testReaper.Drain(20 * time.Millisecond) {
 		t.Fatal("Drain said no child is left while sleep 60 runs")
-	}
-}
-
-// waitNoZombies waits (the Reaper is asynchronous) until the test process
-// has no zombie child (as cgroup's test helper of the same name).
-func waitNoZombies(t *testing.T) {
-	t.Helper()
-	r := StatReader{Root: "/proc"}
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		procs, err := r.Scan()
-		if err != nil {
-			t.Fatal(err)
-		}
-		var z []int
-		for pid, s := range procs {
-			if s.PPid == os.Getpid() && !s.Alive() {
-				z = append(z, pid)
-			}
-		}
-		if len(z) == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("zombie children not reaped: %v", z)
-		}
 	}
 }

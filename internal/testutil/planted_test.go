@@ -18,12 +18,12 @@ var plantedKernels = []string{"ir", "julia-1.10", "python3"}
 
 // pathSensitive are the quick tests of each package whose outcome a host
 // could change: what Jupyter finds (kernelspec), the TFGPU_ variables a
-// supervisor reads (cmd/tfgpu-kernel's run, wrapper's supervisor
+// supervisor reads (internal/runflags, wrapper's supervisor
 // process), Slurm's detection (internal/engine, internal/record's ps of
 // a Slurm job) and the cgroup mode of a supervisor (wrapper).
 var pathSensitive = map[string][]string{
 	"./kernelspec":        {"TestWrapFindSpec", "TestJupyterFindsNothingOfTheHost", "TestDirUserMatchesJupyter", "TestRunsBinary"},
-	"./cmd/tfgpu-kernel":  {"TestRunConfigRefusesBadSettings", "TestCheckRunEnv"},
+	"./internal/runflags": {"TestRunConfigRefusesBadSettings", "TestCheckRunEnv"},
 	"./wrapper":           {"TestIdentitiesSurviveASIGKILL"},
 	"./internal/engine":   {"TestDetect"},
 	"./internal/record":   {"TestPSSaysTheKernelEndedWithItsSlurmJob"},
