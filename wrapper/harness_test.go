@@ -165,6 +165,25 @@ func (h *harness) connect() {
 			t.Fatalf("kernel never answered; supervisor log:\n%s", h.stderr)
 		}
 	}
+	// The supervisor tells the first cell its notices once, on iopub; a
+	// SUB's subscription travels on its own, so under load it could reach
+	// the door after that cell's stderr was published (to no one). A
+	// status on iopub (the kernel's for a kernel_info) says it is in place.
+	deadline = time.Now().Add(20 * time.Second)
+	for sent := 0; ; {
+		select {
+		case <-h.iopubMsgs:
+			h.discardReplies(h.shell, sent)
+		case <-time.After(300 * time.Millisecond):
+			if time.Now().After(deadline) {
+				t.Fatalf("nothing came on iopub; supervisor log:\n%s", h.stderr)
+			}
+			h.send(h.shell, "kernel_info_request", nil, map[string]any{})
+			sent++
+			continue
+		}
+		break
+	}
 	h.execute("sync", nil)
 	for syncs := 1; ; {
 		select {
