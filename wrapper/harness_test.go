@@ -108,6 +108,9 @@ func startExternalAs(t *testing.T, path string, sys *syscall.SysProcAttr) (*harn
 		exe = copyForUser(t, exe, int(sys.Credential.Uid), h)
 	}
 	cmd := exec.Command(exe, "-test.run=^$")
+	if exe != os.Args[0] {
+		cmd.Dir = filepath.Dir(exe) // userCwd
+	}
 	cmd.Env = append(os.Environ(), "TFGPU_TEST_SUPERVISOR="+h.path)
 	cmd.Stderr = h.stderr
 	cmd.SysProcAttr = sys
@@ -488,6 +491,12 @@ func requireFreezer(t *testing.T) string { return requireMode(t, cgroup.ModeV1) 
 
 // copyForUser copies the test binary into a directory uid can enter, and
 // hands uid the connection file and a state directory of its own.
+//
+// userCwd: a supervisor run as uid starts in that directory too. It starts
+// its watcher and standby in its own working directory, by path
+// (watcher.go), and the test's, in a checkout under a 0700 directory
+// (mktemp -d), is closed to uid: the watcher would not start, for a
+// reason no host has.
 func copyForUser(t *testing.T, exe string, uid int, h *harness) string {
 	t.Helper()
 	dir := t.TempDir()

@@ -287,6 +287,7 @@ func (m *fakeUserManager) startInSession(t *testing.T, env ...string) (*harness,
 	}
 	defer unix.Close(fd)
 	cmd := exec.Command(exe, "-test.run=^$")
+	cmd.Dir = filepath.Dir(exe) // userCwd
 	cmd.Env = append(os.Environ(), "TFGPU_TEST_SUPERVISOR="+h.path, "TFGPU_CGROUP=auto",
 		"XDG_RUNTIME_DIR="+m.runtime, "PATH="+bin+":"+os.Getenv("PATH"))
 	cmd.Env = append(cmd.Env, env...)
