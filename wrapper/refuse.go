@@ -49,7 +49,7 @@ func (s *supervisor) refuse(ctx context.Context) int {
 		shared.UseCurve(curve)
 	}
 	var err error
-	if s.outer, err = relay.Bind(ctx, ci, shared, s.log); err != nil {
+	if s.outer, err = relay.Bind(ci, shared); err != nil {
 		code, _ := s.usage("connection file %s: %v", s.cfg.ConnFile, err)
 		return code
 	}

@@ -251,7 +251,7 @@ func (s *supervisor) bind(ctx context.Context, ci *jmsg.ConnInfo, curve *zmtp.Cu
 	// Who owns which routing identity, as the previous supervisor of this
 	// kernel knew it, before the first client can connect (identities.go).
 	s.keepIdentities()
-	if s.outer, err = relay.Bind(ctx, ci, s.cfg.shared, s.log); err != nil {
+	if s.outer, err = relay.Bind(ci, s.cfg.shared); err != nil {
 		return s.usage("connection file %s: %v", cfg.ConnFile, err)
 	}
 	s.onExit(s.outer.Close)

@@ -143,8 +143,9 @@ func (d *Door) crowdedLocked(p peer, shaking bool) func() {
 }
 
 // handshake does the server side of the ZMTP 3.0 handshake with one peer
-// under HandshakeTimeout (see shake). A peer that passes becomes a conn for
-// zmq4; one that does not is closed, and logged (rate-limited).
+// under HandshakeTimeout (see shake). A peer that passes becomes a conn
+// whose messages serve reads; one that does not is closed, and logged
+// (rate-limited).
 func (d *Door) handshake(nc net.Conn, p peer) {
 	c, err := d.shake(nc, p)
 	d.mu.Lock()
@@ -172,11 +173,7 @@ func (d *Door) handshake(nc net.Conn, p peer) {
 		}
 		return
 	}
-	select {
-	case d.ready <- c:
-	case <-d.done:
-		c.Close()
-	}
+	go d.serve(c)
 }
 
 // shake: NULL sends our greeting and READY in one write, then checks the
@@ -245,11 +242,11 @@ func (d *Door) shake(nc net.Conn, p peer) (*conn, error) {
 	}
 	c := newConn(nc, rd, d.sh)
 	c.door, c.peer, c.since = d, p, time.Now()
+	c.established = true // the handshake was ours
 	// Only the kernel's owner (or, with CURVE, a holder of the key) may
 	// hold iopub's writer up; anyone else is a subscriber as libzmq's PUB
 	// has them: past its queue it misses messages (attack G).
 	c.mayHold = d.hold && (d.sh.curve != nil || p.uid == os.Geteuid())
-	c.swallow = 2 // zmq4 writes a greeting and a READY of its own
 	if d.socketType == "ROUTER" {
 		if err := d.claim(c, r.Identity); err != nil {
 			return nil, err
@@ -260,15 +257,13 @@ func (d *Door) shake(nc net.Conn, p peer) (*conn, error) {
 	c.acct = &recvAcct{peer: p.key, name: d.name, addr: nc.RemoteAddr().String(), close: func() { c.closeWith("receive budget") }}
 	prog := &progress{nc: nc, idle: lim.MessageIdle}
 	raw.prog = prog // from here on: the handshake's deadline is cleared below
-	plain := rd
-	if cs != nil {
-		c.seal = &sealer{cs: cs}
-		plain = bufio.NewReaderSize(&opener{rd: rd, cs: cs, lim: lim, sh: d.sh, acct: c.acct, prog: prog}, readBuffer)
-	}
-	c.in = &inbound{rd: plain, pub: d.socketType == "PUB", lim: lim, budget: d.sh, acct: c.acct, prog: prog,
+	c.in = &inbound{rd: rd, pub: d.socketType == "PUB", lim: lim, budget: d.sh, acct: c.acct, prog: prog,
 		hooks: inboundHooks{ping: c.pingReceived, subscribe: c.subscribe}}
+	if cs != nil {
+		c.seal = cs
+		c.in.open = &opener{rd: rd, cs: cs, lim: lim, prog: prog}
+	}
 	d.sh.register(c.acct)
-	c.in.pending = prelude(r.SocketType, c.identity, c.in.pub)
 	_ = nc.SetDeadline(time.Time{})
 	return c, nil
 }
@@ -331,21 +326,4 @@ func readCommandFrame(rd *bufio.Reader, max int) ([]byte, error) {
 		return nil, unexpected(err)
 	}
 	return body, nil
-}
-
-// prelude is what zmq4 reads first from a handshaken conn: a canonical
-// greeting and READY carrying the peer's socket type and the identity zmq4
-// is to route by, and on iopub a subscription to everything (topics are
-// filtered by the conn itself, see conn.subscribed).
-func prelude(socketType, identity string, pub bool) []byte {
-	b := AppendGreeting(nil, false)
-	var id []byte
-	if identity != "" {
-		id = []byte(identity)
-	}
-	b = AppendReady(b, socketType, id)
-	if pub {
-		b = append(b, 0, 1, 1)
-	}
-	return b
 }

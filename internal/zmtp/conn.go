@@ -39,7 +39,7 @@ type conn struct {
 	raw  syscall.RawConn // nil when the conn has no fd (tests with net.Pipe)
 	rd   *bufio.Reader
 	in   *inbound // accepted conns only
-	seal *sealer  // CURVE: what is queued is sealed first
+	seal *curveServer // CURVE (accepted conns): each frame is sealed as it is queued
 	door *Door    // nil when dialed
 	sh   *Shared  // the door's; for dialed conns a private one with defaults
 	lim  *Limits
@@ -55,7 +55,6 @@ type conn struct {
 	mu        sync.Mutex
 	cond      *sync.Cond // progress, close: wakes holdUp
 	fw        framer     // follows what zmq4 writes
-	swallow   int        // control messages of zmq4's own handshake still to swallow
 	queue     [][]byte   // accepted, not yet written
 	owned     bool       // the last segment of queue is a buffer of ours (appendable)
 	spare     []byte     // a buffer of ours, written out, for the next small pieces
@@ -63,11 +62,9 @@ type conn struct {
 	flushing  bool       // a flusher goroutine runs
 	progress  time.Time  // when the peer last took bytes
 	dropping  bool       // dropping the rest of the current message
-	deciding  bool       // iopub: holding the first frame until its topic is known
-	head      []byte     // the held first frame
-	pongs     [][]byte   // PONGs waiting for a message boundary
 	subs      map[string]int
 	closed    bool
+	gone      chan struct{} // closed with the conn
 	err       error
 	stalledN  int  // messages dropped in the current stall, for the log (endStall)
 	lagSet    bool // counted in the door's heldN (mayHold, queue past QueueLimit)
@@ -103,8 +100,8 @@ const spareMax = 256 << 10
 
 func newConn(nc net.Conn, rd *bufio.Reader, sh *Shared) *conn {
 	c := &conn{Conn: nc, rd: rd, sh: sh, lim: &sh.lim, progress: time.Now()}
-	c.fw.greeting = GreetingLen // zmq4 opens every connection with one
 	c.cond = sync.NewCond(&c.mu)
+	c.gone = make(chan struct{})
 	c.writeFn = func(fd uintptr) bool {
 		c.wn, c.werr = c.writev(int(fd), c.wbatch)
 		return true // one attempt; never wait for the peer here
@@ -117,22 +114,8 @@ func newConn(nc net.Conn, rd *bufio.Reader, sh *Shared) *conn {
 	return c
 }
 
-// Read reads what the peer sent: through inbound's checks on accepted
-// conns, straight from the buffer on dialed ones.
-func (c *conn) Read(p []byte) (int, error) {
-	if c.in == nil {
-		return c.rd.Read(p)
-	}
-	n, err := c.in.Read(p)
-	if err != nil {
-		if errors.Is(err, ErrProtocol) {
-			c.sh.rl.warn("zmtp: closed a connection that broke the protocol",
-				"socket", c.door.name, "peer", c.RemoteAddr().String(), "why", reason(err))
-		}
-		c.closeWith(reason(err))
-	}
-	return n, err
-}
+// Read is zmq4's, on a dialed conn: the kernel's bytes, unchecked.
+func (c *conn) Read(p []byte) (int, error) { return c.rd.Read(p) }
 
 // Write takes p into the queue and returns at once; see conn.
 func (c *conn) Write(p []byte) (int, error) {
@@ -168,6 +151,12 @@ func (c *conn) sendMsg(frames [][]byte) error {
 	if !c.established {
 		return errNotEstablished
 	}
+	if c.door != nil {
+		c.putMsg(frames)
+		c.kick(true)
+		return nil
+	}
+	// A dialed conn: through the framer, which zmq4's own writes pass too.
 	ended := false
 	for i, f := range frames {
 		var flags byte
@@ -189,6 +178,45 @@ func (c *conn) sendMsg(frames [][]byte) error {
 	return nil
 }
 
+// putMsg queues a whole message for a client: unless its queue is full,
+// or on iopub its first frame matches none of its subscriptions. Called
+// with mu held.
+func (c *conn) putMsg(frames [][]byte) {
+	if c.full() || (c.subs != nil && !c.subscribed(frames[0])) {
+		return
+	}
+	for i, f := range frames {
+		var flags byte
+		if i < len(frames)-1 {
+			flags = FlagMore
+		}
+		c.putFrame(flags, f)
+	}
+	if c.mayHold && !c.lagSet && !c.holdSpent && c.queued >= c.lim.QueueLimit {
+		c.lagSet = true
+		c.door.hold1(+1)
+	}
+}
+
+// putFrame queues one frame: its header and body as they are (a large
+// body by reference), or on CURVE sealed into a MESSAGE of its own, the
+// body copied into it once and encrypted where it lies. Called with mu
+// held.
+func (c *conn) putFrame(flags byte, body []byte) {
+	if c.seal == nil {
+		c.hdr = AppendFrameHeader(c.hdr[:0], flags, len(body))
+		c.enqueue(c.hdr)
+		c.enqueue(body)
+		return
+	}
+	m := append(messageFrame(flags, uint64(len(body))), body...)
+	if err := c.seal.sealMessage(m); err != nil {
+		c.closeLocked("seal: " + err.Error())
+		return
+	}
+	c.enqueue(m)
+}
+
 var (
 	errNoFrames       = errors.New("zmtp: a message without frames")
 	errNotEstablished = errors.New("zmtp: connection not established yet")
@@ -202,21 +230,14 @@ func (c *conn) kick(ended bool) {
 	}
 }
 
-// take follows p through the framer and queues what is to go out (see
-// conn), and reports whether a message ended in it. Called with mu held;
-// it may wait (holdUp) at a message's start.
+// take follows p, written to a dialed conn, through the framer and queues
+// what is to go out (see conn), and reports whether a message ended in it.
+// Called with mu held.
 func (c *conn) take(p []byte) (ended bool, err error) {
 	for len(p) > 0 {
 		s := c.fw.step(p)
 		piece := p[:s.n]
 		p = p[s.n:]
-		if c.swallow > 0 { // zmq4's greeting and READY: ours went out in the handshake
-			if s.end {
-				c.swallow--
-				c.established = c.swallow == 0
-			}
-			continue
-		}
 		if s.control && s.end && !c.established {
 			// A dialed conn: zmq4's greeting, then its READY.
 			if c.handshake++; c.handshake == 2 {
@@ -231,38 +252,13 @@ func (c *conn) take(p []byte) (ended bool, err error) {
 				return ended, c.closedErr()
 			}
 			c.dropping = c.full()
-			c.deciding = !c.dropping && c.subs != nil
-			c.head = c.head[:0]
 		}
-		switch {
-		case c.dropping:
-		case c.deciding:
-			c.head = append(c.head, piece...)
-			if s.frameEnd || len(c.head) >= 9+c.lim.MaxTopic {
-				c.deciding = false
-				if c.subscribed(c.head) {
-					c.enqueue(c.head)
-					if len(c.head) >= refMin {
-						c.head = nil // enqueued by reference
-					}
-				} else {
-					c.dropping = true
-				}
-			}
-		default:
+		if !c.dropping {
 			c.enqueue(piece)
 		}
 		if s.end {
-			c.dropping, c.deciding = false, false
+			c.dropping = false
 			ended = true
-			if c.mayHold && !c.lagSet && !c.holdSpent && c.queued >= c.lim.QueueLimit {
-				c.lagSet = true
-				c.door.hold1(+1)
-			}
-			for _, pong := range c.pongs {
-				c.enqueue(pong)
-			}
-			c.pongs = c.pongs[:0]
 		}
 	}
 	return ended, nil
@@ -275,21 +271,9 @@ func (c *conn) closedErr() error {
 	return &net.OpError{Op: "write", Net: "zmtp", Err: net.ErrClosed}
 }
 
-// enqueue queues piece of the plain ZMTP stream: as it is, or on a CURVE
-// connection sealed, frame by frame. Called with mu held.
-func (c *conn) enqueue(piece []byte) {
-	if c.seal == nil {
-		c.enqueueWire(piece)
-		return
-	}
-	if err := c.seal.feed(piece, c.enqueueWire); err != nil {
-		c.closeLocked("seal: " + err.Error())
-	}
-}
-
-// enqueueWire appends piece: by reference when large, else copied into the
+// enqueue appends piece: by reference when large, else copied into the
 // buffer of ours at the queue's end. Called with mu held.
-func (c *conn) enqueueWire(piece []byte) {
+func (c *conn) enqueue(piece []byte) {
 	if len(piece) == 0 {
 		return
 	}
@@ -404,8 +388,8 @@ func (c *conn) full() bool {
 	return drop
 }
 
-// subscribed reports whether a message whose first frame (header
-// included) starts with head goes to this iopub peer. Called with mu held.
+// subscribed reports whether a message whose first frame is head goes to
+// this iopub peer. Called with mu held.
 func (c *conn) subscribed(head []byte) bool {
 	if len(c.subs) == 0 {
 		return false
@@ -413,12 +397,8 @@ func (c *conn) subscribed(head []byte) bool {
 	if _, all := c.subs[""]; all {
 		return true
 	}
-	if len(head) == 0 {
-		return false
-	}
-	body := head[min(HeaderLen(head[0]), len(head)):]
 	for t := range c.subs {
-		if bytes.HasPrefix(body, []byte(t)) {
+		if bytes.HasPrefix(head, []byte(t)) {
 			return true
 		}
 	}
@@ -465,14 +445,12 @@ func (c *conn) pingReceived(context []byte) {
 	pong := AppendCommand(nil, "PONG", context)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closed || c.queued > c.lim.PongQueue || len(c.pongs) > 0 {
+	if c.closed || c.queued > c.lim.PongQueue {
 		return
 	}
-	if c.fw.inMsg { // zmq4 is writing a message: wait for its end
-		c.pongs = append(c.pongs, pong)
-		return
-	}
-	c.enqueue(pong)
+	// Messages are queued whole (putMsg): this is between two.
+	h, _ := ParseFrameHeader(pong)
+	c.putFrame(FlagCommand, pong[h.Len:])
 	if !c.flushing {
 		c.writeNow()
 	}
@@ -692,6 +670,7 @@ func (c *conn) closeLocked(why string) {
 		return
 	}
 	c.closed = true
+	close(c.gone)
 	c.endStall("disconnected")
 	if c.door != nil && why != "" && c.sh.log.Enabled(context.Background(), slog.LevelDebug) {
 		c.sh.log.Debug("zmtp: connection closed", "socket", c.door.name, "peer", c.RemoteAddr().String(), "why", why)
@@ -705,7 +684,7 @@ func (c *conn) closeLocked(why string) {
 		c.sh.unregister(c.acct)
 	}
 	subs := c.subs
-	c.queue, c.head, c.pongs, c.subs = nil, nil, nil, nil
+	c.queue, c.subs = nil, nil
 	c.cond.Broadcast()
 	_ = c.Conn.Close() // the reader's next Read fails and gives back its receive budget
 	if c.door != nil {

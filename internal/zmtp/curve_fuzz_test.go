@@ -7,7 +7,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"testing"
 	"time"
@@ -289,12 +288,13 @@ func curveReplay(t *testing.T, typ string, lim Limits, build func(cc *curveClien
 			}
 			return nil
 		}}}
-	in.rd = bufio.NewReaderSize(&opener{rd: bufio.NewReaderSize(bytes.NewReader(stream), readBuffer), cs: cs, lim: &sh.lim, sh: sh}, readBuffer)
-	got, rerr := io.ReadAll(io.LimitReader(in, 64<<20))
+	in.rd = bufio.NewReaderSize(bytes.NewReader(stream), readBuffer)
+	in.open = &opener{rd: in.rd, cs: cs, lim: &sh.lim}
+	got, rerr := readAll(in, 64<<20)
 	if rerr == nil {
-		t.Fatalf("the reader ended without an error after %d bytes", len(got))
+		t.Fatalf("the reader ended without an error after %d messages", len(got))
 	}
-	checkFrames(t, typ, got, &sh.lim)
+	checkMessages(t, typ, got, &sh.lim)
 	if sh.receiving.Load() != 0 {
 		t.Fatalf("%d bytes left in the receive budget", sh.receiving.Load())
 	}

@@ -1,32 +1,32 @@
-// Package zmtp is the ZMTP layer under the relay's zmq4 sockets: the door
-// every client connection passes through, and the queue every connection
-// writes through. It exists because the supervisor's sockets face every
-// local user of a shared machine, and go-zeromq/zmq4 v0.17.0 trusts its
-// peers (docs/local-peers.md has the measurements).
+// Package zmtp is the ZMTP layer of the relay: the doors every client
+// connection passes through, and the queue every connection writes
+// through. It exists because the supervisor's sockets face every local
+// user of a shared machine, and go-zeromq/zmq4 v0.17.0 trusts its peers
+// (docs/local-peers.md has the measurements). The doors are ROUTER and PUB
+// sockets of its own; zmq4 is left the supervisor's links to the kernel it
+// started (transport.go), where the peer is trusted.
 //
 // It owns:
 //
 //   - the wire format as pure functions (wire.go): greeting, frame header,
 //     command, READY metadata and PING, each checking every length against
 //     what is there before slicing; errors wrap [ErrProtocol];
-//   - [Door]: the listening side of one outer socket, registered with zmq4
-//     as a transport of its own by [Bind]. It accepts with back-off on
-//     errors, caps connections per socket ([Limits].MaxConns, and
-//     RLIMIT_NOFILE minus a reserve), and runs each handshake on its own
-//     goroutine under [Limits].HandshakeTimeout, evicting the oldest when
-//     [Limits].MaxHandshakes are pending. zmq4 only ever sees connections
-//     that completed a handshake, through a canonical prelude (greeting,
-//     READY with the peer's socket type and the routing identity to use);
-//   - what zmq4 reads from a client (inbound.go): frame headers checked
-//     against [Limits].MaxMessage and MaxFrames before zmq4 allocates;
-//     large frames staged as their bytes arrive; a receive budget shared by
-//     all connections; ZMTP commands handled here (PING answered, PONG
-//     noted, SUBSCRIBE/CANCEL applied), never passed on; on iopub
-//     subscriptions applied here and everything else read and dropped;
+//   - [Door]: the listening side of one outer socket ([Bind]). It accepts
+//     with back-off on errors, caps connections per socket
+//     ([Limits].MaxConns, and RLIMIT_NOFILE minus a reserve), and runs each
+//     handshake on its own goroutine under [Limits].HandshakeTimeout,
+//     evicting the oldest when [Limits].MaxHandshakes are pending;
+//   - what a client sends (inbound.go), parsed once into the messages
+//     [Door.Recv] returns: frame headers checked against
+//     [Limits].MaxMessage and MaxFrames before a byte is allocated; large
+//     frames staged as their bytes arrive; a receive budget shared by all
+//     connections; ZMTP commands handled there (PING answered, PONG noted,
+//     SUBSCRIBE/CANCEL applied); on iopub subscriptions applied and
+//     everything else read and dropped;
 //   - sending ([Door.Send], [Link.Send], send.go): the relay's messages go
-//     straight onto the connections, not through zmq4's writers, and are
-//     queued there before the send returns, so [Drain] knows what is left;
-//     zmq4 still does the handshakes and all receiving;
+//     straight onto the connections, and are queued there before the send
+//     returns, so [Drain] knows what is left; on a [Link] zmq4 does the
+//     handshake and reads what the kernel sends;
 //   - what is written to a peer (conn.go): never blocking, whole messages
 //     queued (large frames by reference, so iopub subscribers share one
 //     copy), written with writev, dropped for a stalled peer past
@@ -36,8 +36,8 @@
 //   - routing identities (ROUTER doors): an identity is its peer's (user's);
 //     another peer's claim is refused, also for 30 s after the holder's
 //     last connection closed. The holder's own connections may share it,
-//     each in a slot of its own that zmq4 sees as its identity, so replies
-//     go to the connection that asked ([Door.Send]). Empty identities and
+//     each in a slot of its own that [Door.Recv] gives as its identity, so
+//     replies go to the connection that asked ([Door.Send]). Empty identities and
 //     those starting with a zero byte get a random one. What the doors
 //     know of who owns which identity outlives them (owned.go): [Shared.Owned]
 //     reports it, [Shared.OwnedChanged] says when the held ones changed,

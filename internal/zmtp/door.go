@@ -7,38 +7,35 @@ import (
 	"net"
 	"os"
 	"sync"
-	"sync/atomic"
-	"time"
-
-	"github.com/go-zeromq/zmq4"
-	"github.com/go-zeromq/zmq4/transport"
 )
 
-// The Door itself: its type, Bind and the zmq4 transport it listens
-// through, Accept, Close and what it reports (Addr, Conns). Send is in
-// send.go; admission and the handshake in admit.go; routing identities
-// and slots in ids.go; iopub's hold and subscriptions in iopub.go.
+// The Door itself: its type, Bind, Recv, Close and what it reports (Addr,
+// Conns). Send is in send.go; admission and the handshake in admit.go;
+// what a connection sends in inbound.go; routing identities and slots in
+// ids.go; iopub's hold and subscriptions in iopub.go.
 
 // A Door is the listening side of one of the sockets Jupyter's clients
-// connect to. It is a zmq4 transport (registered under a name of its own,
-// see Bind) whose listener hands zmq4 only connections that have completed
-// the ZMTP handshake with it, each checked on a goroutine of its own under
-// a deadline, and whose reads it guards from then on (see inbound).
+// connect to: a ZMTP ROUTER or PUB of its own, with no zmq4 socket under
+// it. Each connection is handshaken on a goroutine of its own under a
+// deadline, then read by one more (serve), which parses each byte once
+// into the messages Recv returns (see inbound); Send writes them (see
+// conn).
 //
-// zmq4 v0.17.0 would otherwise do the handshake inside its one accept loop
-// (a peer that sends nothing blocks every later client), parse a peer's
-// READY with unchecked lengths (a panic), allocate whatever size a frame
-// header declares (a panic), spin on accept errors, and send a ROUTER
-// reply to every connection that claims the addressee's identity.
+// zmq4 v0.17.0's ROUTER and PUB would do the handshake inside their one
+// accept loop (a peer that sends nothing blocks every later client),
+// parse a peer's READY with unchecked lengths (a panic), allocate
+// whatever size a frame header declares (a panic), spin on accept
+// errors, and send a ROUTER reply to every connection that claims the
+// addressee's identity (docs/local-peers.md).
 type Door struct {
 	name       string // the channel, for logs
 	socketType string // "ROUTER" or "PUB"
 	sh         *Shared
 	hold       bool // iopub: a lagging reader holds the writer up (Limits.QueueLimit)
 
-	ln    net.Listener
-	ready chan *conn // handshaken, for zmq4's Accept
-	done  chan struct{}
+	ln   net.Listener
+	msgs chan [][]byte // ROUTER: the clients' messages, for Recv
+	done chan struct{}
 
 	mu       sync.Mutex
 	closed   bool
@@ -60,33 +57,77 @@ type Door struct {
 	onSubscribe func(topic []byte)
 }
 
-var doorSeq atomic.Int64
-
-// Bind makes a zmq4 socket of type socketType ("ROUTER" or "PUB") listen on
-// a Jupyter endpoint ("tcp://127.0.0.1:5555", "ipc:///path") through a new
-// Door, and returns the door. hold is for iopub (see Door).
-func Bind(sock zmq4.Socket, socketType, name, endpoint string, sh *Shared, hold bool) (*Door, error) {
-	scheme, addr, ok := cutScheme(endpoint)
+// Bind listens on a Jupyter endpoint ("tcp://127.0.0.1:5555",
+// "ipc:///path", "*" for any interface or port) as a socket of type
+// socketType ("ROUTER" or "PUB") through a new Door, and returns the door.
+// name is the channel, for logs; hold is for iopub (see Door).
+func Bind(socketType, name, endpoint string, sh *Shared, hold bool) (*Door, error) {
+	scheme, ep, ok := cutScheme(endpoint)
 	if !ok || (scheme != "tcp" && scheme != "ipc") {
 		return nil, fmt.Errorf("unsupported endpoint %q", endpoint)
 	}
+	network := netOf(scheme)
+	addr, err := endpointAddr(network, ep)
+	if err != nil {
+		return nil, fmt.Errorf("endpoint %q: %w", endpoint, err)
+	}
 	d := &Door{name: name, socketType: socketType, sh: sh, hold: hold,
-		ready: make(chan *conn, 64), done: make(chan struct{}),
+		msgs: make(chan [][]byte), done: make(chan struct{}),
 		conns: map[*conn]struct{}{}, shaking: map[net.Conn]*shakeInfo{}, ids: map[string]*conn{},
 		reserved: map[string]reservation{}, holders: map[string]holder{}}
+	if network == "unix" {
+		removeStaleSocket(addr)
+	}
+	if d.ln, err = net.Listen(network, addr); err != nil {
+		return nil, err
+	}
 	if socketType == "ROUTER" {
 		sh.adopt(d) // what Keep left for this socket, before the first claim
 	}
-	reg := fmt.Sprintf("tfgpu-door%d-%s", doorSeq.Add(1), scheme)
-	if err := zmq4.RegisterTransport(reg, doorTransport{d, netOf(scheme)}); err != nil {
-		sh.disown(d)
-		return nil, err
-	}
-	if err := sock.Listen(reg + "://" + addr); err != nil {
-		sh.disown(d)
-		return nil, err
-	}
+	go d.acceptLoop()
 	return d, nil
+}
+
+// Recv returns the next message a client sent to a ROUTER door, its first
+// frame the routing identity of the connection it came on (what Send
+// takes to reply to it). Clients are served in turn: each connection
+// hands over one message at a time. Recv fails once the door is closed or
+// ctx ends.
+func (d *Door) Recv(ctx context.Context) ([][]byte, error) {
+	select {
+	case m := <-d.msgs:
+		return m, nil
+	case <-d.done:
+		return nil, net.ErrClosed
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// serve reads c's messages, each parsed once (inbound), and hands them to
+// Recv until c closes or breaks a rule. On iopub there are none: inbound
+// applies the subscriptions and drops the rest.
+func (d *Door) serve(c *conn) {
+	for {
+		msg, err := c.in.next(1)
+		if err != nil {
+			if errors.Is(err, ErrProtocol) {
+				d.sh.rl.warn("zmtp: closed a connection that broke the protocol",
+					"socket", d.name, "peer", c.RemoteAddr().String(), "why", reason(err))
+			}
+			c.closeWith(reason(err))
+			return
+		}
+		// Whole now: the receive budget is for messages not yet complete
+		// (recv.go); what waits for Recv is one message a connection.
+		c.in.done()
+		msg[0] = []byte(c.identity)
+		select {
+		case d.msgs <- msg:
+		case <-c.gone:
+		case <-d.done:
+		}
+	}
 }
 
 func cutScheme(ep string) (scheme, addr string, ok bool) {
@@ -103,45 +144,6 @@ func netOf(scheme string) string {
 		return "unix"
 	}
 	return "tcp"
-}
-
-// doorTransport is the zmq4 transport behind one Door.
-type doorTransport struct {
-	d       *Door
-	network string
-}
-
-func (t doorTransport) Dial(context.Context, transport.Dialer, string) (net.Conn, error) {
-	return nil, errors.New("zmtp: a door only listens")
-}
-
-func (t doorTransport) Listen(_ context.Context, addr string) (net.Listener, error) {
-	if t.network == "unix" {
-		removeStaleSocket(addr)
-	}
-	ln, err := net.Listen(t.network, addr)
-	if err != nil {
-		return nil, err
-	}
-	t.d.ln = ln
-	go t.d.acceptLoop()
-	return t.d, nil
-}
-
-func (t doorTransport) Addr(ep string) (string, error) { return endpointAddr(t.network, ep) }
-
-// Accept hands zmq4 the next handshaken connection.
-func (d *Door) Accept() (net.Conn, error) {
-	select {
-	case c := <-d.ready:
-		return c, nil
-	case <-d.done:
-		// zmq4's accept loop retries at once on an error; its socket's
-		// context is canceled before its listener is closed, so this is
-		// reached only in a race, but never let it spin.
-		time.Sleep(10 * time.Millisecond)
-		return nil, net.ErrClosed
-	}
 }
 
 // Close stops accepting and closes every connection of the door.

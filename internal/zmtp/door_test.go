@@ -23,31 +23,41 @@ import (
 	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
 
-// bound is a zmq4 socket listening through a Door.
+// bound is a Door, and the socket the tests use it as.
 type bound struct {
-	sock zmq4.Socket
+	sock doorSock
 	door *Door
 	sh   *Shared
 	addr string // host:port
 	log  *strings.Builder
 }
 
+// doorSock is a door as a zmq4 socket: what the tests receive from it and
+// send through it.
+type doorSock struct{ d *Door }
+
+func (s doorSock) Recv() (zmq4.Msg, error) {
+	m, err := s.d.Recv(context.Background())
+	return zmq4.NewMsgFrom(m...), err
+}
+func (s doorSock) Send(m zmq4.Msg) error      { return s.d.Send(m.Frames) }
+func (s doorSock) SendMulti(m zmq4.Msg) error { return s.d.Send(m.Frames) }
+func (s doorSock) Close() error               { return s.d.Close() }
+
+// bindWith binds a door on a free loopback port, closed at the test's end.
+func bindWith(tb testing.TB, socketType, name string, sh *Shared, hold bool) *bound {
+	tb.Helper()
+	d, err := Bind(socketType, name, "tcp://127.0.0.1:0", sh, hold)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { d.Close() })
+	return &bound{sock: doorSock{d}, door: d, sh: sh, addr: d.Addr().String()}
+}
+
 func bindDoor(t *testing.T, socketType string, lim Limits) *bound {
 	t.Helper()
-	var sock zmq4.Socket
-	ctx := context.Background()
-	if socketType == "PUB" {
-		sock = zmq4.NewPub(ctx)
-	} else {
-		sock = zmq4.NewRouter(ctx)
-	}
-	sh := NewShared(lim, nil)
-	d, err := Bind(sock, socketType, strings.ToLower(socketType), "tcp://127.0.0.1:0", sh, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sock.Close() })
-	return &bound{sock: sock, door: d, sh: sh, addr: d.Addr().String()}
+	return bindWith(t, socketType, strings.ToLower(socketType), NewShared(lim, nil), false)
 }
 
 // rawPeer is a hand-driven ZMTP peer: what a hostile local user runs.
@@ -176,7 +186,7 @@ func zmqClient(t *testing.T, typ zmq4.SocketType, addr string, opts ...zmq4.Opti
 	return s
 }
 
-func recvWithin(t *testing.T, s zmq4.Socket, d time.Duration) (zmq4.Msg, error) {
+func recvWithin(t *testing.T, s interface{ Recv() (zmq4.Msg, error) }, d time.Duration) (zmq4.Msg, error) {
 	t.Helper()
 	return recvMatching(s, d, func(zmq4.Msg) bool { return true })
 }
@@ -748,7 +758,7 @@ func TestDoorBacksOffOnAcceptErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	fl := &failingListener{Listener: real}
-	d := &Door{name: "t", socketType: "ROUTER", sh: NewShared(Limits{}, nil), ln: fl, ready: make(chan *conn, 1),
+	d := &Door{name: "t", socketType: "ROUTER", sh: NewShared(Limits{}, nil), ln: fl,
 		done: make(chan struct{}), conns: map[*conn]struct{}{}, shaking: map[net.Conn]*shakeInfo{}, ids: map[string]*conn{}}
 	go d.acceptLoop()
 	// A window, not a wait for an event: the loop's calls in it are
@@ -818,13 +828,8 @@ func TestDoorReportsFirstSubscribers(t *testing.T) {
 // notebook opens) is not a warning; a peer that breaks the handshake is.
 func TestDoorHandshakeLogLevels(t *testing.T) {
 	var log testutil.Buffer
-	sock := zmq4.NewRouter(context.Background())
-	defer sock.Close()
 	sh := NewShared(Limits{}, slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelDebug})))
-	d, err := Bind(sock, "ROUTER", "shell", "tcp://127.0.0.1:0", sh, false)
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := bindWith(t, "ROUTER", "shell", sh, false).door
 	// The connect-and-close handshakes run here, not on the door's accept
 	// loop: each has logged what it logs once handshake returns.
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

@@ -6,26 +6,26 @@ import (
 	"io"
 )
 
-// inbound is the read side of an accepted connection after its handshake.
-// zmq4 reads through it; it hands zmq4 only bytes it has checked:
+// inbound reads what a client sends after its handshake, once, into whole
+// messages for [Door.Recv]:
 //
-//   - every frame header is parsed and held against the limits before
-//     zmq4 sees it (zmq4 allocates a frame's declared size at its header,
-//     and panics on an absurd one);
-//   - frames larger than stageAbove are read whole into a buffer that
-//     grows with what actually arrives, so a declared size costs nothing
-//     until the bytes are there;
-//   - ZMTP commands never reach zmq4: PING is answered, PONG checked and dropped,
-//     SUBSCRIBE/CANCEL applied (iopub), anything else closes the
+//   - every frame header is parsed and held against the limits before a
+//     byte of the frame is allocated;
+//   - frames larger than stageAbove are read into chunks that grow with
+//     what actually arrives, so a declared size costs nothing until the
+//     bytes are there (readBody);
+//   - ZMTP commands are handled here: PING answered, PONG checked and
+//     dropped, SUBSCRIBE/CANCEL applied (iopub), anything else closes the
 //     connection;
-//   - on iopub (pub) no message reaches zmq4: subscriptions are applied
+//   - on iopub (pub) no message is returned: subscriptions are applied
 //     here and everything else a subscriber sends is read and dropped,
 //     so no reader ever blocks on it.
 //
-// zmq4 starts with prelude: the canonical greeting and READY it expects
-// (the real ones were checked by the handshake).
+// On a CURVE connection the frames come from an opener, each read whole
+// and opened before it is checked as a NULL client's are.
 type inbound struct {
-	rd     *bufio.Reader
+	rd     *bufio.Reader // the connection
+	open   *opener       // CURVE: frames are read and opened here
 	pub    bool
 	lim    *Limits
 	budget *Shared   // the receive budget; nil in tests of the reader alone
@@ -33,15 +33,9 @@ type inbound struct {
 	prog   *progress // the unfinished message's deadline; nil in tests of the reader alone
 	hooks  inboundHooks
 
-	pending []byte // checked bytes for zmq4: a prelude or a frame header
-	hdr     [9]byte
-	body    [][]byte // a staged frame body for zmq4, after pending
-	pass    uint64   // body bytes of the current frame zmq4 reads straight from rd
-	more    bool     // the current message has more frames
-	msgSize int64    // bytes the current message declared so far
-	held    int64    // bytes of it counted in the shared receive budget
+	msgSize int64 // bytes the current message declared so far
+	held    int64 // bytes of it counted in the shared receive budget
 	frames  int
-	err     error
 }
 
 type inboundHooks struct {
@@ -49,80 +43,85 @@ type inboundHooks struct {
 	subscribe func(topic []byte, on bool) error
 }
 
-// errRead wraps every error Read returns so that zmq4 sees a non-timeout
-// net.Error and drops the connection (zmq4's checkIO ignores other errors,
-// and io.ReadFull turns a bare io.EOF after a partial read into
-// io.ErrUnexpectedEOF, which zmq4 would not treat as closed either).
-type errRead struct{ err error }
-
-func (e *errRead) Error() string   { return "zmtp read: " + e.err.Error() }
-func (e *errRead) Unwrap() error   { return e.err }
-func (e *errRead) Timeout() bool   { return false }
-func (e *errRead) Temporary() bool { return false }
-
-// Read gives zmq4 the next checked bytes.
-func (in *inbound) Read(p []byte) (int, error) {
+// next reads the peer's next message and returns its frames, after room
+// for lead frames of the caller's in front. What the message holds of the
+// receive budget stays counted until done. On iopub it returns only an
+// error.
+func (in *inbound) next(lead int) ([][]byte, error) {
+	var msg [][]byte
 	for {
-		if in.pass == 0 && !in.more && in.prog != nil {
-			in.prog.end() // the last frame is zmq4's: no deadline while idle
+		if in.frames == 0 && in.prog != nil {
+			in.prog.end() // between messages: an idle client is fine
 		}
-		switch {
-		case len(p) == 0:
-			return 0, nil
-		case len(in.pending) > 0:
-			n := copy(p, in.pending)
-			in.pending = in.pending[n:]
-			return n, nil
-		case len(in.body) > 0:
-			n := copy(p, in.body[0])
-			if in.body[0] = in.body[0][n:]; len(in.body[0]) == 0 {
-				in.body[0] = nil // let the chunk go
-				if in.body = in.body[1:]; len(in.body) == 0 {
-					in.body = nil
-				}
-			}
-			return n, nil
-		case in.pass > 0:
-			n, err := in.rd.Read(p[:min(uint64(len(p)), in.pass)])
-			in.pass -= uint64(n)
-			if n > 0 {
-				return n, nil
-			}
-			if err == nil {
-				err = io.ErrNoProgress
-			}
-			in.fail(err)
-			return 0, in.err
-		case in.err != nil:
-			return 0, in.err
+		flags, size, err := in.header()
+		if err != nil {
+			return nil, in.fail(err)
 		}
-		if err := in.next(); err != nil {
-			in.fail(err)
+		if flags&FlagCommand != 0 {
+			if in.frames > 0 {
+				return nil, in.fail(protoErr("command inside a message"))
+			}
+			if err := in.command(size); err != nil {
+				return nil, in.fail(err)
+			}
+			continue
+		}
+		if err := in.account(size); err != nil {
+			return nil, in.fail(err)
+		}
+		if in.prog != nil {
+			in.prog.open(int64(size))
+		}
+		more := flags&FlagMore != 0
+		if in.pub {
+			if err := in.fromSubscriber(size, more); err != nil {
+				return nil, in.fail(err)
+			}
+			if !more {
+				in.done()
+			}
+			continue
+		}
+		body, err := in.body(size)
+		if err != nil {
+			return nil, in.fail(err)
+		}
+		if msg == nil {
+			msg = make([][]byte, lead, lead+6) // a Jupyter message: delimiter, HMAC, four parts
+		}
+		msg = append(msg, body)
+		if !more {
+			if in.prog != nil {
+				in.prog.end()
+			}
+			return msg, nil
 		}
 	}
 }
 
-func (in *inbound) fail(err error) {
-	if in.err == nil {
-		in.err = &errRead{err}
-		in.pending, in.body, in.pass = nil, nil, 0 // nothing more reaches zmq4
-		in.endMessage()
-	}
+// fail ends the message in progress: what it held of the budget is given
+// back.
+func (in *inbound) fail(err error) error {
+	in.done()
+	return err
 }
 
-// endMessage gives back what the message in progress took of the budget.
-func (in *inbound) endMessage() {
+// done gives back what the message read last took of the budget: the
+// relay holds it now.
+func (in *inbound) done() {
 	if in.budget != nil && in.held > 0 {
 		in.budget.give(in.acct, in.held)
 	}
-	in.msgSize, in.held, in.frames, in.more = 0, 0, 0, false
+	in.msgSize, in.held, in.frames = 0, 0, 0
+	if in.open != nil {
+		in.open.payload = nil
+	}
 }
 
 // hold counts n more bytes of the message in progress in the receive
-// budget all peers share (see recv.go): staged chunks as they are
-// allocated, or what zmq4 allocates at a header (at most stageAbove). A
-// declared size alone costs nothing, so a peer that announces a huge frame
-// and stalls holds no one else's room.
+// budget all peers share (see recv.go), before they are allocated. A
+// declared size alone costs nothing, so a peer that announces a huge
+// frame and stalls holds no one else's room.
 func (in *inbound) hold(n int64) error {
 	if in.budget == nil {
 		return nil
@@ -131,47 +130,39 @@ func (in *inbound) hold(n int64) error {
 	return in.budget.take(in.acct, n)
 }
 
-// next reads one frame header and deals with the frame: a command is
-// handled whole; a message frame is checked and either set up for zmq4 or,
-// on iopub, consumed.
-func (in *inbound) next() error {
-	h, hb, err := peekHeader(in.rd)
+// header reads the next frame's header: from the connection, or on CURVE
+// the opened frame's (its body is read with it).
+func (in *inbound) header() (flags byte, size uint64, err error) {
+	if in.open != nil {
+		return in.open.next(in.hold)
+	}
+	h, _, err := peekHeader(in.rd)
 	if err != nil {
-		return err
+		return 0, 0, err
 	}
-	copy(in.hdr[:], hb)
 	_, _ = in.rd.Discard(h.Len)
-	if h.Command() {
-		if in.more {
-			return protoErr("command inside a message")
-		}
-		return in.command(h)
+	return h.Flags, h.Size, nil
+}
+
+// body reads the body of the frame whose header came last.
+func (in *inbound) body(size uint64) ([]byte, error) {
+	if in.open != nil {
+		b := in.open.payload
+		in.open.payload = nil
+		return b, nil
 	}
-	if err := in.account(h.Size); err != nil {
-		return err
+	return readBody(in.rd, size, in.hold)
+}
+
+// skip drops the body of the frame whose header came last, unread where
+// it can be.
+func (in *inbound) skip(size uint64) error {
+	if in.open != nil {
+		in.open.payload = nil
+		return nil
 	}
-	if in.prog != nil {
-		in.prog.open(int64(h.Size))
-	}
-	in.more = h.More()
-	if in.pub {
-		return in.fromSubscriber(h)
-	}
-	// The header goes to zmq4 only once the frame is known to be
-	// deliverable: zmq4 allocates the size it declares as it reads it.
-	if h.Size > stageAbove {
-		if in.body, err = readChunks(in.rd, h.Size, in.hold); err != nil {
-			return err
-		}
-	} else {
-		if err := in.hold(int64(h.Size)); err != nil {
-			return err
-		}
-		in.pass = h.Size
-	}
-	in.pending = in.hdr[:h.Len]
-	if !in.more {
-		in.endMessage() // handed on: zmq4 and the kernel hold it now
+	if _, err := in.rd.Discard(int(size)); err != nil { // size ≤ MaxMessage < 2^63
+		return unexpected(err)
 	}
 	return nil
 }
@@ -190,14 +181,15 @@ func (in *inbound) account(size uint64) error {
 }
 
 // command handles a command frame after the handshake.
-func (in *inbound) command(h FrameHeader) error {
-	if h.Size > maxCommand {
-		return protoErr("command of %d bytes", h.Size)
+func (in *inbound) command(size uint64) error {
+	if size > maxCommand {
+		return protoErr("command of %d bytes", size)
 	}
-	body := make([]byte, h.Size)
-	if _, err := io.ReadFull(in.rd, body); err != nil {
-		return unexpected(err)
+	body, err := in.body(size)
+	if err != nil {
+		return err
 	}
+	in.done() // a command is not a message: nothing of it stays counted
 	name, data, err := ParseCommand(body)
 	if err != nil {
 		return err
@@ -229,33 +221,35 @@ func (in *inbound) command(h FrameHeader) error {
 
 // fromSubscriber handles a message frame an iopub peer sent: a one-frame
 // message that starts with 1 or 0 is a ZMTP 3.0 (un)subscription; anything
-// else is read and dropped.
-func (in *inbound) fromSubscriber(h FrameHeader) error {
-	defer func() {
-		if !in.more {
-			in.endMessage()
-		}
-	}()
-	if in.frames == 1 && !h.More() && h.Size >= 1 {
-		if b, err := in.rd.Peek(1); err == nil && b[0] <= 1 && h.Size > uint64(1+in.lim.MaxTopic) {
-			return protoErr("subscription of %d bytes", h.Size)
-		}
+// else is dropped.
+func (in *inbound) fromSubscriber(size uint64, more bool) error {
+	if in.frames != 1 || more || size == 0 {
+		return in.skip(size)
 	}
-	if in.frames == 1 && !h.More() && h.Size >= 1 && h.Size <= uint64(1+in.lim.MaxTopic) {
-		body := make([]byte, h.Size)
-		if _, err := io.ReadFull(in.rd, body); err != nil {
+	if in.open == nil {
+		b, err := in.rd.Peek(1)
+		if err != nil {
 			return unexpected(err)
 		}
-		switch body[0] {
-		case 1:
-			return in.subscribe(body[1:], true)
-		case 0:
-			return in.subscribe(body[1:], false)
+		if b[0] > 1 {
+			return in.skip(size)
 		}
-		return nil
 	}
-	if _, err := in.rd.Discard(int(h.Size)); err != nil { // Size ≤ MaxMessage < 2^63
-		return unexpected(err)
+	if size > uint64(1+in.lim.MaxTopic) {
+		if in.open != nil && in.open.payload[0] > 1 {
+			return in.skip(size)
+		}
+		return protoErr("subscription of %d bytes", size)
+	}
+	body, err := in.body(size)
+	if err != nil {
+		return err
+	}
+	switch body[0] {
+	case 1:
+		return in.subscribe(body[1:], true)
+	case 0:
+		return in.subscribe(body[1:], false)
 	}
 	return nil
 }
@@ -297,10 +291,6 @@ func unexpected(err error) error {
 func reason(err error) string {
 	if errors.Is(err, io.EOF) {
 		return "closed by the peer"
-	}
-	var e *errRead
-	if errors.As(err, &e) {
-		err = e.err
 	}
 	return err.Error()
 }

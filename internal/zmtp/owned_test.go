@@ -1,27 +1,18 @@
 package zmtp
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"slices"
 	"strconv"
 	"testing"
 	"time"
-
-	"github.com/go-zeromq/zmq4"
 )
 
 // bindShell binds a ROUTER door named "shell" with sh.
 func bindShell(t *testing.T, sh *Shared) *bound {
 	t.Helper()
-	sock := zmq4.NewRouter(context.Background())
-	d, err := Bind(sock, "ROUTER", "shell", "tcp://127.0.0.1:0", sh, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sock.Close() })
-	return &bound{sock: sock, door: d, sh: sh, addr: d.Addr().String()}
+	return bindWith(t, "ROUTER", "shell", sh, false)
 }
 
 // self is this test's peer key, as a door sees its connections.

@@ -351,14 +351,7 @@ func TestIopubHoldIsTheOwnersAndBounded(t *testing.T) {
 	u := testutil.NewUser(t, "slowsub", nil)
 	lim := Limits{QueueLimit: 1 << 20, HardLimit: 16 << 20, HoldFor: 300 * time.Millisecond, StallAfter: 200 * time.Millisecond}
 	bindPub := func(lim Limits) *bound {
-		sock := zmq4.NewPub(context.Background())
-		sh := NewShared(lim, nil)
-		d, err := Bind(sock, "PUB", "iopub", "tcp://127.0.0.1:0", sh, true)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { sock.Close() })
-		return &bound{sock: sock, door: d, sh: sh, addr: d.Addr().String()}
+		return bindWith(t, "PUB", "iopub", NewShared(lim, nil), true)
 	}
 	body := bytes.Repeat([]byte("o"), 64<<10)
 	publish := func(b *bound, n int) (waited int) {

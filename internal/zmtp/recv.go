@@ -143,9 +143,21 @@ func (s *Shared) largestLocked() *recvAcct {
 // declared.
 const stageChunkMax = 4 << 20
 
-// readChunks reads size bytes from rd into chunks, telling hold of each
-// chunk before it is allocated.
-func readChunks(rd io.Reader, size uint64, hold func(int64) error) ([][]byte, error) {
+// readBody reads a frame body of size bytes from rd, telling hold of each
+// allocation before it is made: at most stageAbove at once, whole; larger
+// ones in chunks as the bytes arrive, then joined into one buffer (that
+// counts as the chunks did: they are garbage once it is made).
+func readBody(rd io.Reader, size uint64, hold func(int64) error) ([]byte, error) {
+	if size <= stageAbove {
+		if err := hold(int64(size)); err != nil {
+			return nil, err
+		}
+		b := make([]byte, size)
+		if _, err := io.ReadFull(rd, b); err != nil {
+			return nil, unexpected(err)
+		}
+		return b, nil
+	}
 	var chunks [][]byte
 	var got uint64
 	for got < size {
@@ -160,7 +172,15 @@ func readChunks(rd io.Reader, size uint64, hold func(int64) error) ([][]byte, er
 		chunks = append(chunks, b)
 		got += n
 	}
-	return chunks, nil
+	if len(chunks) == 1 {
+		return chunks[0], nil
+	}
+	body := make([]byte, 0, size)
+	for i, c := range chunks {
+		body = append(body, c...)
+		chunks[i] = nil
+	}
+	return body, nil
 }
 
 // progress puts deadlines on an unfinished message, so that a peer cannot

@@ -34,6 +34,7 @@ func (t dialTransport) Dial(ctx context.Context, d transport.Dialer, addr string
 	}
 	c := newConn(nc, bufio.NewReaderSize(newRawReader(nc), 64<<10), dialShared)
 	c.link = t.link
+	c.fw.greeting = GreetingLen // zmq4 opens the connection with one
 	return c, nil
 }
 

@@ -125,11 +125,8 @@ func ParseFrameHeader(b []byte) (FrameHeader, error) {
 	if len(b) < h.Len {
 		return h, protoErr("short frame header")
 	}
-	if h.Flags&flagReserved != 0 {
-		return h, protoErr("reserved frame flags %#02x", h.Flags)
-	}
-	if h.Command() && h.More() {
-		return h, protoErr("command frame with MORE")
+	if err := checkFlags(h.Flags); err != nil {
+		return h, err
 	}
 	if h.Len == 2 {
 		h.Size = uint64(b[1])
@@ -137,6 +134,17 @@ func ParseFrameHeader(b []byte) (FrameHeader, error) {
 		h.Size = binary.BigEndian.Uint64(b[1:9])
 	}
 	return h, nil
+}
+
+// checkFlags checks a frame's flags: no reserved bit, no command with MORE.
+func checkFlags(flags byte) error {
+	if flags&flagReserved != 0 {
+		return protoErr("reserved frame flags %#02x", flags)
+	}
+	if flags&FlagCommand != 0 && flags&FlagMore != 0 {
+		return protoErr("command frame with MORE")
+	}
+	return nil
 }
 
 // AppendFrameHeader appends the shortest header for a frame of size bytes.

@@ -58,7 +58,7 @@ func requestBeforeTheRelay(t *testing.T) {
 		}
 	}()
 	lg := slog.New(slog.DiscardHandler)
-	outer, err := Bind(ctx, &jmsg.ConnInfo{Transport: "tcp", IP: "127.0.0.1"}, zmtp.NewShared(zmtp.Limits{}, lg), lg)
+	outer, err := Bind(&jmsg.ConnInfo{Transport: "tcp", IP: "127.0.0.1"}, zmtp.NewShared(zmtp.Limits{}, lg))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -41,7 +41,7 @@ func newBenchRelay(b *testing.B) *benchRelay {
 	br.kernel, inner = kernelSockets(b, ctx, "bench-key")
 	outerInfo := &jmsg.ConnInfo{Transport: "tcp", IP: "127.0.0.1"}
 	lg := slog.New(slog.DiscardHandler)
-	br.outer, err = Bind(ctx, outerInfo, zmtp.NewShared(zmtp.Limits{}, lg), lg)
+	br.outer, err = Bind(outerInfo, zmtp.NewShared(zmtp.Limits{}, lg))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -150,30 +150,20 @@ func outerType(ch jmsg.Channel) string {
 	return "ROUTER"
 }
 
-// Outer are the five sockets Jupyter's clients connect to, each listening
-// through a zmtp.Door that checks every peer (docs/local-peers.md).
+// Outer are the five sockets Jupyter's clients connect to, each a
+// zmtp.Door that checks every peer (docs/local-peers.md).
 type Outer struct {
-	socks [5]zmq4.Socket
 	doors [5]*zmtp.Door
 }
 
 // Bind binds the five sockets the connection file asks for. Failure
 // names the channel and endpoint.
-func Bind(ctx context.Context, ci *jmsg.ConnInfo, sh *zmtp.Shared, lg *slog.Logger) (*Outer, error) {
+func Bind(ci *jmsg.ConnInfo, sh *zmtp.Shared) (*Outer, error) {
 	o := &Outer{}
-	zl := zmqLogger(lg)
 	for _, ch := range jmsg.Channels {
-		var s zmq4.Socket
-		switch ch {
-		case jmsg.IOPub:
-			s = zmq4.NewPub(ctx, zmq4.WithLogger(zl))
-		default:
-			s = zmq4.NewRouter(ctx, zmq4.WithLogger(zl))
-		}
 		ep := ci.Endpoint(ch)
-		d, err := zmtp.Bind(s, outerType(ch), ch.String(), ep, sh, ch == jmsg.IOPub)
+		d, err := zmtp.Bind(outerType(ch), ch.String(), ep, sh, ch == jmsg.IOPub)
 		if err != nil {
-			s.Close()
 			o.Close()
 			return nil, fmt.Errorf("cannot listen on %s port (%s): %w", ch, ep, unwrapListen(err))
 		}
@@ -182,19 +172,25 @@ func Bind(ctx context.Context, ci *jmsg.ConnInfo, sh *zmtp.Shared, lg *slog.Logg
 			// identity: a client's stdin slot may differ (zmtp.Door.Send).
 			d.RouteToAnySlot()
 		}
-		o.socks[ch], o.doors[ch] = s, d
+		o.doors[ch] = d
 	}
 	return o, nil
 }
 
 // Close closes the sockets.
-func (o *Outer) Close() { closeAll(o.socks[:]) }
+func (o *Outer) Close() {
+	for _, d := range o.doors {
+		if d != nil {
+			d.Close()
+		}
+	}
+}
 
 // Drain waits, up to timeout, until the replies queued for clients are
 // written, and reports whether they were (see zmtp.Drain).
 func (o *Outer) Drain(timeout time.Duration) bool { return zmtp.Drain(timeout, o.doors[:]...) }
 
-// unwrapListen strips zmq4's prefix so the user sees "address already in use".
+// unwrapListen strips the prefixes so the user sees "address already in use".
 func unwrapListen(err error) error {
 	for {
 		u := errors.Unwrap(err)
@@ -415,22 +411,19 @@ func (r *Relay) pump(ctx context.Context, ch jmsg.Channel, src zmq4.Socket, dst 
 // close, and sends each to the kernel attached now (waiting for its
 // connection), or, with none, to parked (parked.go).
 func (r *Relay) outerPump(ch jmsg.Channel, inspect func([][]byte)) {
-	src := r.outer.socks[ch]
+	src := r.outer.doors[ch]
 	for {
-		msg, err := src.Recv()
+		frames, err := src.Recv(r.ctx)
 		if err != nil {
 			if r.ctx.Err() == nil {
 				r.log.Debug("relay stopped", "channel", ch.String(), "err", err)
 			}
 			return
 		}
-		if msg.Type == zmq4.CmdMsg || len(msg.Frames) == 0 {
-			continue // a libzmq peer's heartbeat PING (see pump)
-		}
 		if inspect != nil {
-			inspect(msg.Frames)
+			inspect(frames)
 		}
-		r.toKernel(ch, msg.Frames)
+		r.toKernel(ch, frames)
 	}
 }
 
