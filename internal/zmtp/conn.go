@@ -38,13 +38,13 @@ type conn struct {
 	net.Conn
 	raw  syscall.RawConn // nil when the conn has no fd (tests with net.Pipe)
 	rd   *bufio.Reader
-	in   *inbound // accepted conns only
+	in   *inbound     // accepted conns only
 	seal *curveServer // CURVE (accepted conns): each frame is sealed as it is queued
-	door *Door    // nil when dialed
-	sh   *Shared  // the door's; for dialed conns a private one with defaults
+	door *Door        // nil when dialed
+	sh   *Shared      // the door's; for dialed conns a private one with defaults
 	lim  *Limits
 
-	identity string    // the routing identity zmq4 is given (ROUTER doors; see Door.claim)
+	identity string    // the routing identity Recv gives (ROUTER doors; see Door.claim)
 	claimed  string    // the identity the client claimed, when it is not random
 	link     *Link     // dialed through a Link: told when established, and closed
 	peer     peer      // accepted: who is at the other end
