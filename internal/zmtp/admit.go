@@ -13,7 +13,7 @@ import (
 
 // Admission and the handshake: the accept loop, the per-peer limits on
 // connections and handshakes, and the ZMTP handshake (NULL or CURVE) that
-// turns an accepted connection into a conn for zmq4.
+// turns an accepted connection into a conn that serve reads.
 
 // acceptLoop accepts connections and starts a handshake for each, backing
 // off on errors (EMFILE, ENFILE, ENOBUFS) instead of spinning.

@@ -18,22 +18,23 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// conn is one ZMTP connection under a zmq4 socket: accepted through a Door
-// (door != nil: guarded, see inbound) or dialed to the kernel.
+// conn is one ZMTP connection: accepted through a Door (door != nil:
+// read by inbound, written by the relay's sends) or dialed to the kernel
+// under a zmq4 socket (which reads it, and writes its handshake).
 //
-// Writes never block zmq4 (zmq4 fans PUB messages out from one goroutine
-// and holds one lock across a ROUTER's writes, so one peer that stopped
-// reading would otherwise freeze every client). Write follows the frames
-// zmq4 writes (framer) and queues whole messages: small pieces are copied,
-// large frame bodies are kept by reference. At each message end it tries
-// one non-blocking writev(2); what the peer does not take is written by a
-// flusher goroutine that exists only while there is a backlog.
+// Writes never block the sender: one peer that stopped reading must not
+// freeze every client, or the kernel's output. Messages are queued whole:
+// a door's as frames (putMsg), a dialed conn's as the bytes zmq4 and
+// Link.Send write, followed by the framer to find where messages end.
+// Small pieces are copied, large frame bodies kept by reference. At each
+// message end one non-blocking writev(2) is tried; what the peer does not
+// take is written by a flusher goroutine that exists only while there is a
+// backlog.
 //
-// Keeping large pieces by reference departs from io.Writer's contract on
-// purpose: zmq4 passes the frames of the Msg given to Send/SendMulti through
-// unchanged, and no sender in this program touches a message's frames after
-// sending it. On iopub all subscribers then share one copy of a large
-// output instead of holding one each.
+// Keeping large pieces by reference is safe because no sender in this
+// program touches a message's frames after sending it, and zmq4 passes
+// the frames of a Msg through unchanged. On iopub all subscribers then
+// share one copy of a large output instead of holding one each.
 type conn struct {
 	net.Conn
 	raw  syscall.RawConn // nil when the conn has no fd (tests with net.Pipe)
@@ -70,9 +71,9 @@ type conn struct {
 	lagSet    bool // counted in the door's heldN (mayHold, queue past QueueLimit)
 	holdSpent bool // held the writer for HoldFor or stalled: no hold until caught up
 
-	// established: zmq4 has written its handshake (greeting and READY), so
-	// messages may follow (sendMsg); handshake counts the control messages
-	// zmq4 wrote so far on a dialed conn.
+	// established: the handshake is done (a door's, or on a dialed conn
+	// zmq4's greeting and READY are written), so messages may follow
+	// (sendMsg); handshake counts the control messages zmq4 wrote so far.
 	established bool
 	handshake   int
 	hdr         []byte // sendMsg's frame header scratch

@@ -46,10 +46,9 @@
 //     restart opens no window to take a client's identity.
 //   - CurveZMQ (RFC 26), when [Shared.UseCurve] has the server's key pair
 //     (curve.go, curve_conn.go): the handshake on the handshake goroutine,
-//     then every frame sealed on its way out (a sealer fed what the conn
-//     queues, encrypting each frame in the one buffer it is queued in) and
-//     opened on its way in (an opener under inbound, so the opened frames
-//     get the same checks). zmq4 sees plain ZMTP either way.
+//     then every frame sealed on its way out, encrypted in the one buffer
+//     it is queued in, and opened on its way in, before inbound checks it
+//     as it checks a NULL client's.
 //
 // A peer that breaks a rule loses its connection and nothing else: its
 // goroutines end, its descriptor closes, its queue, subscriptions, identity

@@ -24,7 +24,7 @@ import (
 // twice gives both the session's identity), or a client reconnecting while
 // its old connection is not yet seen closed. Each such connection is a
 // slot of the identity: slot 0 routes by the identity itself, slot k by
-// slotID(identity, k), which zmq4 is given as that connection's identity,
+// slotID(identity, k), which Door.Recv gives as that connection's identity,
 // so the kernel's replies go back to the connection that sent the request
 // and never to the other (docs/design.md#routing-identities). A client
 // connects its channels together, so its slots agree across the doors;

@@ -102,8 +102,7 @@ func orDefault[T int | int64 | time.Duration](v *T, def T) {
 // Thresholds that are not worth a knob.
 const (
 	// stageAbove: an inbound frame larger than this is read whole into a
-	// buffer of ours, growing with what actually arrives, before zmq4 sees
-	// its header (zmq4 allocates a frame's declared size at its header).
+	// buffer of ours in chunks, allocated as the bytes arrive (readBody).
 	stageAbove = 64 << 10
 	// maxCommand is the largest command frame accepted after the
 	// handshake (PING, PONG, SUBSCRIBE, CANCEL are all small).

@@ -11,15 +11,15 @@ import (
 	"github.com/go-zeromq/zmq4"
 )
 
-// The relay sends through the connections it owns instead of through its
-// zmq4 sockets (docs/design.md#relay-and-transport): zmq4's ROUTER and
+// The relay sends through the connections it owns, to the kernel too,
+// not through zmq4 sockets (docs/design.md#relay-and-transport): zmq4's ROUTER and
 // DEALER start a goroutine per message sent (an errgroup) and its PUB hands
 // each message to a goroutine of its own through a queue, so a message
 // crossed one more goroutine than it needs, and a message just published
 // might not have reached any connection when the supervisor drained its
 // queues before exiting. Here a send queues the message on the
 // connection(s) before it returns, and writes it at once when the peer
-// takes it. The zmq4 sockets still do the handshakes and all receiving.
+// takes it. On a Link, zmq4 still does the handshake and the reading.
 
 // Send sends one message to the door's clients. On a ROUTER door the first
 // frame is the routing identity: the message goes to that client, or
