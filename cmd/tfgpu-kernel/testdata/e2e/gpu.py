@@ -69,7 +69,6 @@ import os
 import queue
 import subprocess
 import sys
-import threading
 import time
 
 import harness as h
@@ -149,53 +148,6 @@ def ps_json():
     return nvmlcheck.ps_json(BIN)
 
 
-class DriverRelease:
-    """When the fake driver released what died while this watches: the
-    first observer of a registered holder gone stamps
-    FAKE_NVML_ROOT/ctx/<pid>.<dev>.gone with the wall-clock ms, the holder is
-    released release_ms later and the stamp removed then (fakenvml.c), so a
-    thread reads each stamp while it is there. Lets a scenario check that an
-    event (the new kernel ready) came after the release, not how long
-    anything took."""
-
-    def __init__(self, release_ms):
-        self.release_s = release_ms / 1000.0
-        self.stamps = {}
-        self._dir = os.path.join(ROOT, "ctx")
-        self._halt = threading.Event()
-        self._thread = threading.Thread(target=self._watch, daemon=True)
-        self._thread.start()
-
-    def _scan(self):
-        try:
-            names = os.listdir(self._dir)
-        except OSError:
-            return
-        for n in names:
-            if not n.endswith(".gone") or n in self.stamps:
-                continue
-            try:
-                with open(os.path.join(self._dir, n)) as f:
-                    v = f.read().strip()
-            except OSError:
-                continue  # released meanwhile: seen by the last scan or not ours
-            if v:  # empty: its observer has not written it yet
-                self.stamps[n] = int(v) / 1000.0
-
-    def _watch(self):
-        while not self._halt.is_set():
-            self._scan()
-            self._halt.wait(0.01)
-
-    def released_at(self):
-        """Stops watching; the wall-clock second the last holder stamped
-        was released, None when none was."""
-        self._halt.set()
-        self._thread.join()
-        self._scan()
-        return max(self.stamps.values()) + self.release_s if self.stamps else None
-
-
 def ready_after_release(watch, ready_at, what):
     """Checks the order of two events: the new kernel was ready (ready_at,
     wall clock) no earlier than the driver released the old tree's memory."""
@@ -231,7 +183,7 @@ def release():
                                       "rss_bytes", "started")), rows[0]
     assert rows[0]["state"] == "running" and rows[0]["rss_bytes"] > 10 << 20, "ps --json: %s" % rows[0]
 
-    watch = DriverRelease(2500)
+    watch = nvmlcheck.DriverRelease(2500)
     kc, took = restart(km, kc)
     ready_at = time.time()
     at_ready = listed_pids()
@@ -318,7 +270,7 @@ def pidoffset():
     h.track(kpid)
     escapees = hold(kc, 1024)
     old = {kpid, *escapees}
-    watch = DriverRelease(1500)
+    watch = nvmlcheck.DriverRelease(1500)
     kc, took = restart(km, kc)
     ready_at = time.time()
     at_ready = listed_pids(offset)
@@ -420,7 +372,7 @@ def pod():
     h.note(nvml_pids=sorted(listed), pod_pids=sorted({kpid, *escapees}))
     h.check(len(listed) == 4 and not listed & {kpid, *escapees},
             "NVML should list the 4 holders by host pid, none by a pid of this namespace: %s" % sorted(listed))
-    watch = DriverRelease(800)
+    watch = nvmlcheck.DriverRelease(800)
     kc, took = restart(km, kc)
     ready_at = time.time()
     released = [l for l in supervisor_log(km).splitlines() if "GPU memory released" in l]
