@@ -615,7 +615,7 @@ func (cl *slurmCluster) waitJSON(t *testing.T, id, name string, timeout time.Dur
 		if st == "" && gone.IsZero() {
 			gone = time.Now() // the file may still be on its way
 		}
-		if !gone.IsZero() && time.Since(gone) > time.Second {
+		if !gone.IsZero() && time.Since(gone) > e2eSurviveWait {
 			t.Fatalf("job %s ended without writing %s\n%s", id, name, cl.jobLogs(id))
 		}
 		if time.Now().After(deadline) {
