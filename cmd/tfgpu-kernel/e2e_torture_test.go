@@ -15,8 +15,9 @@ import (
 // SIGTERM, a process with 16 threads) through the real jupyter_client and
 // the installed kernelspec, in every containment mode (TFGPU_CGROUP), on
 // restart and on shutdown: jupyter_client never escalates past
-// shutdown_request, nothing of the old tree is alive 2 s later, the new
-// kernel answers, no tfgpu-<kernel id> cgroup is left (testdata/e2e/torture.py).
+// shutdown_request, nothing of the old tree is left alive (waited for, the
+// time logged), the new kernel answers, no tfgpu-<kernel id> cgroup is left
+// (testdata/e2e/torture.py).
 func TestE2ETorture(t *testing.T) {
 	s := e2eSetup(t)
 	if !s.wrapped {

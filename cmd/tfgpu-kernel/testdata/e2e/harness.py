@@ -94,6 +94,17 @@ def survivors(pids):
     return [p for p in pids if alive(p)]
 
 
+# GONE_WAIT bounds a wait for what the supervisor must make happen (a tree
+# dead, a cgroup removed, NVML's listing empty, a reply): a bound only a
+# failure reaches, as scenario_test.go's e2eSurviveWait. No scenario asserts
+# how long it took; the time is noted.
+GONE_WAIT = 30
+# TREE_WAIT is the wait for a stopped kernel's tree to go: GONE_WAIT, but
+# on a stock kernel, which is expected to leave processes (a difference
+# noted, not asserted), 2 s, as scenario_test.go's e2eStockWait.
+TREE_WAIT = GONE_WAIT if WRAPPED else 2
+
+
 def wait_dead(pids, timeout):
     deadline = time.monotonic() + timeout
     while True:
@@ -101,6 +112,33 @@ def wait_dead(pids, timeout):
         if not left or time.monotonic() >= deadline:
             return left
         time.sleep(0.02)
+
+
+def wait_gone(probe, timeout=GONE_WAIT, interval=0.02):
+    """Call probe (what is left: a list, a set) until it returns nothing or
+    timeout passes; returns what it last returned and the seconds it took."""
+    t0 = time.monotonic()
+    while True:
+        left = probe()
+        if not left or time.monotonic() - t0 >= timeout:
+            return left, time.monotonic() - t0
+        time.sleep(interval)
+
+
+def log_time(line):
+    """The wall-clock time (seconds since the epoch) of a supervisor log
+    line (slog's time=2026-12-06T13:14:21.123Z), None without one."""
+    import datetime
+    for f in line.split():
+        if f.startswith("time="):
+            v = f[len("time="):]
+            if v.endswith("Z"):
+                v = v[:-1] + "+00:00"  # fromisoformat takes no Z before Python 3.11
+            try:
+                return datetime.datetime.fromisoformat(v).timestamp()
+            except ValueError:
+                return None
+    return None
 
 
 def cmdline(pid):

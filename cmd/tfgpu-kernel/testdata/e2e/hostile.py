@@ -2,22 +2,24 @@
 five ports but does not know the HMAC key attacks a running kernel; the
 supervisor must survive, stay idle and bounded, and keep serving the real
 client. argv[1] is the mode; each ends with after_attack() (supervisor alive
-and not a zombie, idle within 2 s, RSS under the mode's bound, the kernel's
-own client, connected before the attack, still answered). Attacks use raw
-ZMTP 3.0 (class Zmtp) or pyzmq where stated.
+and not a zombie, idle, RSS under the mode's bound, the kernel's own client,
+connected before the attack, still answered). What takes time is waited for
+up to harness.GONE_WAIT, a bound only a failure reaches, and the time noted:
+no duration is asserted. Attacks use raw ZMTP 3.0 (class Zmtp) or pyzmq
+where stated.
 
 mode        attack                                                    RSS bound
 rawclient   self-check of Zmtp: a signed kernel_info over raw ZMTP    120 MiB
 bigframe    a frame header declaring 2**62 bytes, on shell and iopub  120 MiB
-            -> connection closed within 5 s, supervisor alive
+            -> connection closed, supervisor alive
 badcmd      malformed READY / commands, each on its own connection,  120 MiB
-            on shell and iopub -> every connection closed within 5 s
+            on shell and iopub -> every connection closed
 silent      20 idle TCP connections on shell and 20 on hb -> a new    120 MiB
-            client is ready and answered within 10 s
+            client is ready and answered
 iopubjunk   2000 x (SUB handshake, 3 non-subscription messages,       120 MiB
             close) -> fds within baseline + 10
 topics      1,000,000 distinct subscriptions on one SUB connection    120 MiB
-            -> 2000 display_data take < 3x as long as before
+            -> all 2000 display_data arrive (the slowdown noted)
 pings       ZMTP PINGs as fast as possible for 10 s, never reading    100 MiB
             -> RSS max during the flood < 100 MiB
 subscribers 40 SUBs subscribed to everything, never reading; the      150 MiB
@@ -185,22 +187,24 @@ def snapshot(pid):
     return {"fds": nfds(pid), "rss_kib": h.rss_kib(pid), "cpu_ticks": cpu_ticks(pid) if h.alive(pid) else None}
 
 
-def wait_idle(pid, within=2.0, window=0.5, max_ticks=2):
-    """Poll up to `within` s for a `window` s in which pid's CPU ticks grow
-    by at most max_ticks; returns (idle, ticks of the last window)."""
+def wait_idle(pid, within=h.GONE_WAIT, window=0.5, max_ticks=2):
+    """Poll up to `within` s (a bound only a failure reaches) for a `window`
+    s in which pid's CPU ticks grow by at most max_ticks; returns (idle,
+    ticks of the last window, seconds until idle)."""
     start = time.monotonic()
     while True:
         c0 = cpu_ticks(pid)
         time.sleep(window)
         grew = cpu_ticks(pid) - c0
         if grew <= max_ticks:
-            return True, grew
+            return True, grew, time.monotonic() - start
         if time.monotonic() + window > start + within + 0.05:
-            return False, grew
+            return False, grew, time.monotonic() - start
 
 
-def wait_fds(pid, most, settle=2.0):
-    """Poll up to settle s for pid's fd count to be <= most; returns the count."""
+def wait_fds(pid, most, settle=h.GONE_WAIT):
+    """Poll up to settle s (a bound only a failure reaches) for pid's fd
+    count to be <= most; returns the count."""
     deadline = time.monotonic() + settle
     while True:
         n = nfds(pid)
@@ -268,13 +272,14 @@ def answers(kc, what):
 
 
 def after_attack(km, kc, mode, rss_mib, stock_may_lose=False):
-    """The common verdict: alive, idle within 2 s, RSS < rss_mib, kc answers."""
+    """The common verdict: alive, idle (waited for, the time noted), RSS <
+    rss_mib, kc answers."""
     sup = km.provisioner.pid
     assert_alive(km, "after the %s attack" % mode)
-    idle, ticks = wait_idle(sup)
+    idle, ticks, waited = wait_idle(sup)
     snap = snapshot(sup)
-    h.note(after=snap, after_idle_window_ticks=ticks)
-    h.check(idle, "%s: supervisor not idle within 2 s after the attack (%d CPU ticks in the last 0.5 s, %d per s)" % (mode, ticks, CLK))
+    h.note(after=snap, after_idle_window_ticks=ticks, idle_after_s=round(waited, 2))
+    h.check(idle, "%s: supervisor not idle %.0f s after the attack (%d CPU ticks in the last 0.5 s, %d per s)" % (mode, waited, ticks, CLK))
     h.check(snap["rss_kib"] < rss_mib * MIB, "%s: supervisor RSS %d MiB after the attack (bound %d MiB)" % (mode, snap["rss_kib"] // MIB, rss_mib))
     err = answers(kc, "the kernel's client after the %s attack" % mode)
     if stock_may_lose:
@@ -306,12 +311,12 @@ def bigframe(km, kc, base):
     for chan in ("shell", "iopub"):
         z = Zmtp(chan, PEER_TYPE.get(chan, b"DEALER"))
         z.send(b"\x02" + struct.pack(">Q", 2**62))
-        closed[chan] = closed_by_peer(z.s, 5)
+        closed[chan] = closed_by_peer(z.s, h.GONE_WAIT)
         z.close()
         assert_alive(km, "after a frame header declaring 2**62 bytes on %s" % chan)
     h.note(closed=closed)
     for chan, c in closed.items():
-        h.check(c, "bigframe: the %s connection that declared a 2**62-byte frame was still open 5 s later" % chan)
+        h.check(c, "bigframe: the %s connection that declared a 2**62-byte frame was still open %d s later" % (chan, h.GONE_WAIT))
     after_attack(km, kc, "bigframe", 120)
 
 
@@ -330,7 +335,8 @@ BADCMD = [
 
 def badcmd(km, kc, base):
     """Each case on its own connection; the cases of the brief first, then
-    two off-by-one variants, each group waited for together (5 s)."""
+    two off-by-one variants, each group waited for together (harness.GONE_WAIT
+    at most: a bound only a failure reaches)."""
     res = {}
     for group in (BADCMD[:6], BADCMD[6:]):
         conns = {}
@@ -340,13 +346,13 @@ def badcmd(km, kc, base):
                 z.send(data)
                 conns["%s on %s" % (name, chan)] = z
                 assert_alive(km, "after %r on %s" % (name, chan))
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + h.GONE_WAIT
         for k, z in conns.items():
-            res[k] = "closed" if closed_by_peer(z.s, max(0, deadline - time.monotonic())) else "open after 5 s"
+            res[k] = "closed" if closed_by_peer(z.s, max(0, deadline - time.monotonic())) else "open after %d s" % h.GONE_WAIT
             z.close()
         h.note(badcmd=res)
     left = [k for k, v in res.items() if v != "closed"]
-    h.check(not left, "badcmd: connections not closed by the supervisor within 5 s: %s" % left)
+    h.check(not left, "badcmd: connections not closed by the supervisor within %d s: %s" % (h.GONE_WAIT, left))
     after_attack(km, kc, "badcmd", 120)
 
 
@@ -362,17 +368,19 @@ def silent(km, kc, base):
     h._CLIENTS.append(kc2)
     err = None
     try:
-        kc2.wait_for_ready(timeout=30)
+        kc2.wait_for_ready(timeout=h.GONE_WAIT)
         err = answers(kc2, "a new client while 40 silent connections are open")
     except RuntimeError as e:
         err = "wait_for_ready: %s" % e
-        shell = reply_to(kc2.get_shell_msg, kc2.kernel_info(), max(0.1, 10 - (time.monotonic() - t0)))  # hb only, or shell too?
+        shell = reply_to(kc2.get_shell_msg, kc2.kernel_info(), 10)  # hb only, or shell too?
         err += "; its shell kernel_info %s" % ("was answered" if shell else "got no reply either")
     took = time.monotonic() - t0
+    # Ready and answered (the time noted, not asserted): the silent
+    # connections do not keep a new client out.
     h.note(new_client_s=round(took, 3), new_client_error=err, fds_with_silent=nfds(km.provisioner.pid))
     kc2.stop_channels()
-    h.check(err is None and took < 10, "silent: a new client was not ready and answered within 10 s while 40 silent "
-            "connections were open (%.1f s: %s)" % (took, err or "slow"))
+    h.check(err is None, "silent: a new client was not ready and answered while 40 silent connections were open "
+            "(%.1f s: %s)" % (took, err))
     close_all()
     after_attack(km, kc, "silent", 120)
 
@@ -390,9 +398,10 @@ def iopubjunk(km, kc, base):
         if i % 250 == 249:
             assert_alive(km, "after %d junk iopub connections" % (i + 1))
     assert_alive(km, "after 2000 junk iopub connections")
-    n = wait_fds(sup, base["fds"] + 10, settle=2.0)
+    n = wait_fds(sup, base["fds"] + 10)
     h.note(junk_s=round(time.monotonic() - t0, 2), fds_after=n)
-    h.check(n <= base["fds"] + 10, "iopubjunk: supervisor holds %d fds 2 s after 2000 junk iopub connections closed (baseline %d)" % (n, base["fds"]))
+    h.check(n <= base["fds"] + 10, "iopubjunk: supervisor holds %d fds %d s after 2000 junk iopub connections closed (baseline %d)" % (
+        n, h.GONE_WAIT, base["fds"]))
     after_attack(km, kc, "iopubjunk", 120)
 
 
@@ -445,12 +454,14 @@ def topics(km, kc, base):
         ended = "closed by the supervisor after all were sent"
     h.note(subscriptions_sent=sent, send_s=round(time.monotonic() - t0, 2), attacker=ended, rss_kib_max_sending=rss_max)
     assert_alive(km, "after %d subscriptions on one connection" % sent)
-    after, n = time_displays(kc, max(20, 5 * before))  # enough to tell a ratio of 3
+    # All 2000 arrive (within a bound only a failure reaches); how much
+    # slower than before is noted, not asserted.
+    after, n = time_displays(kc, max(60, 5 * before))
     ratio = after / before
     h.note(displays_before_s=round(before, 3), displays_after_s=round(after, 3), displays_after_received=n, ratio=round(ratio, 2),
            rss_kib_after_displays=h.rss_kib(sup))
-    h.check(n == 2000 and ratio < 3, "topics: 2000 display_data took %s%.2f s with the subscribed attacker, %.2f s before (ratio %s%.1f, %d of 2000 "
-            "received)" % ("over " * (n < 2000), after, before, ">" * (n < 2000), ratio, n))
+    h.log("topics: 2000 display_data took %.2f s with the subscribed attacker, %.2f s before (ratio %.1f)" % (after, before, ratio))
+    h.check(n == 2000, "topics: %d of 2000 display_data received with the subscribed attacker (%.2f s; %.2f s before)" % (n, after, before))
     rss_max = max(rss_max, h.rss_kib(sup))
     h.check(rss_max < 120 * MIB, "topics: supervisor RSS reached %d MiB holding the attacker's subscriptions (bound 120 MiB)" % (rss_max // MIB))
     z.close()
@@ -528,11 +539,11 @@ def identity(km, kc, base):
             att[chan] = d
         time.sleep(1)  # let the handshakes land
         got = {}
-        hist = reply_to(kc.get_shell_msg, kc.history(hist_access_type="tail", n=5), 10)
-        insp = reply_to(kc.get_shell_msg, kc.inspect("x"), 10)
+        hist = reply_to(kc.get_shell_msg, kc.history(hist_access_type="tail", n=5), h.GONE_WAIT)
+        insp = reply_to(kc.get_shell_msg, kc.inspect("x"), h.GONE_WAIT)
         req = kc.session.msg("kernel_info_request", {})
         kc.control_channel.send(req)
-        ctrl = reply_to(kc.get_control_msg, req["header"]["msg_id"], 10)
+        ctrl = reply_to(kc.get_control_msg, req["header"]["msg_id"], h.GONE_WAIT)
         deadline = time.monotonic() + 2
         while time.monotonic() < deadline:
             for chan, d in att.items():
@@ -618,9 +629,10 @@ def garbage(km, kc, base):
                 assert_alive(km, "on random bytes on %s, connection %d (seed %d; %s)" % (chan, i, seed, e))
             close_all()
         assert_alive(km, "after random bytes on %s (seed %d)" % (chan, seed))
-    n = wait_fds(sup, base["fds"] + 10, settle=2.0)
+    n = wait_fds(sup, base["fds"] + 10)
     h.note(fds_after=n)
-    h.check(n <= base["fds"] + 10, "garbage: supervisor holds %d fds 2 s after 1250 garbage connections closed (baseline %d)" % (n, base["fds"]))
+    h.check(n <= base["fds"] + 10, "garbage: supervisor holds %d fds %d s after 1250 garbage connections closed (baseline %d)" % (
+        n, h.GONE_WAIT, base["fds"]))
     after_attack(km, kc, "garbage", 120)
 
 
@@ -649,14 +661,15 @@ def fdlimit(km, kc, base):
     h.note(connect_failed=failed, cpu_pct_during_hold=cpu_pct, fds_during_hold=fds_hold, answer_during_hold=err)
     close_all()
     assert_alive(km, "while 1500 connections were held at RLIMIT_NOFILE 1024")
-    n = wait_fds(sup, base["fds"] + 10, settle=2.0)
+    n = wait_fds(sup, base["fds"] + 10)
     h.note(fds_after=n)
     h.check(cpu_pct < 50, "fdlimit: supervisor used %d%% CPU while 1500 connections were held at RLIMIT_NOFILE 1024" % cpu_pct)
     h.check(err is None, "fdlimit: %s" % err)
-    h.check(n <= base["fds"] + 10, "fdlimit: supervisor holds %d fds 2 s after the 1500 connections closed (baseline %d)" % (n, base["fds"]))
+    h.check(n <= base["fds"] + 10, "fdlimit: supervisor holds %d fds %d s after the 1500 connections closed (baseline %d)" % (
+        n, h.GONE_WAIT, base["fds"]))
     after_attack(km, kc, "fdlimit", 120)
     km.restart_kernel()
-    left = h.wait_dead([kids["daemon"], kids["stubborn"]], 2.0)
+    left = h.wait_dead([kids["daemon"], kids["stubborn"]], h.GONE_WAIT)
     h.note(children_left_after_restart=h.describe(left))
     h.check(not left, "fdlimit: the old kernel's children survived the restart: %s" % h.describe(left))
     for p in left:
@@ -680,7 +693,7 @@ def churn(km, kc, base):
             c.load_connection_file()
             c.start_channels()
             try:
-                assert reply_to(c.get_shell_msg, c.kernel_info(), 10), "churn cycle %d: no kernel_info_reply within 10 s" % i
+                assert reply_to(c.get_shell_msg, c.kernel_info(), h.GONE_WAIT), "churn cycle %d: no kernel_info_reply within %d s" % (i, h.GONE_WAIT)
             finally:
                 # jupyter_client 7.4.9's HBChannel sets _running in its thread:
                 # stopped before that, it spins creating REQ sockets for ever.
@@ -692,11 +705,18 @@ def churn(km, kc, base):
                 marks["after_100"] = snapshot(sup)
     finally:
         ctx.destroy(linger=0)
-    time.sleep(2)
+    # The last clients' connections close now: wait (a bound only a
+    # failure reaches) for the fds and RSS to come within bounds, instead
+    # of asserting after a sleep.
+    w = marks["after_100"]
+    over = lambda snap: snap["fds"] is None or snap["fds"] > w["fds"] + 5 or snap["rss_kib"] > w["rss_kib"] + 8 * MIB
+    ended = time.monotonic()
+    h.wait_gone(lambda: over(snapshot(sup)), interval=0.1)
     marks["after_all"] = snapshot(sup)
-    h.note(cycles=cycles, churn_s=round(time.monotonic() - t0, 1), **{"churn_" + k: v for k, v in marks.items()})
+    h.note(cycles=cycles, churn_s=round(time.monotonic() - t0, 1), settled_s=round(time.monotonic() - ended, 2),
+           **{"churn_" + k: v for k, v in marks.items()})
     assert_alive(km, "after %d client connect/disconnect cycles" % cycles)
-    w, e = marks["after_100"], marks["after_all"]
+    e = marks["after_all"]
     h.check(e["fds"] <= w["fds"] + 5, "churn: supervisor fds %d after %d cycles, %d after 100" % (e["fds"], cycles, w["fds"]))
     h.check(e["rss_kib"] <= w["rss_kib"] + 8 * MIB, "churn: supervisor RSS %d KiB after %d cycles, %d KiB after 100 (+8 MiB allowed)"
             % (e["rss_kib"], cycles, w["rss_kib"]))
@@ -737,10 +757,8 @@ def soak(km, kc, base):
     running = leftovers(kid)  # canary: what the check below looks for exists now
     h.check(running, "soak: no cgroup directory or state file names the running kernel %s: the leftover check proves nothing" % kid)
     km.shutdown_kernel()
-    deadline = time.monotonic() + 2
-    while (left := leftovers(kid)) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    h.note(kernel_id=kid, while_running=running, leftovers=left)
+    left, waited = h.wait_gone(lambda: leftovers(kid), interval=0.1)
+    h.note(kernel_id=kid, while_running=running, leftovers=left, leftovers_gone_s=round(waited, 2))
     h.check(not left, "soak: left behind after %d restarts and the shutdown: %s" % (n, left))
     return None
 

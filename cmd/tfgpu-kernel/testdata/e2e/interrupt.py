@@ -28,8 +28,8 @@ def main():
         assert sleeping(r), "sleep cell never started: %s" % h.types(r)
         t0 = time.monotonic()
         km.interrupt_kernel()
-        r2 = h.collect(kc, msg_id, timeout=10, t0=t0)
-        assert r2["reply"] is not None, "no execute_reply within 10 s of interrupt (%s mode)" % MODE
+        r2 = h.collect(kc, msg_id, timeout=h.GONE_WAIT, t0=t0)
+        assert r2["reply"] is not None, "no execute_reply within %d s of interrupt (%s mode)" % (h.GONE_WAIT, MODE)
         assert r2["status"] == "error" and r2["reply"].get("ename") == "KeyboardInterrupt", "reply after interrupt: %s" % r2["reply"]
         h.note(**{"interrupt_to_reply_s_%d" % round_: round(r2["reply_at"], 3)})
         h.assert_answers(kc, "after interrupt %d" % round_)

@@ -46,19 +46,20 @@ def stop_and_check(km, kc, how):
         km.shutdown_kernel()
     took = time.monotonic() - t0
     left_now = h.survivors(old)
-    left_2s = h.wait_dead(old, 2.0)
+    left_2s = h.wait_dead(old, h.TREE_WAIT)
     h.note(**{
+        how + "_tree_gone_after_return_s": round(time.monotonic() - t0 - took, 3) if not left_2s else None,
         how + "_s": round(took, 3),
         how + "_shutdown_status": h.shutdown_status(km),
         how + "_escalations": dict(calls),
         how + "_survivors_on_return": h.describe(left_now),
-        how + "_survivors_after_2s": h.describe(left_2s),
+        how + "_survivors_left": h.describe(left_2s),
     })
     h.check(h.shutdown_status(km) == "ShutdownRequest",
             "%s: jupyter_client escalated to %s (the supervisor did not exit within 2.5 s of shutdown_request)" % (how, h.shutdown_status(km)))
     h.check(calls == {"sigterm": 0, "sigkill": 0}, "%s: jupyter_client had to signal the process it started: %s" % (how, calls))
     h.check(not left_now, "%s: processes of the old tree alive when %s returned: %s" % (how, how, h.describe(left_now)))
-    h.check(not left_2s, "%s: processes of the old tree alive 2 s later: %s" % (how, h.describe(left_2s)))
+    h.check(not left_2s, "%s: processes of the old tree alive %d s later: %s" % (how, h.TREE_WAIT, h.describe(left_2s)))
     # whatever the stock kernel leaves must not leak into later checks
     for p in left_2s:
         try:

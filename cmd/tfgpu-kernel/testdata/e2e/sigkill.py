@@ -4,10 +4,11 @@ restart_kernel(now=True) do (and its own escalation, kill -9, the OOM
 killer). The kernel first starts two setsid'd workers that ignore SIGTERM
 and hold the fake GPU. argv[1] is "shutdown" or "restart".
 
-Within 2 s of the call: no process of the old tree is alive, no cgroup of
-it is left, and NVML lists none of its contexts; after a restart the new
-kernel is up, answers, and still answers 3 s later. Run as root or as an
-unprivileged user (the Go side decides), in the containment mode
+After the call, waited for (harness.GONE_WAIT, the times noted, not
+asserted): no process of the old tree is alive (its watcher included), no
+cgroup of it is left, and NVML lists none of its contexts; after a restart
+the new kernel is up and answers once all that has happened. Run as root or
+as an unprivileged user (the Go side decides), in the containment mode
 TFGPU_CGROUP names.
 """
 
@@ -68,8 +69,9 @@ def main():
     h.track(*workers)
     old = sorted(set(h.tree_of(km)) | set(workers) | {kpid})
     cgroups = sorted(set(c for p in workers + [kpid] for c in kernel_cgroups(p)))
+    watchers = [p for p in old if h.argv_of(p)[1:2] == ["watch"]]
     held = listed_pids() & set(old)
-    h.note(old_tree=len(old), cgroups=cgroups, nvml_listed_before=len(held))
+    h.note(old_tree=len(old), watchers=watchers, cgroups=cgroups, nvml_listed_before=len(held))
     assert len(held) >= 3, "NVML lists %s of the tree %s: the workers do not hold the GPU" % (sorted(held), old)
     if os.environ.get("TFGPU_CGROUP") in ("v2", "v1"):
         assert cgroups, "mode %s but the kernel is in no tfgpu cgroup" % os.environ["TFGPU_CGROUP"]
@@ -81,26 +83,27 @@ def main():
     else:
         km.restart_kernel(now=True)
     called = time.monotonic() - t0
-    left = h.wait_dead(old, max(0.0, 2.0 - (time.monotonic() - t0)))
+    # Each waited for up to h.GONE_WAIT, a bound only a failure reaches: how
+    # long the watcher took is noted (docs/design.md's "within 2 s" is a
+    # figure, not asserted).
+    left = h.wait_dead(old, h.GONE_WAIT)
     dead_at = time.monotonic() - t0
-    while time.monotonic() - t0 < 2.0 and [c for c in cgroups if os.path.exists(c)]:
-        time.sleep(0.02)
-    cg_left = [c for c in cgroups if os.path.exists(c)]
-    listed = listed_pids() & set(old)
-    while time.monotonic() - t0 < 2.0 and listed:
-        time.sleep(0.02)
-        listed = listed_pids() & set(old)
-    h.note(call_s=round(called, 3), tree_dead_s=round(dead_at, 3), cgroups_left=cg_left,
-           nvml_listed_after=sorted(listed), checked_at_s=round(time.monotonic() - t0, 3))
-    assert not left, "alive 2 s after %s_kernel(now=True): %s" % (HOW, h.describe(left))
-    assert not cg_left, "cgroups left 2 s after %s_kernel(now=True): %s" % (HOW, cg_left)
-    assert not listed, "NVML still lists the old tree's %s 2 s after %s_kernel(now=True)" % (sorted(listed), HOW)
+    cg_left, _ = h.wait_gone(lambda: [c for c in cgroups if os.path.exists(c)])
+    cg_at = time.monotonic() - t0
+    listed, _ = h.wait_gone(lambda: listed_pids() & set(old))
+    h.note(call_s=round(called, 3), tree_dead_s=round(dead_at, 3), cgroups_gone_s=round(cg_at, 3), cgroups_left=cg_left,
+           nvml_listed_after=sorted(listed), nvml_clear_s=round(time.monotonic() - t0, 3))
+    assert not left, "alive %d s after %s_kernel(now=True): %s" % (h.GONE_WAIT, HOW, h.describe(left))
+    assert not cg_left, "cgroups left %d s after %s_kernel(now=True): %s" % (h.GONE_WAIT, HOW, cg_left)
+    assert not listed, "NVML still lists the old tree's %s %d s after %s_kernel(now=True)" % (sorted(listed), h.GONE_WAIT, HOW)
     if HOW == "restart":
+        # What could still act on the new kernel is the old supervisor's
+        # watcher, part of old: once it has ended (waited for above) the new
+        # kernel must answer, with no sleep to wait out.
+        assert watchers, "no watcher in the old tree %s" % h.describe(old)
         kc = h.connect(km)
         h.track(h.kernel_pid(kc))
-        h.assert_answers(kc, "the new kernel")
-        time.sleep(3)
-        h.assert_answers(kc, "the new kernel, 3 s later")
+        h.assert_answers(kc, "the new kernel, the old watcher gone")
         assert km.is_alive(), "the new kernel died"
         km.shutdown_kernel(now=False)
 

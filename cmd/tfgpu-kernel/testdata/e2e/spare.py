@@ -156,10 +156,12 @@ def adopt():
     h.check(r["stdout"].strip() == "ran", "a startup file written after the spare imported did not run: %s" % r["reply"])
 
     # Interrupt (interrupt_mode signal: jupyter_client signals the stub).
-    msg = kc.execute("import time\ntime.sleep(30)")
-    time.sleep(1.0)
+    # Interrupted once the cell says it sleeps (waited for, not a 1 s sleep).
+    msg = kc.execute("import time\nprint('SLEEPING', flush=True)\ntime.sleep(30)")
+    r = h.collect(kc, msg, timeout=h.GONE_WAIT, stop=lambda r: "SLEEPING" in r["stdout"])
+    h.check("SLEEPING" in r["stdout"], "the sleeping cell never started: %s" % h.types(r))
     km.interrupt_kernel()
-    r = h.collect(kc, msg, timeout=15)
+    r = h.collect(kc, msg, timeout=h.GONE_WAIT)
     h.note(interrupt_reply=r["reply"] and {k: r["reply"].get(k) for k in ("status", "ename")})
     h.check(r["reply"] and r["reply"].get("ename") == "KeyboardInterrupt", "the interrupt through the stub did not reach the kernel: %s" % r["reply"])
 

@@ -1,11 +1,23 @@
 """Kernel subshells (JEP 91, ipykernel >= 7) through the relay: create,
 list and delete subshells on control; a cell run in a subshell (its
 shell request's header names the subshell_id) answers while the main
-shell is busy with a long cell, so the replies interleave."""
+shell is busy with a cell that runs until the test releases it, so the
+subshell's reply comes first (the order is checked, not a time)."""
 
+import os
+import queue
 import time
 
 import harness as h
+
+# The main shell's cell: busy until the test creates the release file
+# (bounded, so that a failed run ends).
+MAIN_CELL = """import os, time
+open(%r, "w").close()
+_t = time.monotonic()
+while not os.path.exists(%r) and time.monotonic() - _t < %d:
+    time.sleep(0.01)
+'main done'"""
 
 
 def control(kc, msg_type, content, timeout=10):
@@ -40,20 +52,33 @@ def main():
     listed = control(kc, "list_subshell_request", {})["content"]
     h.check(listed.get("subshell_id") == [sid], "list_subshell_reply %s, want [%s]" % (listed, sid))
 
-    main_id = execute_in(kc, "import time; time.sleep(3); 'main done'")
-    time.sleep(0.5)  # the main shell is busy now
-    t0 = time.time()
+    # The main shell's cell runs until the test releases it: the order of
+    # the replies, not a time, shows the subshell did not wait for it.
+    started, release = os.path.join(h.TMP, "main-started"), os.path.join(h.TMP, "main-release")
+    main_id = execute_in(kc, MAIN_CELL % (started, release, 2 * h.GONE_WAIT))
+    busy, _ = h.wait_gone(lambda: not os.path.exists(started))  # the main shell is busy now
+    h.check(not busy, "the main shell's cell never started")
+    t0 = time.monotonic()
     sub_id = execute_in(kc, "print('from the subshell')", sid)
     order = []
-    end = time.time() + 20
-    while len(order) < 2 and time.time() < end:
-        r = kc.get_shell_msg(timeout=max(0.1, end - time.time()))
-        pid = r["parent_header"].get("msg_id")
-        if pid in (main_id, sub_id):
-            order.append(("sub" if pid == sub_id else "main", round(time.time() - t0, 3), r["content"]["status"]))
+
+    def replies(want, timeout):
+        end = time.monotonic() + timeout
+        while len(order) < want and time.monotonic() < end:
+            try:
+                r = kc.get_shell_msg(timeout=max(0.1, end - time.monotonic()))
+            except queue.Empty:
+                break
+            pid = r["parent_header"].get("msg_id")
+            if pid in (main_id, sub_id):
+                order.append(("sub" if pid == sub_id else "main", round(time.monotonic() - t0, 3), r["content"]["status"]))
+
+    replies(1, h.GONE_WAIT)  # the subshell's, while the main shell's cell still runs
+    open(release, "w").close()
+    replies(2, h.GONE_WAIT)
     h.note(order=order)
-    h.check([o[0] for o in order] == ["sub", "main"], "the subshell's reply did not come first: %s" % order)
-    h.check(order and order[0][1] < 2.0 and order[0][2] == "ok", "the subshell waited for the main shell: %s" % order)
+    h.check([o[0] for o in order] == ["sub", "main"], "the subshell's reply did not come while the main shell was busy: %s" % order)
+    h.check(order and order[0][2] == "ok", "the subshell's cell failed: %s" % order)
 
     deleted = control(kc, "delete_subshell_request", {"subshell_id": sid})["content"]
     h.check(deleted.get("status") == "ok", "delete_subshell_reply %s" % deleted)
