@@ -56,19 +56,23 @@ func Config(name string, args []string) (wrapper.Config, int, bool) {
 	if bad != nil {
 		return refusingConfig(args, *conn, bad)
 	}
-	// One P: the relay is a chain of goroutine hand-offs (zmq4's reader →
-	// socket queue → pump), and on one P they are run-queue switches
-	// instead of cross-thread wake-ups. Measured on 2 cores:
-	// `pass` round trip 1.06–1.12× direct with GOMAXPROCS=1 against
-	// 1.15–1.17× with 2, stream throughput no lower. GOMAXPROCS in the
-	// environment still wins.
+	// One P: the relay is a chain of goroutine hand-offs (a door's reader →
+	// Recv → pump; zmq4's reader → socket queue → pump from the kernel),
+	// and on one P they are run-queue switches instead of cross-thread
+	// wake-ups. Measured on 2 cores: `pass` round trip 1.06–1.12× direct
+	// with GOMAXPROCS=1 against 1.15–1.17× with 2, stream throughput no
+	// lower; after the doors left zmq4 (issue 35), this and GOGC=200 off
+	// together cost 2.3× the relay CPU per 100 MB and 1.5× per 10 000
+	// display_data (docs/benchmarks.md#doors-without-zmq4). GOMAXPROCS in
+	// the environment still wins.
 	if os.Getenv("GOMAXPROCS") == "" {
 		runtime.GOMAXPROCS(1)
 	}
 	// Collect at three times the live heap, not twice: zmq4 reads every
-	// frame from the kernel into a new buffer, and on a stream of 1 MB
-	// frames the collections, and the pages given back and faulted in
-	// again, were a quarter of the relay's CPU. Measured: 82.5–95 → 62.5 ms
+	// frame from the kernel into a new buffer (and a door every frame from
+	// a client), and on a stream of 1 MB frames the collections, and the
+	// pages given back and faulted in again, were a quarter of the relay's
+	// CPU. Measured: 82.5–95 → 62.5 ms
 	// per 100 MB, peak RSS 17.8 → 21.6 MB (docs/benchmarks.md#relay-cpu).
 	// The heap's soft limit (wrapper.Run) still bounds a burst. GOGC in the
 	// environment still wins.
