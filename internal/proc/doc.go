@@ -13,7 +13,7 @@
 // a child subreaper (the proc mode's membership); the figures Owner,
 // Cmdline, RSS, PSS, CPU, HasChildren and ReadHostMemory; the child
 // subreaper setting (SetChildSubreaper) and the Reaper; tree markers
-// (MarkerEnv, NewMarker, MarkedPids, KillMarked, KillMarkedSince), which find
+// (MarkerEnv, NewMarker, KillMarked, KillMarkedSince), which find
 // a tree's processes by their environment once their supervisor is gone; and
 // Snapshot, one scan of /proc for a caller that asks about many trees at once
 // (ps, doctor), with KillRelated.

@@ -27,12 +27,6 @@ func NewMarker(id string) string {
 	return id + "/" + hex.EncodeToString(b[:])
 }
 
-// MarkedPids lists the live processes of owner whose environment carries
-// marker.
-func MarkedPids(marker string, owner int) []int {
-	return markedPids(context.Background(), marker, owner, 0)
-}
-
 // markedPids lists the live processes of owner started at or after since
 // (clock ticks after boot; a process started before the tree's first one
 // cannot carry its marker) whose environment carries marker. A process's

@@ -95,7 +95,7 @@ func (s *Snapshot) Tree(supervisor, leader int, exclude func(pid int) bool) []in
 }
 
 // Marked lists the live processes of owner whose environment carries
-// marker (MarkedPids, from the snapshot: the environments of owner's
+// marker (markedPids, from the snapshot: the environments of owner's
 // processes are read once, whatever the number of markers asked for).
 func (s *Snapshot) Marked(marker string, owner int) []int {
 	if !s.marked[owner] {

@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -52,31 +51,6 @@ func NewUser(t testing.TB, role string, home func(name string) string) User {
 	u := User{Name: name, UID: id("-u"), GID: id("-g")}
 	u.Cred = &syscall.Credential{Uid: uint32(u.UID), Gid: uint32(u.GID), NoSetGroups: true}
 	return u
-}
-
-// SharedCopy copies the file at path (this test binary, say) into a fresh
-// directory every user may enter, mode 0755, removed after the test, so
-// that another user can run it (go test's build directory is root's
-// alone).
-func SharedCopy(t testing.TB, path string) string {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := os.MkdirTemp("", "tfgpu-shared-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(d) })
-	if err := os.Chmod(d, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	dst := filepath.Join(d, filepath.Base(path))
-	if err := os.WriteFile(dst, b, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	return dst
 }
 
 // removeUser deletes a user NewUser made. userdel refuses a user with a
