@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
+	"github.com/tfgpu/tfgpu-kernel/internal/testutil/fakesystemd"
 )
 
 // contractMode is one way of containing a tree that TestTreeContract runs
@@ -31,6 +32,11 @@ type contractMode struct {
 
 func contractModes() []contractMode {
 	name := func() string { return fmt.Sprintf("test-%d-%d", os.Getpid(), treeSeq.Add(1)) }
+	emptied := func(t *testing.T, dirs []string) {
+		if populated(t, dirs[0]) {
+			t.Errorf("cgroup %s populated after Kill", dirs[0])
+		}
+	}
 	v2 := func(sp v2Spawn) contractMode {
 		return contractMode{
 			name: fmt.Sprintf("v2/cloneInto=%v", sp.cloneInto),
@@ -49,11 +55,7 @@ func contractModes() []contractMode {
 				tr, v, _ := startV2Tree(t, requireCgroupV2(t), sp, mode, extra...)
 				return tr, []string{v.Dir()}
 			},
-			killed: func(t *testing.T, dirs []string) {
-				if populated(t, dirs[0]) {
-					t.Errorf("cgroup %s populated after Kill", dirs[0])
-				}
-			},
+			killed: emptied,
 		}
 	}
 	v1dirs := func(v *V1Tree) []string {
@@ -99,20 +101,72 @@ func contractModes() []contractMode {
 				}
 			},
 		},
-		// ModeSystemd is a v2 cgroup that systemd-run --user --scope makes
-		// (scope_linux.go): it needs a user manager, which this package's
-		// tests do not fake; wrapper's TestSystemd* run it against a fake
-		// one.
+		systemdMode(name, emptied),
+	}
+}
+
+// systemdMode is ModeSystemd, a v2 cgroup that systemd-run --user --scope
+// makes (scope_linux.go), against fakesystemd's user manager and
+// systemd-run (the host needs no systemd; wrapper's TestSystemd* run the
+// supervisor against the same fake). The tree is what Open makes of the
+// choice, systemdScope finding the fake's socket in XDG_RUNTIME_DIR and its
+// systemd-run first on PATH; the scope is a real cgroup2 directory under
+// the fake's app.slice, below this process's own cgroup. The leader is
+// started through Launch, and start fails unless it was adopted in the
+// scope: the proc tree behind the scope (all the tree is until the scope
+// is adopted, or when systemd-run failed) must not pass for the mode.
+// "unstarted" runs as for the other modes: before a launch there is no
+// scope, and no directory for Close to remove.
+func systemdMode(name func() string, emptied func(*testing.T, []string)) contractMode {
+	open := func(t *testing.T) (*scopeTree, *fakesystemd.Manager) {
+		t.Helper()
+		m := fakesystemd.Start(t, requireCgroupV2(t), os.Getuid())
+		exe, err := os.Executable()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Setenv("XDG_RUNTIME_DIR", m.Runtime)
+		t.Setenv("PATH", fakesystemd.Bin(t, t.TempDir(), exe)+string(os.PathListSeparator)+os.Getenv("PATH"))
+		o, err := Open(ModeSystemd, name(), Options{Reaper: testReaper})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, ok := o.Tree.(*scopeTree)
+		if !ok {
+			t.Fatalf("Open(%q) = %T, want *scopeTree", ModeSystemd, o.Tree)
+		}
+		return st, m
+	}
+	return contractMode{
+		name: ModeSystemd,
+		open: func(t *testing.T) (Tree, []string) {
+			st, _ := open(t)
+			return st, nil
+		},
+		start: func(t *testing.T, mode string, extra ...string) (*tree, []string) {
+			st, m := open(t)
+			tr := startTreeIn(t, st, mode, extra...)
+			if err := st.Err(); err != nil {
+				t.Fatalf("leader not in a scope: %v", err)
+			}
+			asked := m.Asked()
+			if scope := filepath.Join(m.Apps, st.unit); len(asked) != 1 || asked[0].PID != tr.leader || st.Dir() != scope {
+				t.Fatalf("scopes asked for %+v, tree's cgroup %q; want one, for leader %d, adopted as %s", asked, st.Dir(), tr.leader, scope)
+			}
+			return tr, []string{st.Dir()}
+		},
+		killed: emptied,
 	}
 }
 
 // TestTreeContract runs what every Tree promises against every mode this
-// host can set up: Pids lists every member, Kill kills the whole tree
-// (setsid'd daemons, forkers, stopped and multi-threaded processes
-// included) and counts at least what Pids saw, the tree is empty after it
-// and a second Kill finds nothing, Kill with an ended context still kills,
-// a leader's orphans are killed after the leader exited, and Close is
-// idempotent, removes what the mode made and ends the tree's use.
+// host can set up (systemd's scope with a fake systemd, see systemdMode):
+// Pids lists every member, Kill kills the whole tree (setsid'd daemons,
+// forkers, stopped and multi-threaded processes included) and counts at
+// least what Pids saw, the tree is empty after it and a second Kill finds
+// nothing, Kill with an ended context still kills, a leader's orphans are
+// killed after the leader exited, and Close is idempotent, removes what the
+// mode made and ends the tree's use.
 func TestTreeContract(t *testing.T) {
 	kills := []struct {
 		name   string

@@ -19,6 +19,7 @@ import (
 
 	"github.com/tfgpu/tfgpu-kernel/internal/proc"
 	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
+	"github.com/tfgpu/tfgpu-kernel/internal/testutil/fakesystemd"
 )
 
 // tortureProcs is how many live processes the "torture" helper tree has
@@ -45,6 +46,9 @@ const (
 var testReaper *proc.Reaper
 
 func TestMain(m *testing.M) {
+	// First: systemd-run's process (the systemd contract mode) has the
+	// helper's environment it starts.
+	fakesystemd.Main()
 	if mode := os.Getenv(envMode); mode != "" {
 		helper(mode) // never returns
 	}
@@ -219,12 +223,19 @@ type tree struct {
 
 func startTree(t *testing.T, mode string, extra ...string) *tree {
 	t.Helper()
+	return startTreeIn(t, NewProcTree(os.Getpid(), WithExclude(testReaper.Owns)), mode, extra...)
+}
+
+// startTreeIn is startTree in the tree in, which no process was started in:
+// where in is a Launcher, the leader is started through its Launch, as the
+// supervisor starts a kernel (wrapper's spawn).
+func startTreeIn(t *testing.T, in Tree, mode string, extra ...string) *tree {
+	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr := &tree{Tree: NewProcTree(os.Getpid(), WithExclude(testReaper.Owns)),
-		pidfile: filepath.Join(t.TempDir(), "pids")}
+	tr := &tree{Tree: in, pidfile: filepath.Join(t.TempDir(), "pids")}
 	sys := &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // backstop if the test binary dies
 	if err := tr.Configure(sys); err != nil {
 		t.Fatal(err)
@@ -234,7 +245,13 @@ func startTree(t *testing.T, mode string, extra ...string) *tree {
 	}
 	attr := &syscall.ProcAttr{Env: helperEnv(mode, append(extra, envPidfile+"="+tr.pidfile)...),
 		Files: []uintptr{0, 1, 2}, Sys: sys}
-	tr.leader, tr.exited, err = testReaper.StartProcess(exe, []string{exe, "-test.run=^$"}, attr)
+	path, argv := exe, []string{exe, "-test.run=^$"}
+	if l, ok := in.(Launcher); ok {
+		if path, argv, attr.Files, err = l.Launch(path, argv, attr.Files); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tr.leader, tr.exited, err = testReaper.StartProcess(path, argv, attr)
 	if err != nil {
 		t.Fatal(err)
 	}

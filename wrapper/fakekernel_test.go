@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -20,6 +19,7 @@ import (
 	"github.com/tfgpu/tfgpu-kernel/internal/bytesize"
 	"github.com/tfgpu/tfgpu-kernel/internal/jmsg"
 	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
+	"github.com/tfgpu/tfgpu-kernel/internal/testutil/fakesystemd"
 )
 
 // The test binary plays a small Jupyter kernel written in Go when
@@ -43,6 +43,8 @@ import (
 //	                      then it is ignored, as ipykernel does).
 //	hb                  → echoed.
 func TestMain(m *testing.M) {
+	// The test binary as systemd-run (systemd_test.go).
+	fakesystemd.Main()
 	if len(os.Args) > 1 && os.Args[1] == WatchCommand { // the watcher of a supervisor run by this binary (watcher.go)
 		os.Exit(Watch(os.Stdin, os.Stderr))
 	}
@@ -55,9 +57,6 @@ func TestMain(m *testing.M) {
 		os.Exit(Run(context.Background(), Config{ConnFile: path, Cgroup: os.Getenv("TFGPU_CGROUP"), MemoryLimit: limit,
 			NVMLLibrary: os.Getenv("TFGPU_NVML_LIBRARY"), ConfirmTimeout: confirm,
 			Argv: []string{os.Args[0], "-test.run=^$", "-f", path}, Log: lg}))
-	}
-	if filepath.Base(os.Args[0]) == "systemd-run" {
-		os.Exit(fakeSystemdRun(os.Args[1:]))
 	}
 	if os.Getenv("TFGPU_FAKE_KERNEL") != "" {
 		os.Exit(fakeKernel(os.Args[len(os.Args)-1]))
