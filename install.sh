@@ -120,7 +120,7 @@ default_prefix=$(realpath -m -- "$default_prefix")
 bin="$prefix/bin/tfgpu-kernel"
 dest=()
 [ "$mode" = system ] && dest=(--system)
-# --user said to the binary too: as root it refuses to guess (install.go, rootWithoutDest),
+# --user said to the binary too: as root it refuses to guess (kernelspec/command.go, rootWithoutDest),
 # and install.sh has decided (above) that root meant it.
 [ "$mode" = user ] && dest=(--user)
 system_kernels=/usr/local/share/jupyter/kernels # where 'tfgpu-kernel install --system' writes

@@ -79,7 +79,9 @@
 // setting. Which run flags there are, and the variable of each, are run's
 // rules (internal/runflags), given to Keep in an Upgrade, since that
 // package imports this one. Previous.Runs tells the supervisors started
-// from an installed kernelspec by their argv.
+// from an installed kernelspec by their argv. Command is `tfgpu-kernel
+// install` with its flags parsed: its Install and Uninstall hold the
+// command's rules (upgrades, the wheel's settings file, --with-wraps).
 //
 // A kernelspec for every user (Dest System, root only) is root's whole:
 // the supervisor, the Python or wrapped program (CheckSystemWide), a

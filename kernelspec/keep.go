@@ -3,6 +3,7 @@ package kernelspec
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"maps"
 	"slices"
@@ -17,11 +18,13 @@ type Upgrade struct {
 	Src map[string]string // for a run flag kept, where its value came from
 	Env map[string]string // --env as given; the variables kept are added
 	// RunFlags are the run flags a kernelspec may carry, EnvName the
-	// TFGPU_ variable of each, and SetFlag sets a kept one as the command
-	// line would (checking it).
+	// TFGPU_ variable of each, Flags the command line's (a kept run flag
+	// is set there, checked as a given one), and Check checks the run
+	// flags and Env as run would.
 	RunFlags []string
 	EnvName  func(flag string) string
-	SetFlag  func(name, value string) error
+	Flags    *flag.FlagSet
+	Check    func() error
 }
 
 // Keep fills in o, and u, with what was not given on the command line
@@ -31,7 +34,7 @@ type Upgrade struct {
 // replaced (nil when none of ours). A setting given now wins; a run flag
 // given empty drops the kept one; a run flag and its TFGPU_ variable are
 // one setting, so giving either drops the other's kept value. Kept run
-// flags are set with u.SetFlag, to be checked as given ones are.
+// flags are set in u.Flags, to be checked as given ones are.
 func Keep(ctx context.Context, o *Options, u Upgrade) (kept []string, prev *Previous, err error) {
 	dir, err := SpecDir(ctx, *o)
 	if err != nil {
@@ -71,7 +74,7 @@ func Keep(ctx context.Context, o *Options, u Upgrade) (kept []string, prev *Prev
 			continue
 		}
 		u.Src[name] = "the installed kernelspec's " + p[0]
-		if err := u.SetFlag(name, p[1]); err != nil {
+		if err := u.Flags.Set(name, p[1]); err != nil {
 			return nil, nil, fmt.Errorf("%s %q: %v; give it again with a new value, or --reset", u.Src[name], p[1], err)
 		}
 		u.Set[name] = true

@@ -8,7 +8,7 @@
 // settings with internal/runflags (Config) and call wrapper.Run; ps, stop
 // and start find and act on kernels through internal/control (Collect,
 // Stop, StopIdle, Start, Table, Prometheus); doctor prints
-// internal/doctor's findings (All); install calls kernelspec (Install,
-// Keep). Flags may also come from TFGPU_<FLAG> variables
+// internal/doctor's findings (All); install calls kernelspec
+// (Command.Install, Command.Uninstall). Flags may also come from TFGPU_<FLAG> variables
 // (internal/runflags). Usage errors are one line on stderr and exit code 2.
 package main
