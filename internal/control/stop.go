@@ -123,7 +123,7 @@ func stopOne(w *stopOutput, st record.State, n gpu.Session, opts How) (record.Fi
 		}
 	}
 	start := time.Now()
-	f, err := d.FinishKernel(st, record.FinishOptions{GPU: n, KillTimeout: timeout, ConfirmTimeout: confirm, BeforeKill: askSupervisor})
+	f, err := d.FinishKernel(st, record.FinishOptions{GPU: n, KillTimeout: timeout, ConfirmTimeout: confirm, BeforeKill: askSupervisor, ForGood: true})
 	if err != nil {
 		return f, err
 	}

@@ -34,6 +34,10 @@ type FinishOptions struct {
 	// BeforeKill runs once the tree is watched, before it is killed:
 	// `stop` asks a live supervisor to stop its kernel itself there.
 	BeforeKill func()
+	// ForGood says the kernel ends for good (`stop`), not for a next
+	// supervisor of it: its live standby and spare are stopped with it,
+	// and the record that it keeps no spare goes too (finishSpare).
+	ForGood bool
 }
 
 // Finished is what FinishKernel did.
@@ -61,7 +65,7 @@ func (d *Dir) FinishKernel(st State, o FinishOptions) (Finished, error) {
 	if o.BeforeKill != nil {
 		o.BeforeKill()
 	}
-	killed, err := d.Finish(st, o.KillTimeout)
+	killed, err := d.finish(st, o.KillTimeout, o.ForGood)
 	f.Killed, f.Took = killed, time.Since(start)
 	if err != nil || old == nil {
 		return f, err
@@ -74,11 +78,17 @@ func (d *Dir) FinishKernel(st State, o FinishOptions) (Finished, error) {
 }
 
 // Finish kills the tree of the kernel st describes, waits until it is
-// empty and removes its cgroups, inner directory and state file. Every
-// field is checked first (check.go); a field that does not check out is
-// not acted on, and the error (wrapping ErrRefused) says which. It returns
-// how many processes were killed.
+// empty and removes its cgroups, inner directory and records: its state
+// file and activity, and its spare's record and standby socket once the
+// processes these name are gone (finishSpare). Every field is checked
+// first (check.go); a field that does not check out is not acted on, and
+// the error (wrapping ErrRefused) says which. It returns how many
+// processes were killed.
 func (d *Dir) Finish(st State, timeout time.Duration) (int, error) {
+	return d.finish(st, timeout, false)
+}
+
+func (d *Dir) finish(st State, timeout time.Duration, forGood bool) (int, error) {
 	if !ValidKernelID(st.KernelID) {
 		return 0, refused("kernel id %q", Printable(st.KernelID))
 	}
@@ -115,8 +125,14 @@ func (d *Dir) Finish(st State, timeout time.Duration) (int, error) {
 			if json.Unmarshal(b, &now) == nil && now.SupervisorPID == st.SupervisorPID && now.SupervisorStart == st.SupervisorStart {
 				_ = d.remove(stateName(st.KernelID))
 				d.removeActivity(st.KernelID, st.SupervisorPID)
+				// A live standby is stopped only for a record that checked
+				// out and is still this generation's: never one that a
+				// newer supervisor of the kernel keeps.
+				killed += d.finishSpare(ctx, st.KernelID, forGood && err == nil)
+				return killed, err
 			}
 		}
+		d.finishSpare(ctx, st.KernelID, false) // only what dead processes left
 	}
 	return killed, err
 }

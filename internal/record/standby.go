@@ -2,8 +2,12 @@ package record
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
+	"slices"
 	"strings"
 	"time"
 
@@ -176,6 +180,82 @@ func (d *Dir) SweepSpares(keep string) int {
 		}
 	}
 	return n
+}
+
+// finishSpare removes what a finished kernel's standby left: its spare's
+// record and its socket, once the standby, its watcher and the spare the
+// record names are gone (verified in /proc: none alive with its recorded
+// start time), which is how a Slurm job's end or any SIGKILL of the whole
+// tree leaves them. With forGood (the kernel ends for good: `stop`) a live
+// standby, one of the kernel's processes (census.go), is stopped first —
+// SIGTERM, which discards its spare and removes its files itself; SIGKILL
+// to it and its spare once ctx is done — and the record that the kernel
+// keeps no spare goes too; without, that record is kept for the kernel's
+// next supervisors and a live standby is left alone with its socket. A
+// record that does not parse is not judged here (SweepSpares leaves it
+// too). It returns how many processes it killed.
+func (d *Dir) finishSpare(ctx context.Context, id string, forGood bool) int {
+	sp, err := d.readSpare(id)
+	killed := 0
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		// A socket without a record: a standby records its spare before
+		// it listens and removes the record only as it is adopted,
+		// closing the socket right after.
+	case err != nil:
+		return 0
+	case sp.Off != "":
+		if !forGood {
+			return 0
+		}
+	default:
+		procs := []proc.Ref{{PID: sp.StandbyPID, Start: sp.StandbyStart}, {PID: sp.PID, Start: sp.Start}}
+		if sp.Watcher != nil {
+			procs = append(procs, *sp.Watcher)
+		}
+		live := func() bool {
+			return slices.ContainsFunc(procs, func(p proc.Ref) bool { return aliveSince(p.PID, p.Start) })
+		}
+		if live() && forGood {
+			killed = d.stopStandby(ctx, sp, live)
+		}
+		if live() {
+			return killed
+		}
+	}
+	if sp != nil {
+		_ = d.remove(SpareName(id))
+	}
+	var st unix.Stat_t
+	if unix.Fstatat(d.fd(), StandbyName(id), &st, unix.AT_SYMLINK_NOFOLLOW) == nil &&
+		st.Mode&unix.S_IFMT == unix.S_IFSOCK && int(st.Uid) == d.uid {
+		_ = d.remove(StandbyName(id))
+	}
+	return killed
+}
+
+// stopStandby stops the standby and spare sp names, the directory
+// owner's processes with the recorded start times only: SIGTERM to the
+// standby, then, once ctx is done, SIGKILL to both; it waits until live
+// says none is left or ctx is done, and returns how many it killed.
+func (d *Dir) stopStandby(ctx context.Context, sp *Spare, live func() bool) int {
+	mine := func(pid int, start uint64) bool { return aliveSince(pid, start) && proc.Owner(pid) == d.uid }
+	if mine(sp.StandbyPID, sp.StandbyStart) {
+		_ = unix.Kill(sp.StandbyPID, unix.SIGTERM)
+	}
+	for live() && ctx.Err() == nil {
+		time.Sleep(10 * time.Millisecond)
+	}
+	killed := 0
+	for _, p := range []proc.Ref{{PID: sp.StandbyPID, Start: sp.StandbyStart}, {PID: sp.PID, Start: sp.Start}} {
+		if mine(p.PID, p.Start) && unix.Kill(p.PID, unix.SIGKILL) == nil {
+			killed++
+		}
+	}
+	for deadline := time.Now().Add(time.Second); live() && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	return killed
 }
 
 // liveRecord reports whether d holds a record of kernel id whose
