@@ -178,7 +178,7 @@ func RootMayWrite(path string) error {
 		case st.Uid != 0:
 			return fmt.Errorf("%s is owned by %s, not root", p, owner(st.Uid))
 		case mode&os.ModeSymlink == 0 && mode.Perm()&0o022 != 0 && mode&os.ModeSticky == 0:
-			return fmt.Errorf("%s is writable by %s (mode %04o)", p, writers(mode), mode.Perm())
+			return fmt.Errorf("%s is writable by %s (mode %s)", p, writers(mode), rootfile.Octal(mode))
 		}
 		if p == "/" {
 			return nil
@@ -257,9 +257,9 @@ func checkChain(path, top string, run bool) error {
 		switch {
 		case !run || mode&os.ModeSymlink != 0:
 		case mode.IsDir() && mode.Perm()&0o001 == 0:
-			return fmt.Errorf("%s cannot be entered by other users (mode %04o)", p, mode.Perm())
+			return fmt.Errorf("%s cannot be entered by other users (mode %s)", p, rootfile.Octal(mode))
 		case p == path && !mode.IsDir() && mode.Perm()&0o001 == 0:
-			return fmt.Errorf("%s cannot be run by other users (mode %04o)", p, mode.Perm())
+			return fmt.Errorf("%s cannot be run by other users (mode %s)", p, rootfile.Octal(mode))
 		}
 		if p == top || p == "/" {
 			return nil
@@ -282,8 +282,8 @@ func rootsAlone(p string, fi fs.FileInfo) error {
 	case st.Uid != 0:
 		return fmt.Errorf("%s is owned by %s, not root: that user could change what every user runs", p, owner(st.Uid))
 	case mode&os.ModeSymlink == 0 && mode.Perm()&0o022 != 0:
-		return fmt.Errorf("%s is writable by %s (mode %04o): they could change what every user runs",
-			p, writers(mode), mode.Perm())
+		return fmt.Errorf("%s is writable by %s (mode %s): they could change what every user runs",
+			p, writers(mode), rootfile.Octal(mode))
 	}
 	return nil
 }

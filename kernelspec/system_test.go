@@ -163,3 +163,26 @@ func TestCheckSystemWidePaths(t *testing.T) {
 		t.Errorf("PYTHONPATH into /tmp: %v", err)
 	}
 }
+
+// install --system tells a sticky directory's mode as it is: /tmp is 1777,
+// and saying 0777 would hide the sticky bit (#36 item 4).
+func TestStickyDirectoryModeIsTold(t *testing.T) {
+	if os.Geteuid() != 0 {
+		testutil.RequireOrSkip(t, "needs root: the directories must be root's")
+	}
+	top := t.TempDir()
+	if err := os.Chmod(top, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tmp := filepath.Join(top, "tmp")
+	if err := os.Mkdir(tmp, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(tmp, 0o777|os.ModeSticky); err != nil {
+		t.Fatal(err)
+	}
+	err := checkRootsAlone(filepath.Join(tmp, "venv", "bin", "python3"))
+	if err == nil || !strings.Contains(err.Error(), tmp+" is writable by its group and everyone (mode 1777)") {
+		t.Fatalf("a sticky directory: %v; want its mode told as 1777", err)
+	}
+}

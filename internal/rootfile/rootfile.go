@@ -17,14 +17,35 @@ import (
 type NotRoots struct {
 	Path string      // the file or directory that failed
 	UID  int         // its owner
-	Mode os.FileMode // its permission bits
+	Mode os.FileMode // its permission bits, with setuid, setgid and sticky
 }
 
 func (e *NotRoots) Error() string {
 	if e.UID != 0 {
 		return fmt.Sprintf("%s belongs to uid %d", e.Path, e.UID)
 	}
-	return fmt.Sprintf("%s is writable by %s (mode %04o)", e.Path, Writers(e.Mode), e.Mode.Perm())
+	return fmt.Sprintf("%s is writable by %s (mode %s)", e.Path, Writers(e.Mode), Octal(e.Mode))
+}
+
+// Octal is m in octal as chmod(1) takes it and stat(1) shows it: the
+// permission bits with the setuid, setgid and sticky bits (/tmp: 1777,
+// not 0777).
+func Octal(m os.FileMode) string {
+	o := uint32(m.Perm())
+	for _, b := range []struct {
+		mode os.FileMode
+		bit  uint32
+	}{{os.ModeSetuid, 0o4000}, {os.ModeSetgid, 0o2000}, {os.ModeSticky, 0o1000}} {
+		if m&b.mode != 0 {
+			o |= b.bit
+		}
+	}
+	return fmt.Sprintf("%04o", o)
+}
+
+// modeBits is m's permission bits with setuid, setgid and sticky.
+func modeBits(m os.FileMode) os.FileMode {
+	return m & (os.ModePerm | os.ModeSetuid | os.ModeSetgid | os.ModeSticky)
 }
 
 // Check returns nil when abs (an absolute path), its directory, the file
@@ -47,9 +68,9 @@ func Check(abs string) error {
 		case !ok:
 			return fmt.Errorf("%s: no owner to check", p)
 		case st.Uid != 0:
-			return &NotRoots{Path: p, UID: int(st.Uid), Mode: fi.Mode().Perm()}
+			return &NotRoots{Path: p, UID: int(st.Uid), Mode: modeBits(fi.Mode())}
 		case fi.Mode()&os.ModeSymlink == 0 && fi.Mode().Perm()&0o022 != 0:
-			return &NotRoots{Path: p, Mode: fi.Mode().Perm()}
+			return &NotRoots{Path: p, Mode: modeBits(fi.Mode())}
 		}
 	}
 	return nil

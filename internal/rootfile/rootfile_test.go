@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
@@ -64,5 +65,37 @@ func TestCheck(t *testing.T) {
 	}
 	if err := Check(filepath.Join(dir, "missing")); err == nil {
 		t.Error("a missing file passed")
+	}
+}
+
+// A mode is told as chmod takes it, with its special bits: a sticky,
+// world-writable directory (/tmp) is 1777, not 0777 (#36 item 4).
+func TestOctalTellsTheSpecialBits(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "tmp")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		mode os.FileMode
+		want string
+	}{
+		{0o777 | os.ModeSticky, "1777"},
+		{0o2775 | os.ModeSetgid, "2775"},
+		{0o755, "0755"},
+		{0o700 | os.ModeSticky | os.ModeSetgid, "3700"},
+	} {
+		if err := os.Chmod(dir, c.mode); err != nil {
+			t.Fatal(err)
+		}
+		fi, err := os.Lstat(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := Octal(fi.Mode()); got != c.want {
+			t.Errorf("Octal(%v) = %s, want %s", fi.Mode(), got, c.want)
+		}
+		if got := (&NotRoots{Path: dir, Mode: modeBits(fi.Mode())}).Error(); fi.Mode().Perm()&0o022 != 0 && !strings.Contains(got, "(mode "+c.want+")") {
+			t.Errorf("NotRoots says %q, want mode %s", got, c.want)
+		}
 	}
 }
