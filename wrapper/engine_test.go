@@ -1,6 +1,8 @@
 package wrapper
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -36,14 +38,76 @@ func TestInsideSlurmTheKernelStaysInTheJob(t *testing.T) {
 			t.Errorf("the log lacks %q:\n%s", want, log)
 		}
 	}
-	// The first cell is the harness's (connect's sync).
-	if s := strings.Join(h.firstStderr, "\n"); !strings.Contains(s, "the memory limit of 300 MiB is not applied inside Slurm job 12") ||
-		!strings.Contains(s, "sbatch --mem") {
-		t.Fatalf("the first cell's stderr: %q; want to be told the memory limit is not applied inside the job, and what sets one", s)
+	// The first cell is the harness's (connect's sync). Which limit holds
+	// instead is this host's (TestSlurmLimitNoteTellsTheLimitThatHolds):
+	// the job's, another cgroup's, or none, each with what sets one.
+	if s := strings.Join(h.firstStderr, "\n"); !strings.Contains(s, "the memory limit of 300 MiB is not applied inside Slurm job 12: ") ||
+		!strings.Contains(s, "applies to th") || !strings.Contains(s, "ConstrainRAMSpace=yes") && !strings.Contains(s, "sbatch --mem") {
+		t.Fatalf("the first cell's stderr: %q; want to be told the memory limit is not applied inside the job, which limit holds instead, and what sets one", s)
 	}
 	h.drainIOPub()
 	h.execute("again", nil)
 	if name, text := h.nextStream(20 * time.Second); name != "stdout" || text != "again" {
 		t.Fatalf("the second cell got %s %q: told twice?", name, text)
+	}
+}
+
+// The first cell of a kernel given --memory-limit inside a Slurm job is
+// told the limit that holds it (#36 item 2): the job's own, with its
+// figure; a cgroup's above a job that has none of its own; or, where the
+// job has no memory cgroup (proctrack/linuxproc with task/none or
+// task/affinity) or one without a limit (ConstrainRAMSpace=no), that no
+// memory limit applies at all, and what gives one. Fake cgroup2 trees
+// under t.TempDir, as cgroup's TestOuterMemory makes them.
+func TestSlurmLimitNoteTellsTheLimitThatHolds(t *testing.T) {
+	tree := func(limits map[string]string, self string) *cgroup.OuterMemory {
+		t.Helper()
+		root := t.TempDir()
+		selfDir := filepath.Join(root, self)
+		if err := os.MkdirAll(selfDir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(selfDir, "memory.events"), []byte("oom_kill 0\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		for dir, max := range limits {
+			if err := os.WriteFile(filepath.Join(root, dir, "memory.max"), []byte(max+"\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return cgroup.NewOuterMemory(cgroup.Layout{Kind: cgroup.LayoutV2, V2Mount: root, V2Self: selfDir})
+	}
+	const job = "system.slice/slurmstepd.scope/job_14"
+	const daemon = "system.slice/slurmd.service"
+	noLimit := []string{"no memory limit applies to this kernel", "task/cgroup and ConstrainRAMSpace=yes", "ask the cluster's admin"}
+	for _, tc := range []struct {
+		name   string
+		outer  *cgroup.OuterMemory
+		want   []string
+		unwant string
+	}{
+		{"the job's limit (task/cgroup, --mem=400M)",
+			tree(map[string]string{job: "419430400", job + "/step_batch": "max"}, job+"/step_batch/user/task_0"),
+			[]string{"the job's own memory limit (400 MiB) applies to the kernel", "sbatch --mem"}, "no memory limit applies"},
+		{"a job cgroup without a limit (ConstrainRAMSpace=no)",
+			tree(map[string]string{job: "max", job + "/step_batch": "max"}, job+"/step_batch"), noLimit, "own memory limit"},
+		{"no job cgroup (proctrack/linuxproc, task/affinity)",
+			tree(map[string]string{daemon: "max"}, daemon), noLimit, "own memory limit"},
+		{"no memory controller", nil, noLimit, "own memory limit"},
+		{"slurmd's limit, not the job's",
+			tree(map[string]string{daemon: "1073741824"}, daemon),
+			[]string{"the job has no memory limit of its own", "the memory limit of 1 GiB of cgroup", daemon + ", which holds the job"}, "no memory limit applies"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := slurmLimitHolds("14", tc.outer)
+			for _, w := range tc.want {
+				if !strings.Contains(got, w) {
+					t.Errorf("told %q; want %q in it", got, w)
+				}
+			}
+			if strings.Contains(got, tc.unwant) {
+				t.Errorf("told %q; it must not say %q", got, tc.unwant)
+			}
+		})
 	}
 }
