@@ -31,7 +31,9 @@
 //     directory are gone;
 //  3. (cgroup configurations) the job's memory limit (--mem=400M): a cell
 //     touching 1.5 GB is killed and told of the Slurm job's limit; a kernel
-//     given TFGPU_MEMORY_LIMIT in a job says the limit is not applied.
+//     given TFGPU_MEMORY_LIMIT in a job says the limit is not applied and
+//     the job's 400 MiB holds; (linuxproc configurations, no memory cgroup
+//     of the job's) such a kernel says no memory limit applies.
 //
 // Besides, it times Slurm's kill: a probe process of the job notes when
 // SIGTERM reaches it and lives on, so its death is slurmstepd's SIGKILL.
@@ -92,11 +94,26 @@ const (
 	// failure reaches; docs/design.md#lifecycle's 2 s is a figure, logged,
 	// not asserted), so that what went was not killed by this escalation.
 	slurmKillWait = 60
-	// What the cells are told in a job with --mem=400M (being written
-	// into the product now).
-	slurmMemText   = "the Slurm job's memory limit of 400 MiB"
-	slurmLimitText = "is not applied inside Slurm job"
+	// What the cells are told in a job with --mem=400M: killed at the
+	// job's limit; and, given TFGPU_MEMORY_LIMIT, that it is not applied
+	// and which limit holds: the job's (the cgroup configurations:
+	// task/cgroup, ConstrainRAMSpace=yes), or none, as the job has no
+	// memory cgroup of its own (the linuxproc ones: task/affinity; what
+	// holds slurmd, if anything, is the host's, #36 item 2).
+	slurmMemText = "the Slurm job's memory limit of 400 MiB"
+	// {job} is the job's id (the driver puts it in).
+	slurmLimitText   = "is not applied inside Slurm job {job}: the job's own memory limit (400 MiB) applies to the kernel"
+	slurmNoLimitText = "is not applied inside Slurm job {job}: the job has no memory limit"
 )
+
+// limitText is what a kernel given TFGPU_MEMORY_LIMIT is told in this
+// configuration's jobs.
+func (c slurmConf) limitText() string {
+	if c.cgroups() {
+		return slurmLimitText
+	}
+	return slurmNoLimitText
+}
 
 // ---------------------------------------------------------------- the test
 
@@ -213,6 +230,22 @@ func (cl *slurmCluster) scenario(t *testing.T) {
 				}
 			}
 		}
+	} else {
+		// No memory cgroup of the job's: --mem=400M limits nothing, and a
+		// kernel given TFGPU_MEMORY_LIMIT is told that none applies.
+		jobC := cl.sbatch(t, "limit", "--mem=400M")
+		lim := cl.waitResult(t, jobC, "limit.json", 120*time.Second)
+		t.Logf("job %s (--mem=400M, no memory cgroup), limit: %s", jobC, lim.summary())
+		if v, ok := lim.Facts["limit_first_cells_stderr"]; ok {
+			t.Logf("  limit_first_cells_stderr: %q", v)
+		}
+		if !lim.OK {
+			t.Errorf("limit job %s:\n  %s", jobC, strings.Join(lim.Errors, "\n  "))
+		}
+		if id, _ := lim.Facts["kernel_id_limit"].(string); id != "" {
+			cl.kernelIDs = append(cl.kernelIDs, id)
+		}
+		cl.waitJobGone(t, jobC, 15*time.Second)
 	}
 
 	// Nothing of any job is left: processes, Slurm's job cgroups, the
@@ -457,7 +490,7 @@ func (h *slurmHost) newCluster(t *testing.T, c slurmConf) *slurmCluster {
 	cl.env = append(env, "SLURM_CONF="+cl.conf, "TFGPU_STATE_DIR="+cl.state,
 		"E2E_TAG="+cl.tag, "E2E_TMP="+tmp, "IPYTHONDIR="+filepath.Join(tmp, "ipython"), "XDG_RUNTIME_DIR="+e2eXDG(t),
 		"E2E_SLURM_OUT="+cl.out, "E2E_SCRIPTS="+h.s.scripts, "E2E_SLURM_DRIVER="+filepath.Join(h.engine, "driver.py"),
-		"E2E_SLURM_MEM_TEXT="+slurmMemText, "E2E_SLURM_LIMIT_TEXT="+slurmLimitText, "E2E_TFGPU_BIN="+h.s.bin)
+		"E2E_SLURM_MEM_TEXT="+slurmMemText, "E2E_SLURM_LIMIT_TEXT="+c.limitText(), "E2E_TFGPU_BIN="+h.s.bin)
 	if c.cgroups() {
 		cl.env = append(cl.env, "E2E_SLURM_PARK=1")
 	}

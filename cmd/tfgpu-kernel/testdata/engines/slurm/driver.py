@@ -230,7 +230,23 @@ def memory():
     except Exception as e:
         expect(False, "doctor inside the job: %s: %s" % (type(e).__name__, e))
 
-    want2 = os.environ.get("E2E_SLURM_LIMIT_TEXT", "is not applied inside Slurm job")
+    limit_note()
+    result("memory.json")
+
+
+def limit_only():
+    """A kernel given TFGPU_MEMORY_LIMIT in a job (--mem) that has no memory
+    cgroup of its own: told that no memory limit applies."""
+    h.note(job=job_env(), driver_cgroups=cgroups(os.getpid()))
+    limit_note()
+    result("limit.json")
+
+
+def limit_note():
+    """A kernel given TFGPU_MEMORY_LIMIT in a job is told, in its first
+    cell, that the limit is not applied there and which limit holds."""
+    want2 = os.environ.get("E2E_SLURM_LIMIT_TEXT", "is not applied inside Slurm job {job}").replace(
+        "{job}", os.environ.get("SLURM_JOB_ID", "?"))
     try:
         os.environ["TFGPU_MEMORY_LIMIT"] = "300M"
         km, kc = h.start_kernel()
@@ -254,7 +270,6 @@ def memory():
         expect(False, "memory (TFGPU_MEMORY_LIMIT in a job): %s: %s" % (type(e).__name__, e))
         h.log(traceback.format_exc())
         h._log_tails()
-    result("memory.json")
 
 
 # harness.start_kernel runs no-op cells (wait_iopub) before anything of ours,
@@ -274,6 +289,6 @@ h.execute = _keep_stderr
 if __name__ == "__main__":
     h.log("driver %s: pid %d, job %s" % (PART, os.getpid(), os.environ.get("SLURM_JOB_ID")))
     try:
-        {"restart-scancel": restart_scancel, "next": next_kernel, "memory": memory}[PART]()
+        {"restart-scancel": restart_scancel, "next": next_kernel, "memory": memory, "limit": limit_only}[PART]()
     finally:  # not reached by the driver scancel ends (SIGTERM)
         h._cleanup()
