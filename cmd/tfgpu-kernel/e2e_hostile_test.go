@@ -23,7 +23,7 @@ import (
 // cut to what go test's -timeout leaves, so that a scenario is always
 // reaped:
 //
-//	go test ./cmd/tfgpu-kernel -run TestE2EHostile -v -timeout 30m
+//	go test -tags e2e ./cmd/tfgpu-kernel -run TestE2EHostile -v -timeout 30m
 //
 // -short skips churn and soak. E2E_CHURN_CYCLES (default 1000) and
 // E2E_SOAK_RESTARTS (default 200) scale those two (and their timeouts).
