@@ -7,8 +7,9 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"sort"
 	"testing"
+
+	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
 
 // fakeIPython is a fake interpreter that answers the probe instantly, so
@@ -19,20 +20,6 @@ func fakeIPython(t *testing.T) string {
 	p := filepath.Join(dir, "python3")
 	return fakePython(t, dir, "python3",
 		`echo '{"executable":"`+p+`","prefix":"`+dir+`","ipykernel":"6.17.0"}'`)
-}
-
-func listDir(t *testing.T, dir string) []string {
-	t.Helper()
-	es, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, e := range es {
-		names = append(names, e.Name())
-	}
-	sort.Strings(names)
-	return names
 }
 
 func TestInstallFiles(t *testing.T) {
@@ -47,10 +34,10 @@ func TestInstallFiles(t *testing.T) {
 	if want := filepath.Join(prefix, "share/jupyter/kernels/tfgpu"); res.Dir != want || res.Python.Executable != py {
 		t.Fatalf("Install = %+v, want dir %s python %s", res, want, py)
 	}
-	if got := listDir(t, res.Dir); !equal(got, []string{"kernel.json", "logo-32x32.png", "logo-64x64.png"}) {
+	if got := testutil.DirNames(t, res.Dir); !equal(got, []string{"kernel.json", "logo-32x32.png", "logo-64x64.png"}) {
 		t.Errorf("files = %q", got)
 	}
-	if got := listDir(t, filepath.Join(prefix, "share/jupyter")); !equal(got, []string{"kernels"}) {
+	if got := testutil.DirNames(t, filepath.Join(prefix, "share/jupyter")); !equal(got, []string{"kernels"}) {
 		t.Errorf("leftovers beside kernels/: %q", got)
 	}
 	checkMode(t, res.Dir, 0o755|fs.ModeDir)
@@ -106,7 +93,7 @@ func TestInstallReplace(t *testing.T) {
 	if !bytes.Contains(readFile(t, filepath.Join(res.Dir, "kernel.json")), []byte(`"second"`)) {
 		t.Errorf("kernel.json not replaced")
 	}
-	if got := listDir(t, filepath.Join(prefix, "share/jupyter")); !equal(got, []string{"kernels"}) {
+	if got := testutil.DirNames(t, filepath.Join(prefix, "share/jupyter")); !equal(got, []string{"kernels"}) {
 		t.Errorf("leftovers beside kernels/: %q", got)
 	}
 }

@@ -13,6 +13,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
 
 // TestWrapGolden renders the wrapper of each kernelspec in testdata/wrap-src
@@ -194,7 +196,7 @@ func TestWrapInstallDirectory(t *testing.T) {
 			if want := filepath.Join(kernels, tc.wantName); res.Dir != want || res.Wrapped == nil || res.DisplayName != "Conda (clean restart)" {
 				t.Fatalf("Install = %+v; want dir %s wrapping, display name %q", res, want, "Conda (clean restart)")
 			}
-			if got := listDir(t, res.Dir); !equal(got, tc.wantFiles) {
+			if got := testutil.DirNames(t, res.Dir); !equal(got, tc.wantFiles) {
 				t.Errorf("files = %q, want %q", got, tc.wantFiles)
 			}
 			logo := readFile(t, filepath.Join(res.Dir, "logo-64x64.png"))

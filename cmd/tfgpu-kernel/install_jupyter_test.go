@@ -155,7 +155,7 @@ func TestInstallModes(t *testing.T) {
 			if _, ok := l.Kernelspecs["notours"]; !ok {
 				t.Errorf("the foreign kernelspec is no longer listed")
 			}
-			if got := installDirNames(t, filepath.Dir(kernels)); strings.Join(got, " ") != "kernels" {
+			if got := testutil.DirNames(t, filepath.Dir(kernels)); strings.Join(got, " ") != "kernels" {
 				t.Errorf("left beside kernels/: %q", got)
 			}
 			r = runInstallBin(t, env, bin, append([]string{"install", "--uninstall"}, args...)...)
@@ -475,19 +475,6 @@ func readInstallFile(t *testing.T, p string) []byte {
 		t.Fatal(err)
 	}
 	return b
-}
-
-func installDirNames(t *testing.T, dir string) []string {
-	t.Helper()
-	es, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, e := range es {
-		names = append(names, e.Name())
-	}
-	return names
 }
 
 func installPyCmd(env []string, py string, args ...string) (string, error) {

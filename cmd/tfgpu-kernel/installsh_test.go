@@ -194,7 +194,7 @@ func TestInstallScriptChecksBeforeReplacing(t *testing.T) {
 	if s2 := readInstalledSpec(t, spec); string(s2.raw) != string(s.raw) {
 		t.Errorf("a refused upgrade changed the kernelspec:\n%s", s2.raw)
 	}
-	if names := installDirNames(t, filepath.Dir(bin)); !slices.Equal(names, []string{"tfgpu-kernel"}) {
+	if names := testutil.DirNames(t, filepath.Dir(bin)); !slices.Equal(names, []string{"tfgpu-kernel"}) {
 		t.Errorf("left in %s: %q", filepath.Dir(bin), names)
 	}
 
@@ -205,7 +205,7 @@ func TestInstallScriptChecksBeforeReplacing(t *testing.T) {
 	if code != 1 || !strings.Contains(errOut, "--memory-limit") || !strings.Contains(out, "nothing installed") {
 		t.Errorf("a fresh install with --memory-limit 1K: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
 	}
-	if names := installDirNames(t, filepath.Join(fresh, "bin")); len(names) != 0 {
+	if names := testutil.DirNames(t, filepath.Join(fresh, "bin")); len(names) != 0 {
 		t.Errorf("a refused fresh install left %q in %s", names, filepath.Join(fresh, "bin"))
 	}
 	if _, err := os.Lstat(filepath.Join(tmp, "data2", "kernels", "tfgpu")); !os.IsNotExist(err) {

@@ -100,26 +100,13 @@ func stopAll(t *testing.T, dir string) string {
 	return out.String()
 }
 
-func entries(t *testing.T, dir string) []string {
-	t.Helper()
-	es, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, e := range es {
-		names = append(names, e.Name())
-	}
-	return names
-}
-
 // A user's stop of a kernel that ended with its Slurm job (supervisor,
 // standby and spare all gone) leaves none of its records: not its state,
 // nor its spare's record, nor the standby's socket (#36 item 4).
 func TestStopRemovesEveryRecordOfADeadKernel(t *testing.T) {
 	dir := plantKernel(t, deadRef(t), deadRef(t))
 	out := stopAll(t, dir)
-	if left := entries(t, dir); len(left) > 0 {
+	if left := testutil.DirNames(t, dir); len(left) > 0 {
 		t.Fatalf("stop left %v in the state directory (it said %q)", left, out)
 	}
 }
@@ -146,7 +133,7 @@ func TestLiveStandbyKeepsItsSocketUnlessStopped(t *testing.T) {
 	}
 	want := []string{record.SpareName(stopTestID), record.StandbyName(stopTestID)}
 	slices.Sort(want)
-	if left := entries(t, dir); !slices.Equal(left, want) {
+	if left := testutil.DirNames(t, dir); !slices.Equal(left, want) {
 		t.Fatalf("finishing the kernel for a next supervisor left %v, want the live standby's %v", left, want)
 	}
 	if d.ReadSpare(stopTestID) == nil {
@@ -156,7 +143,7 @@ func TestLiveStandbyKeepsItsSocketUnlessStopped(t *testing.T) {
 	// stop, once the record is there again.
 	dir2 := plantKernel(t, standby, standby)
 	out := stopAll(t, dir2)
-	if left := entries(t, dir2); len(left) > 0 {
+	if left := testutil.DirNames(t, dir2); len(left) > 0 {
 		t.Fatalf("stop left %v (it said %q)", left, out)
 	}
 	if err := cmd.Wait(); err == nil || !strings.Contains(err.Error(), "terminated") {

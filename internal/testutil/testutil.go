@@ -65,3 +65,17 @@ func Integration(t testing.TB) {
 		t.Skip("integration test: skipped under -short, the unit-only run (docs/testing.md)")
 	}
 }
+
+// DirNames lists the names in dir, sorted.
+func DirNames(t testing.TB, dir string) []string {
+	t.Helper()
+	es, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range es {
+		names = append(names, e.Name())
+	}
+	return names
+}
