@@ -108,6 +108,7 @@ func (d *Door) Recv(ctx context.Context) ([][]byte, error) {
 // Recv until c closes or breaks a rule. On iopub there are none: inbound
 // applies the subscriptions and drops the rest.
 func (d *Door) serve(c *conn) {
+	rid := []byte(c.identity) // fixed at the handshake; no receiver modifies a frame
 	for {
 		msg, err := c.in.next(1)
 		if err != nil {
@@ -121,7 +122,7 @@ func (d *Door) serve(c *conn) {
 		// Whole now: the receive budget is for messages not yet complete
 		// (recv.go); what waits for Recv is one message a connection.
 		c.in.done()
-		msg[0] = []byte(c.identity)
+		msg[0] = rid
 		select {
 		case d.msgs <- msg:
 		case <-c.gone:
