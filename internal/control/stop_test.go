@@ -3,6 +3,7 @@ package control
 import (
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -148,5 +149,47 @@ func TestLiveStandbyKeepsItsSocketUnlessStopped(t *testing.T) {
 	}
 	if err := cmd.Wait(); err == nil || !strings.Contains(err.Error(), "terminated") {
 		t.Fatalf("the standby was not stopped (SIGTERM): %v", err)
+	}
+}
+
+// Attack: a user's spare record names processes that are not the user's
+// (root's, another user's) as its standby and spare, with their true start
+// times. Root's `stop` of that user's kernel signals none of them: it acts
+// only on the directory owner's processes.
+func TestRootStopKillsNoOtherUsersProcessNamedBySpare(t *testing.T) {
+	owner := testutil.NewUser(t, "spown", nil)
+	victim := testutil.NewUser(t, "spvic", nil)
+	_, rootProc := liveStandby(t)
+	vcmd := exec.Command("sleep", "60")
+	vcmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Credential: victim.Cred}
+	if err := vcmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { vcmd.Process.Kill(); vcmd.Wait() })
+	vstart, err := proc.StartTime(vcmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := plantKernel(t, rootProc, proc.Ref{PID: vcmd.Process.Pid, Start: vstart})
+	// The directory and all in it are the owner's, as its supervisor made
+	// them (a record's owner is its directory's).
+	if err := filepath.Walk(dir, func(p string, _ os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(p, owner.UID, owner.GID)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	out := stopAll(t, dir)
+	for _, p := range []proc.Ref{rootProc, {PID: vcmd.Process.Pid, Start: vstart}} {
+		// Alive, not a zombie: both are this test's children, reaped only
+		// at its end.
+		if pr, err := proc.Read(p.PID); err != nil || pr.Start != p.Start || !pr.Alive() {
+			t.Errorf("root's stop of %s's kernel killed pid %d, named by its spare record but not %s's (stop said %q)", owner.Name, p.PID, owner.Name, out)
+		}
+	}
+	if left := testutil.DirNames(t, dir); !slices.Contains(left, record.SpareName(stopTestID)) {
+		t.Errorf("the spare record naming live processes was removed: %v", left)
 	}
 }
