@@ -111,6 +111,11 @@ func TestPSSaysTheTreeIsFrozen(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(cg, "freezer.state"), []byte("FROZEN"), 0); err != nil {
 		t.Fatal(err)
 	}
+	// The freezer passes through FREEZING until every task has stopped.
+	testutil.WaitFor(t, 30*time.Second, "the freezer to read FROZEN", func() bool {
+		b, err := os.ReadFile(filepath.Join(cg, "freezer.state"))
+		return err == nil && strings.TrimSpace(string(b)) == "FROZEN"
+	})
 	rows, _ := PS(sts, "")
 	if rows[0].State != StateFrozen || !strings.Contains(rows[0].Why, "freezer.state reads FROZEN") ||
 		!strings.Contains(rows[0].Why, "tfgpu-kernel stop "+id) || len(rows[0].PIDs) != 1 {
