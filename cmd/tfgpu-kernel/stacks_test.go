@@ -62,7 +62,7 @@ func currentVenv() (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("no python3 on PATH to build the venv with: %w", err)
 	}
-	return stackVenv(filepath.Join(cache, "tfgpu-kernel"), "venv-current-", base3, 0o700, "-r")
+	return stackVenv("current.txt", filepath.Join(cache, "tfgpu-kernel"), "venv-current-", base3, 0o700, "-r")
 }
 
 var (
@@ -87,7 +87,7 @@ func usersStackPython(t testing.TB, stack string) string {
 		return "/usr/bin/python3"
 	}
 	usersCurrentOnce.Do(func() {
-		usersCurrentPy, usersCurrentErr = stackVenv("/var/cache/tfgpu-kernel-tests", "venv-users-current-", "/usr/bin/python3", 0o755,
+		usersCurrentPy, usersCurrentErr = stackVenv("current.txt", "/var/cache/tfgpu-kernel-tests", "venv-users-current-", "/usr/bin/python3", 0o755,
 			"-c", "ipykernel", "jupyter_client")
 	})
 	if usersCurrentErr != nil {
@@ -96,16 +96,16 @@ func usersStackPython(t testing.TB, stack string) string {
 	return usersCurrentPy
 }
 
-// stackVenv builds a venv of the current stack once per requirements
-// file, as base/<prefix><hash of current.txt> (base made with mode), with
+// stackVenv builds a venv of a stack once per requirements file, as
+// base/<prefix><hash of testdata/stacks/reqs> (base made with mode), with
 // the Python base3, and returns its python. pip installs what pipArgs
-// says, testdata/stacks/current.txt after the first: "-r" (all of it),
+// says, testdata/stacks/reqs after the first: "-r" (all of it),
 // or "-c" and the packages to install at its pins. A venv whose build
 // finished is marked complete and reused by later runs; a half-built one
 // is built again. A lock keeps two test binaries from building it at
 // once. With mode 0755 every user may read and run what it holds.
-func stackVenv(base, prefix, base3 string, mode os.FileMode, pipArgs ...string) (string, error) {
-	req, err := filepath.Abs(filepath.Join("testdata", "stacks", "current.txt"))
+func stackVenv(reqs, base, prefix, base3 string, mode os.FileMode, pipArgs ...string) (string, error) {
+	req, err := filepath.Abs(filepath.Join("testdata", "stacks", reqs))
 	if err != nil {
 		return "", err
 	}
