@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/user"
 	"path/filepath"
 	"strings"
 	"time"
@@ -84,22 +85,45 @@ const (
 // create it (a shared /tmp path can be made first by anyone), per host
 // because homes are shared over NFS. "" when there is no home either.
 func DefaultDir() string {
-	if d := os.Getenv("TFGPU_STATE_DIR"); d != "" {
+	return defaultDir(os.Geteuid(), os.Getenv, accountHome)
+}
+
+// accountHome is the effective user's home directory in the user
+// database, "" when there is none. A kernel may be started without HOME:
+// Jupyter Enterprise Gateway hands the kernels it launches only KERNEL_*,
+// the kernelspec's env and what its inherited_envs names (issue 36); the
+// user's home is the same directory then, as a login shell's HOME says.
+func accountHome() string {
+	u, err := user.Current()
+	if err != nil {
+		return ""
+	}
+	return u.HomeDir
+}
+
+// defaultDir is DefaultDir for the effective user euid, with the
+// environment getenv and the user database's home (read only when HOME
+// is unset).
+func defaultDir(euid int, getenv func(string) string, home func() string) string {
+	if d := getenv("TFGPU_STATE_DIR"); d != "" {
 		return d
 	}
-	if os.Geteuid() == 0 {
+	if euid == 0 {
 		return "/run/tfgpu-kernel"
 	}
-	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" && ownPrivateDir(d) {
+	if d := getenv("XDG_RUNTIME_DIR"); d != "" && ownPrivateDir(d) {
 		return filepath.Join(d, "tfgpu-kernel")
 	}
-	base := os.Getenv("XDG_STATE_HOME")
+	base := getenv("XDG_STATE_HOME")
 	if !filepath.IsAbs(base) {
-		home, err := os.UserHomeDir()
-		if err != nil || !filepath.IsAbs(home) {
+		h := getenv("HOME")
+		if h == "" {
+			h = home()
+		}
+		if !filepath.IsAbs(h) {
 			return ""
 		}
-		base = filepath.Join(home, ".local", "state")
+		base = filepath.Join(h, ".local", "state")
 	}
 	host, err := os.Hostname()
 	if err != nil || !validName(host) {
