@@ -12,7 +12,7 @@ E2E_ROUNDS times, for the kernelspec E2E_KERNEL:
   start      POST /api/kernels; the websocket opened; start_s is until the
              first kernel_info_reply.
   escape     a cell starts a setsid'd double-forked daemon (ESCAPE).
-  interrupt  a cell sleeping 60 s, seen busy; POST .../interrupt: the cell
+  interrupt  a cell sleeping 60 s, once it said so; POST .../interrupt: the cell
              ends with KeyboardInterrupt (interrupt_s: the POST until the
              reply), and the kernel answers 6*7.
   restart    POST .../restart (restart_s); a new websocket, as Lab opens
@@ -137,11 +137,11 @@ class Channels:
                     return time.monotonic() - t0
         raise AssertionError("the kernel did not answer kernel_info through the Lab server within %ss" % timeout)
 
-    def execute(self, code, timeout=60, busy=None, need_idle=True, user_expressions=None):
+    def execute(self, code, timeout=60, printed=None, need_idle=True, user_expressions=None):
         """Run code; returns {"reply", "stdout", "result", "idle",
         "replied_at"} once the execute_reply (and, with need_idle, the idle
-        status) are in. busy() is called once, when the kernel says it is
-        busy with this cell."""
+        status) are in. printed: (marker, f): f() is called once, when the
+        cell's stdout holds marker."""
         t0 = time.monotonic()
         msg_id = self.send("shell", "execute_request", {"code": code, "silent": False, "store_history": False,
                                                         "user_expressions": user_expressions or {},
@@ -156,11 +156,11 @@ class Channels:
                 r["reply"], r["replied_at"] = c, time.monotonic()
             elif t == "stream" and c.get("name") == "stdout":
                 r["stdout"] += c["text"]
+                if printed and printed[0] in r["stdout"]:
+                    printed[1]()
+                    printed = None
             elif t == "execute_result":
                 r["result"] = c["data"].get("text/plain")
-            elif t == "status" and c["execution_state"] == "busy" and busy:
-                busy()
-                busy = None
             elif t == "status" and c["execution_state"] == "idle":
                 r["idle"] = True
         assert r["reply"] is not None, "no execute_reply within %ss to %r (stdout %r)" % (timeout, code[:60], r["stdout"][-300:])
@@ -269,10 +269,12 @@ def one_round(n, figures):
     # The escapee, then an interrupt of a sleeping cell.
     kids = spawn_escapee(ch, "round %d: the escapee" % n)
     note["tree"] = h.describe(with_kernel_id(kid))
+    # Once the cell says it is about to sleep, an interrupt is a
+    # KeyboardInterrupt of the cell, in time.sleep or just before it.
     sent = []
-    r = ch.execute("import time\ntime.sleep(60)", timeout=h.GONE_WAIT,
-                   busy=lambda: (sent.append(time.monotonic()), rest("POST", "/api/kernels/%s/interrupt" % kid)))
-    assert sent, "the sleeping cell was never busy"
+    r = ch.execute("import time\nprint('SLEEPING', flush=True)\ntime.sleep(60)", timeout=h.GONE_WAIT,
+                   printed=("SLEEPING", lambda: (sent.append(time.monotonic()), rest("POST", "/api/kernels/%s/interrupt" % kid))))
+    assert sent, "the sleeping cell never said it sleeps"
     assert r["reply"]["status"] == "error" and r["reply"].get("ename") == "KeyboardInterrupt", (
         "interrupt: the sleeping cell ended %s %s" % (r["reply"]["status"], r["reply"].get("ename")))
     fig["interrupt_s"] = r["replied_at"] - sent[0]
