@@ -4,7 +4,13 @@ ipykernel 6.17) as the container's command: under podman's --init
 (catatonit) or, for the variant "no-init", as PID 1 itself, which never
 reaps an orphan.
 
-    podman_driver.py VARIANT     (default | memory | readonly-cgroups | privileged | no-init)
+    podman_driver.py VARIANT     (default | memory | readonly-cgroups | privileged | no-init | rootless-memory)
+
+E2E_ROOTLESS=1: podman runs as an ordinary user (rootless): uid 0 here must
+be that user on the host, and a tfgpu kernel's containment must be proc.
+E2E_KERNEL=python3 (E2E_WRAPPED=0): Debian's stock kernelspec, for
+comparison; what only the supervisor does is noted
+(FACTS["stock_differences"], harness.check), not asserted.
 
 The test bind-mounts the tfgpu-kernel it built at /opt/tfgpu/tfgpu-kernel
 (E2E_TFGPU_BIN) and testdata at /opt/tfgpu/testdata, read-only, and a
@@ -21,6 +27,8 @@ scratch directory of its own at E2E_TMP, where the kernels' logs go.
      autorestart brings a fresh kernel;
    - readonly-cgroups (TFGPU_MEMORY_LIMIT=300M, podman's default read-only
      cgroup mounts): the first cell is told the 300 MiB limit is not applied;
+   - rootless-memory (rootless, podman run --memory 1g, which podman ignores
+     there, and TFGPU_MEMORY_LIMIT=300M): the first cell's stderr is noted;
    - no-init: after the restart a shutdown, then no zombie (state Z) in the
      container, as ps shows it; a new kernel for what follows.
    Prints "E2E-RESULT {json}" (harness.py's contract).
@@ -40,6 +48,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 import harness as h  # noqa: E402
 
 VARIANT = sys.argv[1] if len(sys.argv) > 1 else "default"
+ROOTLESS = os.environ.get("E2E_ROOTLESS") == "1"
 BIN = os.environ.get("E2E_TFGPU_BIN", "/opt/tfgpu/tfgpu-kernel")
 PREFIX = "/tmp/k"
 
@@ -103,9 +112,10 @@ def restart_check(km, kc):
     km.restart_kernel()
     h.note(restart_s=round(time.monotonic() - t0, 3), restart_shutdown_status=h.shutdown_status(km))
     returned = time.monotonic()
-    left = h.wait_dead(old, h.GONE_WAIT)
-    h.note(restart_tree_gone_after_return_s=round(time.monotonic() - returned, 3))
-    assert not left, "restart: processes of the old tree alive %d s after restart_kernel returned: %s" % (h.GONE_WAIT, h.describe(left))
+    left = h.wait_dead(old, h.TREE_WAIT)
+    h.note(restart_tree_gone_after_return_s=round(time.monotonic() - returned, 3),
+           restart_survivors=h.describe(left), restart_children=kids)
+    h.check(not left, "restart: processes of the old tree alive %d s after restart_kernel returned: %s" % (h.TREE_WAIT, h.describe(left)))
     kc.stop_channels()
     kc = h.connect(km)
     h.track(km.provisioner.pid, h.kernel_pid(kc))
@@ -125,6 +135,22 @@ def memory_check(km, kc):
     return kc
 
 
+def uid_map():
+    """[(inside, outside, count)] of this process's user namespace."""
+    with open("/proc/self/uid_map") as f:
+        return [tuple(int(x) for x in l.split()) for l in f if l.strip()]
+
+
+def containment_check(km):
+    """A tfgpu kernel's containment, from its supervisor's record: proc
+    where the cgroups cannot be written (rootless, or read-only)."""
+    st = h.kernel_record(km)
+    assert st, "no record of the kernel in %s" % h.state_dir()
+    h.note(containment=st.get("containment"))
+    if ROOTLESS:
+        assert st.get("containment") == "proc", "rootless: containment %r, want proc" % st.get("containment")
+
+
 def zombies():
     """ps -eo pid,stat,comm's lines of processes in state Z."""
     out = subprocess.run(["ps", "-eo", "pid,stat,comm"], stdout=subprocess.PIPE, text=True).stdout
@@ -134,7 +160,9 @@ def zombies():
 
 def checks():
     mounts = cgroup_mounts()
-    h.note(variant=VARIANT, pid=os.getpid(), cgroup_mounts=mounts)
+    h.note(variant=VARIANT, rootless=ROOTLESS, pid=os.getpid(), cgroup_mounts=mounts, uid_map=uid_map())
+    if ROOTLESS:
+        assert any(i == 0 and o != 0 for i, o, _ in uid_map()), "rootless, but uid 0 here is root on the host: %s" % uid_map()
     if VARIANT in ("readonly-cgroups", "privileged"):
         want = "rw" if VARIANT == "privileged" else "ro"
         assert mounts and all(m == want for m in mounts.values()), \
@@ -146,6 +174,8 @@ def checks():
     km, kc = start()
     first = h.ok(h.execute(kc, "6*7"), "the first cell")
     h.note(first_cell_stderr=first["stderr"][-800:])
+    if h.WRAPPED:
+        containment_check(km)
     if VARIANT == "readonly-cgroups":
         want = "memory limit of 300 MiB is not applied"
         assert want in first["stderr"], "the first cell's stderr does not say %r: %r" % (want, first["stderr"])
