@@ -171,9 +171,9 @@ func podmanSetup(t *testing.T) *podmanEnv {
 		e2eRequireTool(t, tool)
 	}
 	if missing := podmanMissing(); len(missing) > 0 {
-		t.Logf("missing %v: apt-get install -y podman crun runc debootstrap", missing)
+		t.Logf("missing %v: apt-get install -y podman crun runc debootstrap uidmap", missing)
 		install := func() ([]byte, error) {
-			c := exec.Command("apt-get", "install", "-y", "podman", "crun", "runc", "debootstrap")
+			c := exec.Command("apt-get", "install", "-y", "podman", "crun", "runc", "debootstrap", "uidmap")
 			c.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
 			return c.CombinedOutput()
 		}
@@ -183,7 +183,7 @@ func podmanSetup(t *testing.T) *podmanEnv {
 			out, err = install()
 		}
 		if missing = podmanMissing(); err != nil || len(missing) > 0 {
-			testutil.RequireOrSkip(t, "need podman, crun, runc and debootstrap (apt-get install -y podman crun runc debootstrap); missing %v: %v\n%s",
+			testutil.RequireOrSkip(t, "need podman, crun, runc, debootstrap and uidmap (apt-get install -y podman crun runc debootstrap uidmap); missing %v: %v\n%s",
 				missing, err, e2eTail(string(out), 2000))
 		}
 	}
@@ -216,10 +216,12 @@ func (e *podmanEnv) removeStale(t *testing.T) {
 }
 
 // podmanMissing are the programs the test needs that are not installed
-// (conmon and catatonit, podman's --init, come with Debian's podman).
+// (conmon and catatonit, podman's --init, come with Debian's podman;
+// newuidmap and newgidmap, for rootless podman's user namespace, with
+// uidmap, which podman only recommends).
 func podmanMissing() []string {
 	var missing []string
-	for _, tool := range []string{"podman", "crun", "runc", "debootstrap", "conmon", "catatonit"} {
+	for _, tool := range []string{"podman", "crun", "runc", "debootstrap", "conmon", "catatonit", "newuidmap", "newgidmap"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			if _, err := os.Stat("/usr/libexec/podman/" + tool); err != nil {
 				missing = append(missing, tool)
