@@ -30,7 +30,9 @@ import (
 //
 //   - default: `podman run --init` (catatonit is PID 1 and reaps);
 //   - memory: --init --memory 1g: a cell touching 1.5 GB is killed, and its
-//     stderr names the container's memory limit of 1 GiB;
+//     stderr names the container's memory limit of 1 GiB; with
+//     TFGPU_MEMORY_LIMIT=300M, which cannot be applied, the first cell is
+//     told so and that the container's 1 GiB holds the kernel;
 //   - readonly-cgroups: podman's default cgroup mounts, which for an
 //     unprivileged container on a cgroup v1 (hybrid) host with cgroupfs are:
 //     /sys/fs/cgroup a tmpfs, each v1 hierarchy bind-mounted read-only at
@@ -115,7 +117,7 @@ func podmanKills(runtimeIndex, variantIndex int) bool { return (runtimeIndex+var
 
 var podmanVariants = []podmanVariant{
 	{name: "default", args: []string{"--init"}},
-	{name: "memory", args: []string{"--init", "--memory", "1g"}},
+	{name: "memory", args: []string{"--init", "--memory", "1g"}, env: []string{"TFGPU_MEMORY_LIMIT=300M"}},
 	{name: "readonly-cgroups", args: []string{"--init"}},
 	{name: "privileged", args: []string{"--init", "--privileged"}},
 	{name: "no-init"},
@@ -125,7 +127,8 @@ var podmanVariants = []podmanVariant{
 // On cgroup v1 a rootless container has no cgroup of its own and podman
 // ignores its resource options ("Resource limits are not supported and
 // ignored on cgroups V1 rootless systems"): memory gives it --memory 1g
-// anyway, and TFGPU_MEMORY_LIMIT=300M. stock is Debian's python3 kernelspec in the
+// anyway, and TFGPU_MEMORY_LIMIT=300M, and the first cell must say that
+// no memory limit applies. stock is Debian's python3 kernelspec in the
 // same container, for comparison: what happens to its escaping children
 // on restart is logged, not asserted.
 var podmanRootlessVariants = []podmanVariant{
