@@ -872,7 +872,7 @@ func (e *podmanEnv) rootless(t *testing.T, s *e2eSuite) *podmanEnv {
 	t.Cleanup(func() { podmanEndUser(t, u.uid) })
 	podmanSubIDs(t, u.name)
 
-	// Root's files where the user can read them, and not change them.
+	// Root's files, copied where the user (the container's root) can read them.
 	u.bin = filepath.Join(u.home, "tfgpu-kernel")
 	u.testdata = filepath.Join(u.home, "testdata")
 	for _, c := range [][]string{
