@@ -111,3 +111,77 @@ func TestSlurmLimitNoteTellsTheLimitThatHolds(t *testing.T) {
 		})
 	}
 }
+
+// The first cell of a kernel given --memory-limit inside a container whose
+// cgroups it cannot write is told the limit that holds it instead (#36):
+// the container's, with its figure (rootful podman --memory 1g); for a
+// rootless container on cgroup v1, which has no cgroup of its own and
+// whose engine ignores --memory, that no memory limit applies and that
+// none of the engine's options can set one (the host admin's matter), or
+// the host cgroup's limit that holds it; never advice to use --memory
+// where it is ignored. The limits are read from fake cgroup2 trees under
+// t.TempDir (as TestSlurmLimitNoteTellsTheLimitThatHolds); whether the
+// memory controller is v1 is the layout's.
+func TestContainerLimitNoteTellsTheLimitThatHolds(t *testing.T) {
+	tree := func(limit string) *cgroup.OuterMemory {
+		t.Helper()
+		root := t.TempDir()
+		self := filepath.Join(root, "libpod_parent", "libpod-0123")
+		if err := os.MkdirAll(self, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for name, data := range map[string]string{"memory.events": "oom_kill 0\n", "memory.max": limit + "\n"} {
+			if err := os.WriteFile(filepath.Join(self, name), []byte(data), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return cgroup.NewOuterMemory(cgroup.Layout{Kind: cgroup.LayoutV2, V2Mount: root, V2Self: self})
+	}
+	v1 := cgroup.Layout{Kind: cgroup.LayoutV1, V1: map[string]string{"memory": "/sys/fs/cgroup/memory", "freezer": "/sys/fs/cgroup/freezer"}}
+	hybrid := cgroup.Layout{Kind: cgroup.LayoutHybrid, V2Mount: "/sys/fs/cgroup/unified", V1: map[string]string{"memory": "/sys/fs/cgroup/memory"}}
+	v2 := cgroup.Layout{Kind: cgroup.LayoutV2, V2Mount: "/sys/fs/cgroup"}
+	rootful := engine.Engine{Kind: engine.Container, Runtime: "podman", Why: "/run/.containerenv"}
+	rootless := engine.Engine{Kind: engine.Container, Runtime: "podman", Why: "/run/.containerenv", Rootless: true, HostUID: 1001}
+	noLimit := []string{"no memory limit applies to this kernel", "none of podman's options can give it one", "ignores --memory",
+		"only the host's admin can", "cgroup v2", "delegated", "uid 1001"}
+	for _, tc := range []struct {
+		name   string
+		e      engine.Engine
+		l      cgroup.Layout
+		outer  *cgroup.OuterMemory
+		want   []string
+		unwant []string
+	}{
+		{"rootful, --memory 1g", rootful, v1, tree("1073741824"),
+			[]string{"the container's memory limit of 1 GiB (cgroup ", "/libpod_parent/libpod-0123) holds the kernel"},
+			[]string{"no memory limit applies", "rootless"}},
+		{"rootful, no --memory", rootful, v1, tree("max"),
+			[]string{"no memory limit applies to this kernel", "podman run --memory 8g gives it one"}, []string{"rootless", "admin"}},
+		{"rootless on v1", rootless, v1, tree("max"), noLimit, []string{"run --memory 8g gives", "the container's memory limit"}},
+		{"rootless on a hybrid host (memory in v1)", rootless, hybrid, tree("max"), noLimit, []string{"run --memory 8g gives"}},
+		{"rootless on v1, no memory controller to read", rootless, v1, nil, noLimit, []string{"run --memory 8g gives"}},
+		{"rootless on v1 in a host cgroup with a limit", rootless, v1, tree("2147483648"),
+			[]string{"a rootless container on cgroup v1 has no memory limit of its own", "podman ignores --memory there",
+				"the memory limit of 2 GiB of the host's cgroup", "applies to the kernel"},
+			[]string{"no memory limit applies", "the container's memory limit"}},
+		{"rootless on v2 with the memory controller delegated", rootless, v2, tree("1073741824"),
+			[]string{"the container's memory limit of 1 GiB"}, []string{"no memory limit applies", "ignores"}},
+		{"rootless on v2 without a limit", rootless, v2, tree("max"),
+			[]string{"no memory limit applies to this kernel", "where the host delegates the cgroup v2 memory controller", "uid 1001"},
+			[]string{"ignores"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := containerLimitHolds(tc.e, tc.l, tc.outer)
+			for _, w := range tc.want {
+				if !strings.Contains(got, w) {
+					t.Errorf("told %q; want %q in it", got, w)
+				}
+			}
+			for _, u := range tc.unwant {
+				if strings.Contains(got, u) {
+					t.Errorf("told %q; it must not say %q", got, u)
+				}
+			}
+		})
+	}
+}

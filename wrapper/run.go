@@ -451,12 +451,28 @@ func (s *supervisor) limitMemory(limit int64) (tell string) {
 			return ""
 		}
 	}
-	s.log.Warn("memory limit not applied; the kernel runs without one", "limit", bytesize.Format(limit), "why", err)
-	text := fmt.Sprintf("tfgpu-kernel: the memory limit of %s is not applied: %v. The kernel runs without one", bytesize.Format(limit), err)
 	if s.engine.Kind == engine.Container {
-		text += fmt.Sprintf("; inside %s, its engine's memory limit is the one that holds (podman/docker --memory, a pod's resources.limits.memory)", s.engine)
+		holds := containerLimitHolds(s.engine, l, s.outerMem)
+		s.log.Warn("memory limit not applied", "limit", bytesize.Format(limit), "why", err, "inside", s.engine.String(), "holds", holds)
+		return fmt.Sprintf("tfgpu-kernel: the memory limit of %s is not applied inside %s (%v): %s.\n",
+			bytesize.Format(limit), s.engine, err, holds)
 	}
-	return text + ".\n"
+	s.log.Warn("memory limit not applied; the kernel runs without one", "limit", bytesize.Format(limit), "why", err)
+	return fmt.Sprintf("tfgpu-kernel: the memory limit of %s is not applied: %v. The kernel runs without one.\n", bytesize.Format(limit), err)
+}
+
+// containerLimitHolds says which memory limit holds a kernel inside
+// container e, whose supervisor found layout l and outer around it (nil:
+// no memory controller to read): the container's, with its figure; the
+// host's cgroup's, for a rootless container on cgroup v1, which has none
+// of its own; or none at all (engine.ContainerLimit).
+func containerLimitHolds(e engine.Engine, l cgroup.Layout, outer *cgroup.OuterMemory) string {
+	var limit int64
+	var dir string
+	if outer != nil {
+		limit, dir = outer.Limit, outer.Dir
+	}
+	return e.ContainerLimit(limit, dir, l.V1["memory"] != "")
 }
 
 // slurmLimitHolds says which memory limit holds a kernel inside Slurm job

@@ -30,7 +30,9 @@ import (
 //
 //   - default: `podman run --init` (catatonit is PID 1 and reaps);
 //   - memory: --init --memory 1g: a cell touching 1.5 GB is killed, and its
-//     stderr names the container's memory limit of 1 GiB;
+//     stderr names the container's memory limit of 1 GiB; with
+//     TFGPU_MEMORY_LIMIT=300M, which cannot be applied, the first cell is
+//     told so and that the container's 1 GiB holds the kernel;
 //   - readonly-cgroups: podman's default cgroup mounts, which for an
 //     unprivileged container on a cgroup v1 (hybrid) host with cgroupfs are:
 //     /sys/fs/cgroup a tmpfs, each v1 hierarchy bind-mounted read-only at
@@ -42,6 +44,17 @@ import (
 //     supervisor's own cgroups are made inside the container's;
 //   - no-init: no --init: the driver itself is PID 1 and never reaps an
 //     orphan; after a start, a restart and a shutdown no zombie may be left.
+//
+// Then rootless (issue 36), subtests rootless-crun and rootless-runc: the
+// same, with podman run by an ordinary user made for the test with
+// useradd (subordinate ids, /run/user/UID, the image copied into their
+// store with podman save and load; podmanEnv.rootless), variants
+// podmanRootlessVariants: the kernel's containment must be proc, the
+// restart must leave none of its escaping children, podman stop and kill
+// none of the container's processes and no zombie (host pids); on cgroup
+// v1 the container has no cgroup of its own, and stock runs Debian's
+// python3 kernelspec in the same setup, for comparison (its survivors of
+// the restart are logged).
 //
 // The image is Debian 12 built with debootstrap from Debian's packages
 // (testdata/engines/image.sh; no registry), cached in podman's store under
@@ -84,6 +97,17 @@ func TestE2EPodman(t *testing.T) {
 			}
 		})
 	}
+	rl := e.rootless(t, s)
+	for ri, rt := range []string{"crun", "runc"} {
+		t.Run("rootless-"+rt, func(t *testing.T) {
+			rl.probe(t, rt)
+			for vi, v := range podmanRootlessVariants {
+				t.Run(v.name, func(t *testing.T) {
+					rl.variant(t, s, rt, v, podmanKills(ri, vi))
+				})
+			}
+		})
+	}
 }
 
 // podmanKills: podman kill instead of podman stop -t 2 for half the runs:
@@ -93,15 +117,33 @@ func podmanKills(runtimeIndex, variantIndex int) bool { return (runtimeIndex+var
 
 var podmanVariants = []podmanVariant{
 	{name: "default", args: []string{"--init"}},
-	{name: "memory", args: []string{"--init", "--memory", "1g"}},
+	{name: "memory", args: []string{"--init", "--memory", "1g"}, env: []string{"TFGPU_MEMORY_LIMIT=300M"}},
 	{name: "readonly-cgroups", args: []string{"--init"}},
 	{name: "privileged", args: []string{"--init", "--privileged"}},
 	{name: "no-init"},
 }
 
+// podmanRootlessVariants run as the rootless user (podmanEnv.rootless).
+// On cgroup v1 a rootless container has no cgroup of its own and podman
+// ignores its resource options ("Resource limits are not supported and
+// ignored on cgroups V1 rootless systems"): memory gives it --memory 1g
+// anyway, and TFGPU_MEMORY_LIMIT=300M, and the first cell must say that
+// no memory limit applies. stock is Debian's python3 kernelspec in the
+// same container, for comparison: what happens to its escaping children
+// on restart is logged, not asserted.
+var podmanRootlessVariants = []podmanVariant{
+	{name: "default", args: []string{"--init"}},
+	{name: "memory", args: []string{"--init", "--memory", "1g"}, driver: "rootless-memory", env: []string{"TFGPU_MEMORY_LIMIT=300M"}},
+	{name: "no-init"},
+	{name: "stock", args: []string{"--init"}, stock: true},
+}
+
 type podmanVariant struct {
-	name string
-	args []string // podman run's
+	name   string
+	args   []string // podman run's
+	driver string   // podman_driver.py's variant: name when empty
+	env    []string // podman run -e's, more
+	stock  bool     // Debian's stock python3 kernelspec, not tfgpu: compared, not asserted
 }
 
 const (
@@ -118,6 +160,7 @@ type podmanEnv struct {
 	masked  bool   // podmanHybridCtl reads as empty there
 	image   string // localhost/tfgpu-engine:<key>
 	ulimits []string
+	user    *podmanUser // rootless: podman runs as this user; nil: as root
 }
 
 // podmanSetup checks for (or, as root, installs) podman, both runtimes and
@@ -131,9 +174,9 @@ func podmanSetup(t *testing.T) *podmanEnv {
 		e2eRequireTool(t, tool)
 	}
 	if missing := podmanMissing(); len(missing) > 0 {
-		t.Logf("missing %v: apt-get install -y podman crun runc debootstrap", missing)
+		t.Logf("missing %v: apt-get install -y podman crun runc debootstrap uidmap", missing)
 		install := func() ([]byte, error) {
-			c := exec.Command("apt-get", "install", "-y", "podman", "crun", "runc", "debootstrap")
+			c := exec.Command("apt-get", "install", "-y", "podman", "crun", "runc", "debootstrap", "uidmap")
 			c.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
 			return c.CombinedOutput()
 		}
@@ -143,7 +186,7 @@ func podmanSetup(t *testing.T) *podmanEnv {
 			out, err = install()
 		}
 		if missing = podmanMissing(); err != nil || len(missing) > 0 {
-			testutil.RequireOrSkip(t, "need podman, crun, runc and debootstrap (apt-get install -y podman crun runc debootstrap); missing %v: %v\n%s",
+			testutil.RequireOrSkip(t, "need podman, crun, runc, debootstrap and uidmap (apt-get install -y podman crun runc debootstrap uidmap); missing %v: %v\n%s",
 				missing, err, e2eTail(string(out), 2000))
 		}
 	}
@@ -176,10 +219,12 @@ func (e *podmanEnv) removeStale(t *testing.T) {
 }
 
 // podmanMissing are the programs the test needs that are not installed
-// (conmon and catatonit, podman's --init, come with Debian's podman).
+// (conmon and catatonit, podman's --init, come with Debian's podman;
+// newuidmap and newgidmap, for rootless podman's user namespace, with
+// uidmap, which podman only recommends).
 func podmanMissing() []string {
 	var missing []string
-	for _, tool := range []string{"podman", "crun", "runc", "debootstrap", "conmon", "catatonit"} {
+	for _, tool := range []string{"podman", "crun", "runc", "debootstrap", "conmon", "catatonit", "newuidmap", "newgidmap"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			if _, err := os.Stat("/usr/libexec/podman/" + tool); err != nil {
 				missing = append(missing, tool)
@@ -257,11 +302,19 @@ exec cat >/dev/null`
 	}
 }
 
-// podman is a podman command in the test's mount namespace.
+// podman is a podman command in the test's mount namespace, as root or,
+// rootless, as e.user (podmanUser.argv).
 func (e *podmanEnv) podman(ctx context.Context, args ...string) *exec.Cmd {
-	argv := append([]string{"--mount=/proc/" + strconv.Itoa(e.ns) + "/ns/mnt", "--", "podman",
-		"--cgroup-manager", "cgroupfs", "--events-backend", "file"}, args...)
-	return exec.CommandContext(ctx, "nsenter", argv...)
+	argv := []string{"--mount=/proc/" + strconv.Itoa(e.ns) + "/ns/mnt", "--"}
+	if e.user != nil {
+		argv = append(argv, e.user.argv()...)
+	}
+	argv = append(append(argv, "podman", "--cgroup-manager", "cgroupfs", "--events-backend", "file"), args...)
+	c := exec.CommandContext(ctx, "nsenter", argv...)
+	if e.user != nil {
+		c.Dir = e.user.home
+	}
+	return c
 }
 
 // run runs a podman command and returns its combined output.
@@ -339,23 +392,42 @@ type podmanReady struct {
 // variant runs one container of variant v with runtime rt to its end.
 func (e *podmanEnv) variant(t *testing.T, s *e2eSuite, rt string, v podmanVariant, kill bool) {
 	began := time.Now()
-	name := fmt.Sprintf("tfgpu-e2e-%s-%s-%d-%06x", rt, v.name, os.Getpid(), time.Now().UnixNano()&0xffffff)
+	mode := "root"
+	if e.user != nil {
+		mode = "rootless"
+	}
+	name := fmt.Sprintf("tfgpu-e2e-%s-%s-%s-%d-%06x", mode, rt, v.name, os.Getpid(), time.Now().UnixNano()&0xffffff)
 	testdata, err := filepath.Abs("testdata")
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := t.TempDir()
+	bin, out := s.bin, ""
+	if e.user != nil { // what the container's root, the user on the host, can read and write
+		bin, testdata, out = e.user.bin, e.user.testdata, e.user.scratch(t)
+	} else {
+		out = t.TempDir()
+	}
 	tag := e2eTag(t)
+	kernel, wrapped, driver := "tfgpu", "1", v.name
+	if v.stock {
+		kernel, wrapped = "python3", "0"
+	}
+	if v.driver != "" {
+		driver = v.driver
+	}
 	args := []string{"--runtime", rt, "run", "--name", name, "--label", podmanLabel + "=" + strconv.Itoa(os.Getpid()),
 		"--network", "none", "--pull", "never"}
 	args = append(append(append(args, e.ulimits...), v.args...),
-		"-v", s.bin+":/opt/tfgpu/tfgpu-kernel:ro",
+		"-v", bin+":/opt/tfgpu/tfgpu-kernel:ro",
 		"-v", testdata+":/opt/tfgpu/testdata:ro",
 		"-v", out+":/e2e",
-		"-e", "E2E_TMP=/e2e", "-e", "E2E_TAG="+tag, "-e", "E2E_KERNEL=tfgpu", "-e", "E2E_WRAPPED=1",
-		"-e", "E2E_TFGPU_BIN=/opt/tfgpu/tfgpu-kernel",
-		"-e", "PYTHONDONTWRITEBYTECODE=1", "-e", "PYTHONUNBUFFERED=1", "-e", "PYDEVD_DISABLE_FILE_VALIDATION=1",
-		e.image, "python3", "/opt/tfgpu/testdata/engines/podman_driver.py", v.name)
+		"-e", "E2E_TMP=/e2e", "-e", "E2E_TAG="+tag, "-e", "E2E_KERNEL="+kernel, "-e", "E2E_WRAPPED="+wrapped,
+		"-e", "E2E_TFGPU_BIN=/opt/tfgpu/tfgpu-kernel", "-e", "E2E_ROOTLESS="+map[bool]string{true: "1", false: "0"}[e.user != nil],
+		"-e", "PYTHONDONTWRITEBYTECODE=1", "-e", "PYTHONUNBUFFERED=1", "-e", "PYDEVD_DISABLE_FILE_VALIDATION=1")
+	for _, kv := range v.env {
+		args = append(args, "-e", kv)
+	}
+	args = append(args, e.image, "python3", "/opt/tfgpu/testdata/engines/podman_driver.py", driver)
 	ctx, cancel := context.WithTimeout(context.Background(), podmanReadyWait+60*time.Second)
 	defer cancel()
 	run := e.podman(ctx, args...)
@@ -432,7 +504,7 @@ func (e *podmanEnv) variant(t *testing.T, s *e2eSuite, rt string, v podmanVarian
 		}
 	}
 	facts, _ := json.MarshalIndent(res.Facts, "", "  ")
-	t.Logf("%s in a %s container, ready after %v; facts: %s", v.name, rt, time.Since(began).Round(time.Millisecond), facts)
+	t.Logf("%s in a %s %s container, ready after %v; facts: %s", v.name, mode, rt, time.Since(began).Round(time.Millisecond), facts)
 	if !haveRes || !res.OK {
 		t.Errorf("%s (%s): %s\nstderr:\n%s", v.name, rt, res.Error, e2eTail(stderr.String(), 6000))
 	}
@@ -451,13 +523,23 @@ func (e *podmanEnv) variant(t *testing.T, s *e2eSuite, rt string, v podmanVarian
 		t.Fatalf("podman inspect %s: pid and runtime %q, want a pid and %s", name, ipid, rt)
 	}
 	hostCgroups, err = podmanCgroupDirs(initPid)
-	if err != nil {
+	if err != nil && e.user == nil {
 		t.Fatal(err)
+	}
+	// A rootless container on cgroup v1 has no cgroup of its own: its
+	// processes stay in the cgroups of the user who ran podman, the
+	// test's here, which are not the container's to check or remove.
+	hostCgroups = podmanNotOurs(hostCgroups)
+	if e.user != nil {
+		t.Logf("rootless: the container's own cgroups on the host: %v (none: it stays in its user's)", hostCgroups)
 	}
 	pids := podmanProcesses(initPid, hostCgroups, tag)
 	ours := podmanOurCgroups(hostCgroups, ready.KernelIDs)
 	t.Logf("before the stop: container cgroups %v\n  tfgpu cgroups %v\n  processes (host pids):\n  %s",
 		hostCgroups, ours, strings.Join(e2eDescribe(pids), "\n  "))
+	if v.stock {
+		t.Logf("stock kernel: %v", res.Facts["stock_differences"])
+	}
 	if v.name == "privileged" && len(ours) == 0 {
 		t.Errorf("privileged: no tfgpu-* cgroup under the container's %v: the supervisor made none of its own", hostCgroups)
 	}
@@ -474,9 +556,10 @@ func (e *podmanEnv) variant(t *testing.T, s *e2eSuite, rt string, v podmanVarian
 		t.Errorf("podman %s: %v %s", strings.Join(how, " "), err, o)
 	}
 	returned := time.Now()
-	var alive, cgLeft, oursLeft []string
+	var alive, cgLeft, oursLeft, zombies []string
 	for {
 		alive = e2eDescribe(e2eAlive(tag, pids))
+		zombies = e2eDescribe(podmanZombies(pids))
 		cgLeft = cgLeft[:0]
 		for _, d := range hostCgroups {
 			if _, err := os.Stat(d); err == nil {
@@ -484,7 +567,7 @@ func (e *podmanEnv) variant(t *testing.T, s *e2eSuite, rt string, v podmanVarian
 			}
 		}
 		oursLeft = podmanOurCgroups(hostCgroups, ready.KernelIDs)
-		if len(alive)+len(cgLeft)+len(oursLeft) == 0 || time.Since(returned) > e2eSurviveWait {
+		if len(alive)+len(zombies)+len(cgLeft)+len(oursLeft) == 0 || time.Since(returned) > e2eSurviveWait {
 			break
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -492,6 +575,9 @@ func (e *podmanEnv) variant(t *testing.T, s *e2eSuite, rt string, v podmanVarian
 	t.Logf("podman %s took %v; %d processes, %d container cgroups, %d tfgpu cgroups; all gone %v after it returned",
 		strings.Join(how, " "), returned.Sub(t0).Round(time.Millisecond), len(pids), len(hostCgroups), len(ours),
 		time.Since(returned).Round(time.Millisecond))
+	if len(zombies) > 0 {
+		t.Errorf("podman %s: processes of the container left zombies %v after it returned:\n  %s", how[0], e2eSurviveWait, strings.Join(zombies, "\n  "))
+	}
 	if len(alive) > 0 {
 		t.Errorf("podman %s: processes of the container alive %v after it returned:\n  %s", how[0], e2eSurviveWait, strings.Join(alive, "\n  "))
 		var p []int
@@ -515,6 +601,34 @@ func (e *podmanEnv) variant(t *testing.T, s *e2eSuite, rt string, v podmanVarian
 	case <-time.After(10 * time.Second):
 		t.Errorf("podman run still running 10 s after podman %s", how[0])
 	}
+}
+
+// podmanZombies are the pids of pids in state Z: dead, never reaped.
+func podmanZombies(pids []int) []int {
+	var out []int
+	for _, p := range pids {
+		if st, _, ok := e2eStat(p); ok && st == 'Z' {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// podmanNotOurs are the cgroup directories of dirs that are not this
+// test process's own.
+func podmanNotOurs(dirs []string) []string {
+	own, _ := podmanCgroupDirs(os.Getpid())
+	var out []string
+	for _, d := range dirs {
+		mine := false
+		for _, o := range own {
+			mine = mine || d == o
+		}
+		if !mine {
+			out = append(out, d)
+		}
+	}
+	return out
 }
 
 // podmanCgroupMount is a cgroup file system mounted here.
@@ -691,5 +805,192 @@ func podmanRemoveCgroups(t *testing.T, dirs []string) {
 		} else if err == nil {
 			t.Logf("cleanup: removed the container's cgroup %s, left by the runtime", d)
 		}
+	}
+}
+
+// podmanUser is the ordinary user the rootless subtests run podman as:
+// made with useradd for the test, with subordinate uid and gid ranges
+// (newuidmap/newgidmap map them into podman's user namespace), a runtime
+// directory /run/user/UID as logind would make it, the image in their
+// own store, and the binary and testdata where they can read them (the
+// container's root is that user on the host).
+type podmanUser struct {
+	localUser
+	run      string // XDG_RUNTIME_DIR
+	bin      string // tfgpu-kernel, theirs to read
+	testdata string // a copy of testdata/e2e and testdata/engines
+}
+
+// argv runs the rest as the user: setpriv with their uid, gid and groups
+// and a fresh environment (HOME, USER, PATH of setpriv --reset-env), and
+// their runtime directory, which rootless podman keeps its state in.
+func (u *podmanUser) argv() []string {
+	return []string{"setpriv", "--reuid=" + strconv.Itoa(u.uid), "--regid=" + strconv.Itoa(u.gid), "--init-groups", "--reset-env",
+		"env", "XDG_RUNTIME_DIR=" + u.run}
+}
+
+// scratch is a directory of the user's for one container's /e2e.
+func (u *podmanUser) scratch(t *testing.T) string {
+	t.Helper()
+	d, err := os.MkdirTemp(u.home, "e2e-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(d, u.uid, u.gid); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// rootless makes the user and returns the engine as they use it: the
+// same mount namespace (crun's hybrid-mode mask; rootless podman's pause
+// process, which holds the user namespace every later podman command of
+// theirs joins, is started in it by their first command, so it sees the
+// mask too) and root's image, copied into their store with podman save
+// and load. Every process of the user is SIGKILLed by pid and reaped
+// before userdel removes them with their files.
+func (e *podmanEnv) rootless(t *testing.T, s *e2eSuite) *podmanEnv {
+	t.Helper()
+	for _, tool := range []string{"setpriv", "newuidmap", "newgidmap"} {
+		e2eRequireTool(t, tool)
+	}
+	u := &podmanUser{localUser: newLocalUser(t, "rl")}
+	u.run = filepath.Join("/run/user", strconv.Itoa(u.uid))
+	os.RemoveAll(u.run) // a uid that was another test's user
+	for _, d := range []string{"/run/user", u.run} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chmod(u.run, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(u.run, u.uid, u.gid); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(u.run) })
+	t.Cleanup(func() { podmanEndUser(t, u.uid) })
+	podmanSubIDs(t, u.name)
+
+	// Root's files, copied where the user (the container's root) can read them.
+	u.bin = filepath.Join(u.home, "tfgpu-kernel")
+	u.testdata = filepath.Join(u.home, "testdata")
+	for _, c := range [][]string{
+		{"install", "-m", "0755", s.bin, u.bin},
+		{"mkdir", "-m", "0755", u.testdata},
+		{"cp", "-R", filepath.Join("testdata", "e2e"), filepath.Join("testdata", "engines"), u.testdata},
+		{"chmod", "-R", "a+rX,go-w", u.testdata},
+	} {
+		if out, err := exec.Command(c[0], c[1:]...).CombinedOutput(); err != nil {
+			t.Fatalf("%s: %v %s", strings.Join(c, " "), err, out)
+		}
+	}
+	ru := *e
+	ru.user = u
+	ru.loadImage(t, e)
+	t.Logf("rootless: user %s (uid %d), subordinate ids %s", u.name, u.uid, podmanSubIDLines(u.name))
+	return &ru
+}
+
+// loadImage copies root's image (root, e) into the user's store: podman
+// save as root into a file the user can read, podman load as the user.
+func (e *podmanEnv) loadImage(t *testing.T, root *podmanEnv) {
+	t.Helper()
+	start := time.Now()
+	archive := filepath.Join(e.user.home, "image.tar")
+	if out, err := root.run(5*time.Minute, "save", "-o", archive, root.image); err != nil {
+		t.Fatalf("podman save %s (root's): %v %s", root.image, err, out)
+	}
+	defer os.Remove(archive)
+	if err := os.Chmod(archive, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := e.run(5*time.Minute, "load", "-i", archive); err != nil {
+		t.Fatalf("podman load as %s: %v %s", e.user.name, err, out)
+	}
+	if out, err := e.run(time.Minute, "info", "--format", "{{.Host.Security.Rootless}} {{.Store.GraphDriverName}} {{.Host.CgroupsVersion}}"); err != nil || !strings.HasPrefix(out, "true ") {
+		t.Fatalf("podman info as %s: %v %q: not rootless", e.user.name, err, out)
+	} else {
+		t.Logf("rootless podman as %s: rootless, storage driver, cgroups: %s; image loaded in %v", e.user.name, out, time.Since(start).Round(time.Millisecond))
+	}
+}
+
+// podmanSubIDs gives the user subordinate uid and gid ranges unless
+// useradd did (Debian's does, with SUB_UID_COUNT in login.defs, when
+// /etc/subuid exists): usermod picks none itself, so the range is the
+// first 65536 ids above every range in the files. userdel removes them.
+func podmanSubIDs(t *testing.T, name string) {
+	t.Helper()
+	if podmanSubIDLines(name) != "" {
+		return
+	}
+	next := 100000
+	for _, f := range []string{"/etc/subuid", "/etc/subgid"} {
+		data, err := os.ReadFile(f)
+		if os.IsNotExist(err) {
+			err = os.WriteFile(f, nil, 0o644)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range strings.Split(string(data), "\n") {
+			p := strings.Split(l, ":")
+			if len(p) == 3 {
+				a, _ := strconv.Atoi(p[1])
+				n, _ := strconv.Atoi(p[2])
+				next = max(next, a+n)
+			}
+		}
+	}
+	r := fmt.Sprintf("%d-%d", next, next+65535)
+	if out, err := exec.Command("usermod", "--add-subuids", r, "--add-subgids", r, name).CombinedOutput(); err != nil {
+		t.Fatalf("usermod --add-subuids %s --add-subgids %s %s: %v %s", r, r, name, err, out)
+	}
+}
+
+// podmanSubIDLines are the user's lines of /etc/subuid and /etc/subgid.
+func podmanSubIDLines(name string) string {
+	var out []string
+	for _, f := range []string{"/etc/subuid", "/etc/subgid"} {
+		data, _ := os.ReadFile(f)
+		for _, l := range strings.Split(string(data), "\n") {
+			if strings.HasPrefix(l, name+":") {
+				out = append(out, filepath.Base(f)+" "+l)
+			}
+		}
+	}
+	return strings.Join(out, ", ")
+}
+
+// podmanEndUser SIGKILLs every process of uid, the rootless user made for
+// the test (rootless podman's pause process, a conmon a failure left), by
+// pid, and waits until none is left, zombies included, so that userdel
+// finds none.
+func podmanEndUser(t *testing.T, uid int) {
+	left := func() []int {
+		var out []int
+		ents, _ := os.ReadDir("/proc")
+		for _, e := range ents {
+			pid, err := strconv.Atoi(e.Name())
+			var st syscall.Stat_t
+			if err == nil && syscall.Stat("/proc/"+e.Name(), &st) == nil && int(st.Uid) == uid {
+				out = append(out, pid)
+			}
+		}
+		return out
+	}
+	pids := left()
+	if len(pids) > 0 {
+		t.Logf("cleanup: the rootless user's processes, SIGKILLed: %s", strings.Join(e2eDescribe(pids), "; "))
+	}
+	e2eKill(pids)
+	deadline := time.Now().Add(e2eSurviveWait)
+	for len(left()) > 0 && time.Now().Before(deadline) {
+		// conmon's, reparented to the test binary (a subreaper) when they exited
+		e2eReapOrphans()
+		time.Sleep(20 * time.Millisecond)
+	}
+	if l := left(); len(l) > 0 {
+		t.Errorf("cleanup: processes of uid %d still there %v after SIGKILL: %s", uid, e2eSurviveWait, strings.Join(e2eDescribe(l), "; "))
 	}
 }

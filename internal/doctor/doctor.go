@@ -49,7 +49,7 @@ func Host(stateDir string, allUsers bool, kernels func() ([]record.State, []erro
 	if err == nil {
 		outer = cgroup.NewOuterMemory(l)
 	}
-	if f, ok := engineFinding(eng, outer); ok {
+	if f, ok := engineFinding(eng, l, outer); ok {
 		add(f)
 	}
 	if eng.Kind == engine.Slurm {
@@ -62,37 +62,96 @@ func Host(stateDir string, allUsers bool, kernels func() ([]record.State, []erro
 
 	probe := fmt.Sprintf("doctor-%d", os.Getpid())
 	opened, err := cgroup.Open(cgroup.Auto, probe, cgroup.Options{})
-	switch {
-	case err != nil:
-		add(Finding{Topic: "containment", Text: err.Error(), Problem: true})
-	case opened.Tree.Mode() == cgroup.ModeProc && len(l.ReadOnly) > 0:
-		add(Finding{Topic: "containment", Text: fmt.Sprintf("auto picks proc (process group and /proc): %s is mounted read-only (a container's default); proc kills the whole tree too",
-			strings.Join(l.ReadOnly, ", ")), Problem: true,
-			Fix: "nothing is needed for clean restarts; for cgroup containment run the container with writable cgroups (podman/docker --privileged, or podman --security-opt unmask=/sys/fs/cgroup)"})
-	case opened.Tree.Mode() == cgroup.ModeProc:
-		add(Finding{Topic: "containment", Text: "auto picks proc (process group and /proc): " + opened.Detail, Problem: true,
-			Fix: "run as root, delegate a cgroup v2 subtree to this user, or log in through systemd-logind so that a user manager (systemd --user) runs"})
-	default:
-		add(Finding{Topic: "containment", Text: "auto picks " + opened.Tree.Mode() + ": " + opened.Detail})
-	}
-	if opened.Tree != nil {
+	mode, detail := "", ""
+	if err == nil {
+		mode, detail = opened.Tree.Mode(), opened.Detail
 		opened.Tree.Close()
 	}
+	add(containmentFinding(eng, l, mode, detail, err))
 
 	if err == nil {
-		if m, how, merr := cgroup.NewMemoryLimit(l, probe, 64<<20); merr != nil {
-			fix := "kernels run without --memory-limit here; run as root or delegate the memory controller"
-			if len(l.ReadOnly) > 0 {
-				fix = "the cgroups are read-only here: give the container a memory limit instead (podman/docker run --memory 8g, a pod's resources.limits.memory); the cell is told when it is hit"
-			}
-			add(Finding{Topic: "memory limit", Text: "cannot be applied: " + merr.Error(), Problem: true, Fix: fix})
-		} else {
-			add(Finding{Topic: "memory limit", Text: "can be applied: " + how})
+		m, how, merr := cgroup.NewMemoryLimit(l, probe, 64<<20)
+		if merr == nil {
 			m.Close()
 		}
+		add(memoryFinding(eng, l, outer, how, merr))
 	}
 
 	return append(out, kernelFindings(l, stateDir, allUsers, kernels)...)
+}
+
+// containmentFinding is what auto picks (mode and detail: cgroup.Open's),
+// or why it cannot (err), with a fix whoever reads it can make where they
+// are: inside a container the fix is the container's (how it is run), and
+// where nobody inside can make one (a rootless container on cgroup v1) it
+// says that it is the host admin's.
+func containmentFinding(eng engine.Engine, l cgroup.Layout, mode, detail string, err error) Finding {
+	const topic = "containment"
+	v1 := l.V1["memory"] != "" || l.V1["freezer"] != ""
+	switch {
+	case err != nil:
+		return Finding{Topic: topic, Text: err.Error(), Problem: true}
+	case mode != cgroup.ModeProc:
+		return Finding{Topic: topic, Text: "auto picks " + mode + ": " + detail}
+	case eng.Kind == engine.Container && eng.Rootless && v1:
+		// Nothing to fix for clean restarts (proc kills the whole tree),
+		// and nothing anyone inside can change: --privileged mounts the
+		// cgroups read-write, but they are still the host's and not the
+		// user's (EACCES).
+		return Finding{Topic: topic, Text: "auto picks proc (process group and /proc), which kills the whole tree too: " +
+			"a rootless container on cgroup v1 cannot make cgroups (" + detail + "); " +
+			"cgroup containment here is the host admin's matter (cgroup v2, with a subtree delegated to the user who runs the container), nothing to do inside it"}
+	case len(l.ReadOnly) > 0:
+		return Finding{Topic: topic, Text: fmt.Sprintf("auto picks proc (process group and /proc): %s is mounted read-only (a container's default); proc kills the whole tree too",
+			strings.Join(l.ReadOnly, ", ")), Problem: true,
+			Fix: "nothing is needed for clean restarts; for cgroup containment run the container with writable cgroups (podman/docker --privileged, or podman --security-opt unmask=/sys/fs/cgroup)"}
+	case eng.Kind == engine.Container:
+		return Finding{Topic: topic, Text: "auto picks proc (process group and /proc): " + detail, Problem: true,
+			Fix: "nothing is needed for clean restarts; for cgroup containment run the kernel as the container's root, in a container with writable cgroups (podman/docker --privileged)"}
+	}
+	return Finding{Topic: topic, Text: "auto picks proc (process group and /proc): " + detail, Problem: true,
+		Fix: "run as root, delegate a cgroup v2 subtree to this user, or log in through systemd-logind so that a user manager (systemd --user) runs"}
+}
+
+// memoryFinding is whether --memory-limit can be applied (how, or merr
+// why not) and, where it cannot inside a container, which limit holds
+// instead (engine.ContainerLimit): the container's is no problem; none
+// at all is, with the fix of whoever can make one, the host admin's for
+// a rootless container on cgroup v1, where the engine ignores --memory.
+func memoryFinding(eng engine.Engine, l cgroup.Layout, outer *cgroup.OuterMemory, how string, merr error) Finding {
+	const topic = "memory limit"
+	if merr == nil {
+		return Finding{Topic: topic, Text: "can be applied: " + how}
+	}
+	if eng.Kind != engine.Container {
+		return Finding{Topic: topic, Text: "cannot be applied: " + merr.Error(), Problem: true,
+			Fix: "kernels run without --memory-limit here; run as root or delegate the memory controller"}
+	}
+	var limit int64
+	var dir string
+	if outer != nil {
+		limit, dir = outer.Limit, outer.Dir
+	}
+	memoryV1 := l.V1["memory"] != ""
+	text := "--memory-limit cannot be applied (" + merr.Error() + "); "
+	switch {
+	case limit > 0:
+		return Finding{Topic: topic, Text: text + eng.ContainerLimit(limit, dir, memoryV1) + "; a cell killed at it is told so"}
+	case eng.Rootless && memoryV1:
+		// The engine finding says why at length (ContainerLimit).
+		engineName := eng.Runtime
+		if engineName == "" {
+			engineName = "the engine"
+		}
+		return Finding{Topic: topic, Text: text + "no memory limit applies to this kernel", Problem: true,
+			Fix: fmt.Sprintf("none inside the container, nor among %s's options (it ignores --memory for a rootless container on cgroup v1): "+
+				"it is the host admin's matter (cgroup v2, with the memory controller delegated to the user who runs the container)", engineName)}
+	case eng.Rootless:
+		return Finding{Topic: topic, Text: text + eng.ContainerLimit(limit, dir, memoryV1), Problem: true,
+			Fix: "give the container a memory limit (podman run --memory 8g) where the host's admin delegates the cgroup v2 memory controller to you; the cell is told when it is hit"}
+	}
+	return Finding{Topic: topic, Text: text + eng.ContainerLimit(limit, dir, memoryV1), Problem: true,
+		Fix: "give the container a memory limit (podman/docker run --memory 8g, a pod's resources.limits.memory); the cell is told when it is hit"}
 }
 
 // kernelFindings are the findings about the kernels: records refused,
@@ -355,7 +414,7 @@ func orDash(s string) string {
 
 // engineFinding says what the supervisor runs inside and the memory limit
 // that holds the kernel there; ok is false on a plain host.
-func engineFinding(e engine.Engine, outer *cgroup.OuterMemory) (Finding, bool) {
+func engineFinding(e engine.Engine, l cgroup.Layout, outer *cgroup.OuterMemory) (Finding, bool) {
 	switch e.Kind {
 	case engine.Slurm:
 		return Finding{Topic: "engine", Text: fmt.Sprintf("inside %s (%s); %s", e, e.Why, jobLimit(outer))}, true
@@ -364,7 +423,19 @@ func engineFinding(e engine.Engine, outer *cgroup.OuterMemory) (Finding, bool) {
 		if outer != nil && outer.Limit > 0 {
 			limit = fmt.Sprintf("the container's memory limit of %s (%s) holds every kernel; a cell killed at it is told so", bytesize.Format(outer.Limit), outer.Dir)
 		}
-		return Finding{Topic: "engine", Text: fmt.Sprintf("inside %s (%s); %s", e, e.Why, limit)}, true
+		why := e.Why
+		if e.Rootless {
+			why += fmt.Sprintf("; uid 0 here is uid %d on the host", e.HostUID)
+			if l.V1["memory"] != "" {
+				var n int64
+				var dir string
+				if outer != nil {
+					n, dir = outer.Limit, outer.Dir
+				}
+				limit = e.ContainerLimit(n, dir, true)
+			}
+		}
+		return Finding{Topic: "engine", Text: fmt.Sprintf("inside %s (%s); %s", e, why, limit)}, true
 	}
 	return Finding{}, false
 }

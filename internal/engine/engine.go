@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/tfgpu/tfgpu-kernel/internal/bytesize"
 	"github.com/tfgpu/tfgpu-kernel/internal/proc"
 )
 
@@ -36,6 +37,11 @@ type Engine struct {
 	Runtime string
 	// Why is the evidence, for the log and doctor.
 	Why string
+	// Rootless is true in a container whose user namespace makes uid 0
+	// one ordinary user of the host (HostUID), as an engine run by that
+	// user sets up (rootless podman, rootless docker): see Rootless.
+	Rootless bool
+	HostUID  int
 	// JobCgroups are the job's cgroups as /proc/self/cgroup names them,
 	// each cut after its job_<id> component: controller ("" for cgroup2)
 	// and path ("freezer", "/slurm/uid_1000/job_12").
@@ -54,10 +60,40 @@ type JobCgroup struct{ Controllers, Path string }
 // Inside a container: podman's /run/.containerenv, docker's /.dockerenv,
 // a Kubernetes pod's KUBERNETES_SERVICE_HOST, or $container.
 
-// Detect reads the environment, /proc/self/cgroup and the parent chain.
+// Detect reads the environment, /proc/self/cgroup, /proc/self/uid_map
+// and the parent chain.
 func Detect() Engine {
 	cg, _ := os.ReadFile("/proc/self/cgroup")
-	return detect(os.Getenv, exists, cg, ancestorComms(os.Getpid()))
+	e := detect(os.Getenv, exists, cg, ancestorComms(os.Getpid()))
+	if e.Kind == Container {
+		m, _ := os.ReadFile("/proc/self/uid_map")
+		e.HostUID, e.Rootless = Rootless(m)
+	}
+	return e
+}
+
+// Rootless reads a uid_map (user_namespaces(7)): ok when uid 0 here is
+// exactly one uid of the parent namespace, and not its root. That is the
+// map an engine run by an ordinary user writes (rootless podman, docker's
+// rootlesskit: the user's own uid at 0, newuidmap's subordinate ids from
+// 1); a root engine's --userns remap gives uid 0 a subordinate id in a
+// larger range ("0 100000 65536"), and the initial namespace maps
+// "0 0 4294967295". Such a user's engine can set a memory limit only
+// where the host delegates a cgroup v2 memory controller to them.
+func Rootless(uidMap []byte) (hostUID int, ok bool) {
+	for _, l := range strings.Split(string(uidMap), "\n") {
+		f := strings.Fields(l)
+		if len(f) != 3 || f[0] != "0" {
+			continue
+		}
+		out, err1 := strconv.Atoi(f[1])
+		n, err2 := strconv.Atoi(f[2])
+		if err1 == nil && err2 == nil && n == 1 && out > 0 {
+			return out, true
+		}
+		return 0, false
+	}
+	return 0, false
 }
 
 func exists(path string) bool { _, err := os.Stat(path); return err == nil }
@@ -175,12 +211,51 @@ func (e Engine) String() string {
 		}
 		return "Slurm job " + e.SlurmJob
 	case Container:
-		if e.Runtime != "" {
-			return "a " + e.Runtime + " container"
+		rootless := ""
+		if e.Rootless {
+			rootless = "rootless "
 		}
-		return "a container"
+		if e.Runtime != "" {
+			return "a " + rootless + e.Runtime + " container"
+		}
+		return "a " + rootless + "container"
 	}
 	return "this host"
+}
+
+// ContainerLimit says which memory limit holds a kernel in container e,
+// for the first cell and doctor: limit is the smallest above the
+// supervisor (cgroup.OuterMemory: 0 for none, dir the cgroup that sets
+// it), memoryV1 whether the memory controller is a v1 hierarchy. A
+// rootless container on cgroup v1 has no cgroup of its own, and its
+// engine ignores --memory there (podman 4.3: "Resource limits are not
+// supported and ignored on cgroups V1 rootless systems"): no option of
+// the engine's can give it a limit; only the host's admin can, with
+// cgroup v2 and the memory controller delegated to the user.
+func (e Engine) ContainerLimit(limit int64, dir string, memoryV1 bool) string {
+	opts := "podman/docker run --memory 8g, a pod's resources.limits.memory"
+	if e.Runtime == "podman" || e.Runtime == "docker" {
+		opts = e.Runtime + " run --memory 8g"
+	}
+	engineName := e.Runtime
+	if engineName == "" {
+		engineName = "the engine"
+	}
+	switch {
+	case e.Rootless && memoryV1 && limit > 0:
+		return fmt.Sprintf("a rootless container on cgroup v1 has no memory limit of its own (%s ignores --memory there); "+
+			"the memory limit of %s of the host's cgroup %s, which holds the container, applies to the kernel", engineName, bytesize.Format(limit), dir)
+	case e.Rootless && memoryV1:
+		return fmt.Sprintf("no memory limit applies to this kernel: a rootless container on cgroup v1 has no cgroup of its own, "+
+			"and none of %s's options can give it one (it ignores --memory there); only the host's admin can: "+
+			"cgroup v2, with the memory controller delegated to the user who runs the container (uid %d)", engineName, e.HostUID)
+	case limit > 0:
+		return fmt.Sprintf("the container's memory limit of %s (cgroup %s) holds the kernel", bytesize.Format(limit), dir)
+	case e.Rootless:
+		return fmt.Sprintf("the container has no memory limit either, so no memory limit applies to this kernel "+
+			"(%s gives it one where the host delegates the cgroup v2 memory controller to the user who runs it, uid %d)", opts, e.HostUID)
+	}
+	return fmt.Sprintf("the container has no memory limit either, so no memory limit applies to this kernel (%s gives it one)", opts)
 }
 
 // LimitOwner is whose memory limit the cgroups the supervisor started in

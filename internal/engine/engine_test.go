@@ -81,3 +81,34 @@ func TestDetect(t *testing.T) {
 		})
 	}
 }
+
+// Rootless tells an engine run by an ordinary user (uid 0 here is one
+// ordinary uid of the host) from a root engine's namespaces: the initial
+// one, a --userns remap, a map without uid 0 (#36).
+func TestRootless(t *testing.T) {
+	for _, tc := range []struct {
+		name, uidMap string
+		uid          int
+		ok           bool
+	}{
+		{"rootless podman", "         0       1001          1\n         1     100000      65536\n     65537     200000      65536\n", 1001, true},
+		{"unshare --map-root-user", "0 1000 1\n", 1000, true},
+		{"the initial namespace", "         0          0 4294967295\n", 0, false},
+		{"rootful --userns=auto", "0 100000 65536\n", 0, false},
+		{"root mapped to root", "0 0 1\n", 0, false},
+		{"no uid 0", "1000 1000 1\n", 0, false},
+		{"empty", "", 0, false},
+		{"garbage", "0 x 1\n", 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			uid, ok := Rootless([]byte(tc.uidMap))
+			if uid != tc.uid || ok != tc.ok {
+				t.Errorf("Rootless(%q) = %d, %v; want %d, %v", tc.uidMap, uid, ok, tc.uid, tc.ok)
+			}
+		})
+	}
+	e := Engine{Kind: Container, Runtime: "podman", Rootless: true, HostUID: 1001}
+	if got := e.String(); got != "a rootless podman container" {
+		t.Errorf("String = %q", got)
+	}
+}

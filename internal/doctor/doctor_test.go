@@ -1,0 +1,115 @@
+//go:build linux
+
+package doctor
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/tfgpu/tfgpu-kernel/cgroup"
+	"github.com/tfgpu/tfgpu-kernel/internal/engine"
+)
+
+// Inside a container or on a host, doctor's containment and memory-limit
+// findings give a fix whoever runs doctor there can make, or say plainly
+// that it is the host admin's (#36): a rootless container on cgroup v1
+// is told neither "run as root, delegate a cgroup v2 subtree, or log in
+// through systemd-logind" nor to use podman --memory, which podman
+// ignores there; a container with a memory limit has no memory problem.
+// The limits are read from fake cgroup2 trees under t.TempDir; whether
+// the controllers are v1 is the layout's.
+func TestFindingsInsideContainersAreActionableThere(t *testing.T) {
+	outer := func(limit string) *cgroup.OuterMemory {
+		t.Helper()
+		root := t.TempDir()
+		self := filepath.Join(root, "libpod_parent", "libpod-0123")
+		if err := os.MkdirAll(self, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for name, data := range map[string]string{"memory.events": "oom_kill 0\n", "memory.max": limit + "\n"} {
+			if err := os.WriteFile(filepath.Join(self, name), []byte(data), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return cgroup.NewOuterMemory(cgroup.Layout{Kind: cgroup.LayoutV2, V2Mount: root, V2Self: self})
+	}
+	v1 := map[string]string{"memory": "/sys/fs/cgroup/memory", "freezer": "/sys/fs/cgroup/freezer"}
+	readOnly := cgroup.Layout{Kind: cgroup.LayoutV1, V1: v1, ReadOnly: []string{"/sys/fs/cgroup/freezer", "/sys/fs/cgroup/memory"}}
+	writable := cgroup.Layout{Kind: cgroup.LayoutV1, V1: v1}
+	host := engine.Engine{}
+	rootful := engine.Engine{Kind: engine.Container, Runtime: "podman", Why: "/run/.containerenv"}
+	rootless := engine.Engine{Kind: engine.Container, Runtime: "podman", Why: "/run/.containerenv", Rootless: true, HostUID: 1001}
+	roErr := errors.New("mkdir /sys/fs/cgroup/memory/tfgpu-doctor-7: read-only file system")
+	permErr := errors.New("mkdir /sys/fs/cgroup/memory/tfgpu-doctor-7: permission denied")
+	procDetail := "no usable cgroup v2 (cgroup layout is v1) or v1 freezer (permission denied)"
+	hostOnly := []string{"run as root", "systemd-logind", "delegate a cgroup v2 subtree to this user"}
+
+	for _, tc := range []struct {
+		name        string
+		e           engine.Engine
+		l           cgroup.Layout
+		outer       *cgroup.OuterMemory
+		merr        error
+		containment []string // in Text+Fix
+		memory      []string
+		unwant      []string // in neither
+		problems    int
+	}{
+		{name: "rootless, read-only mounts (podman's default)", e: rootless, l: readOnly, outer: outer("max"), merr: roErr,
+			containment: []string{"a rootless container on cgroup v1 cannot make cgroups", "the host admin's matter", "nothing to do inside it"},
+			memory:      []string{"no memory limit applies to this kernel", "nor among podman's options", "ignores --memory", "the host admin's matter"},
+			unwant:      append([]string{"--privileged", "give the container a memory limit"}, hostOnly...), problems: 1},
+		{name: "rootless --privileged (read-write, still the host's)", e: rootless, l: writable, outer: outer("max"), merr: permErr,
+			containment: []string{"a rootless container on cgroup v1 cannot make cgroups", "the host admin's matter"},
+			memory:      []string{"no memory limit applies to this kernel", "the host admin's matter"},
+			unwant:      append([]string{"--privileged", "give the container a memory limit"}, hostOnly...), problems: 1},
+		{name: "rootful --memory 1g", e: rootful, l: readOnly, outer: outer("1073741824"), merr: roErr,
+			containment: []string{"mounted read-only", "--privileged"},
+			memory:      []string{"the container's memory limit of 1 GiB", "holds the kernel"},
+			unwant:      append([]string{"rootless", "no memory limit applies"}, hostOnly...), problems: 1},
+		{name: "rootful, no limit", e: rootful, l: readOnly, outer: outer("max"), merr: roErr,
+			containment: []string{"mounted read-only"},
+			memory:      []string{"no memory limit applies to this kernel", "podman/docker run --memory 8g"},
+			unwant:      append([]string{"rootless", "admin"}, hostOnly...), problems: 2},
+		{name: "rootful, a user inside without cgroup rights", e: rootful, l: writable, outer: outer("max"), merr: permErr,
+			containment: []string{"the container's root", "--privileged"},
+			memory:      []string{"podman/docker run --memory 8g"},
+			unwant:      hostOnly, problems: 2},
+		{name: "host, an unprivileged user", e: host, l: writable, merr: permErr,
+			containment: hostOnly, memory: []string{"delegate the memory controller"}, unwant: []string{"container"}, problems: 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := containmentFinding(tc.e, tc.l, cgroup.ModeProc, procDetail, nil)
+			m := memoryFinding(tc.e, tc.l, tc.outer, "", tc.merr)
+			problems := 0
+			for _, f := range []struct {
+				f    Finding
+				want []string
+			}{{c, tc.containment}, {m, tc.memory}} {
+				all := f.f.Text + " / fix: " + f.f.Fix
+				for _, w := range f.want {
+					if !strings.Contains(all, w) {
+						t.Errorf("%s: %q; want %q in it", f.f.Topic, all, w)
+					}
+				}
+				for _, u := range tc.unwant {
+					if strings.Contains(all, u) {
+						t.Errorf("%s: %q; it must not say %q", f.f.Topic, all, u)
+					}
+				}
+				if f.f.Problem {
+					problems++
+					if f.f.Fix == "" {
+						t.Errorf("%s: a problem without a fix: %q", f.f.Topic, f.f.Text)
+					}
+				}
+			}
+			if problems != tc.problems {
+				t.Errorf("%d problem(s); want %d:\n  %+v\n  %+v", problems, tc.problems, c, m)
+			}
+		})
+	}
+}
