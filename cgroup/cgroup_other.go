@@ -40,4 +40,10 @@ type OuterMemory struct {
 
 func NewOuterMemory(Layout) *OuterMemory { return nil }
 func (o *OuterMemory) Baseline()         {}
-func (o *OuterMemory) Hit() bool         { return false }
+func (o *OuterMemory) Of() (int64, string) {
+	if o == nil {
+		return 0, ""
+	}
+	return o.Limit, o.Dir
+}
+func (o *OuterMemory) Hit() bool { return false }

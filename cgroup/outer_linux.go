@@ -27,6 +27,16 @@ type OuterMemory struct {
 	base         int
 }
 
+// Of is the limit and the cgroup that sets it, 0 and "" for a nil o (no
+// memory controller to read), as engine.ContainerLimit and SlurmLimit take
+// them.
+func (o *OuterMemory) Of() (limit int64, dir string) {
+	if o == nil {
+		return 0, ""
+	}
+	return o.Limit, o.Dir
+}
+
 // v1NoLimit: memory.limit_in_bytes of an unlimited v1 cgroup is
 // PAGE_COUNTER_MAX pages (9223372036854771712 with 4 KiB pages); anything
 // this large is no limit.

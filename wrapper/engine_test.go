@@ -99,7 +99,7 @@ func TestSlurmLimitNoteTellsTheLimitThatHolds(t *testing.T) {
 			[]string{"the job has no memory limit of its own", "the memory limit of 1 GiB of cgroup", daemon + ", which holds the job"}, "no memory limit applies"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := slurmLimitHolds("14", tc.outer)
+			got := engine.Engine{Kind: engine.Slurm, SlurmJob: "14"}.SlurmLimit(tc.outer.Of())
 			for _, w := range tc.want {
 				if !strings.Contains(got, w) {
 					t.Errorf("told %q; want %q in it", got, w)

@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
-	"slices"
 	"strings"
 	"time"
 
@@ -438,7 +437,7 @@ func (s *supervisor) limitMemory(limit int64) (tell string) {
 	if s.engine.Kind == engine.Slurm {
 		// A memory cgroup of ours under the job's would outlive a scancel
 		// and keep Slurm from removing the job's cgroups.
-		holds := slurmLimitHolds(s.engine.SlurmJob, s.outerMem)
+		holds := s.engine.SlurmLimit(s.outerMem.Of())
 		s.log.Warn("memory limit not applied", "limit", bytesize.Format(limit), "why", "inside "+s.engine.String()+": "+holds)
 		return fmt.Sprintf("tfgpu-kernel: the memory limit of %s is not applied inside Slurm job %s: %s.\n",
 			bytesize.Format(limit), s.engine.SlurmJob, holds)
@@ -467,31 +466,8 @@ func (s *supervisor) limitMemory(limit int64) (tell string) {
 // host's cgroup's, for a rootless container on cgroup v1, which has none
 // of its own; or none at all (engine.ContainerLimit).
 func containerLimitHolds(e engine.Engine, l cgroup.Layout, outer *cgroup.OuterMemory) string {
-	var limit int64
-	var dir string
-	if outer != nil {
-		limit, dir = outer.Limit, outer.Dir
-	}
+	limit, dir := outer.Of()
 	return e.ContainerLimit(limit, dir, l.V1["memory"] != "")
-}
-
-// slurmLimitHolds says which memory limit holds a kernel inside Slurm job
-// `job`, whose supervisor found outer around it (nil: no memory
-// controller to read): the job's own, with its figure; one of a cgroup
-// above the job's processes that is not the job's (under
-// proctrack/linuxproc, slurmd's); or none at all, which is what a job
-// without a memory cgroup of its own has (task/none or task/affinity, or
-// ConstrainRAMSpace=no), whatever sbatch --mem said.
-func slurmLimitHolds(job string, outer *cgroup.OuterMemory) string {
-	switch {
-	case outer == nil || outer.Limit == 0:
-		return "the job has no memory limit either, so no memory limit applies to this kernel " +
-			"(Slurm enforces sbatch --mem only with task/cgroup and ConstrainRAMSpace=yes in cgroup.conf: ask the cluster's admin for them)"
-	case !slices.Contains(strings.Split(outer.Dir, "/"), "job_"+job):
-		return fmt.Sprintf("the job has no memory limit of its own (task/cgroup and ConstrainRAMSpace=yes give it sbatch --mem's); "+
-			"the memory limit of %s of cgroup %s, which holds the job, applies to the kernel", bytesize.Format(outer.Limit), outer.Dir)
-	}
-	return fmt.Sprintf("the job's own memory limit (%s) applies to the kernel (sbatch --mem sets it)", bytesize.Format(outer.Limit))
 }
 
 // outerMemLimit is the limit of the cgroups the supervisor started in, 0

@@ -55,8 +55,7 @@ func Host(stateDir string, allUsers bool, kernels func() ([]record.State, []erro
 	if eng.Kind == engine.Slurm {
 		// The supervisor takes proc inside a job and applies no memory
 		// limit of its own (docs/design.md#engines): nothing to probe.
-		add(Finding{Topic: "containment", Text: "proc inside a Slurm job: the kernel stays in the job's cgroups, where Slurm's proctrack, kill and memory limit reach it"})
-		add(Finding{Topic: "memory limit", Text: "--memory-limit is not applied inside a Slurm job: " + jobLimit(outer)})
+		out = append(out, slurmFindings(eng, outer)...)
 		return append(out, kernelFindings(l, stateDir, allUsers, kernels)...)
 	}
 
@@ -113,6 +112,18 @@ func containmentFinding(eng engine.Engine, l cgroup.Layout, mode, detail string,
 		Fix: "run as root, delegate a cgroup v2 subtree to this user, or log in through systemd-logind so that a user manager (systemd --user) runs"}
 }
 
+// slurmFindings are containment and the memory limit inside Slurm job
+// eng, whose cgroups outer reads: nothing there is a problem the user
+// fixes from inside the job but asking for memory (sbatch --mem); whether
+// Slurm enforces it is the cluster admin's, and the text (the first
+// cell's, engine.SlurmLimit) says so.
+func slurmFindings(eng engine.Engine, outer *cgroup.OuterMemory) []Finding {
+	return []Finding{
+		{Topic: "containment", Text: "proc inside a Slurm job: the kernel stays in the job's cgroups, where Slurm's proctrack, kill and memory limit reach it"},
+		{Topic: "memory limit", Text: "--memory-limit is not applied inside a Slurm job: " + eng.SlurmLimit(outer.Of())},
+	}
+}
+
 // memoryFinding is whether --memory-limit can be applied (how, or merr
 // why not) and, where it cannot inside a container, which limit holds
 // instead (engine.ContainerLimit): the container's is no problem; none
@@ -127,11 +138,7 @@ func memoryFinding(eng engine.Engine, l cgroup.Layout, outer *cgroup.OuterMemory
 		return Finding{Topic: topic, Text: "cannot be applied: " + merr.Error(), Problem: true,
 			Fix: "kernels run without --memory-limit here; run as root or delegate the memory controller"}
 	}
-	var limit int64
-	var dir string
-	if outer != nil {
-		limit, dir = outer.Limit, outer.Dir
-	}
+	limit, dir := outer.Of()
 	memoryV1 := l.V1["memory"] != ""
 	text := "--memory-limit cannot be applied (" + merr.Error() + "); "
 	switch {
@@ -417,7 +424,7 @@ func orDash(s string) string {
 func engineFinding(e engine.Engine, l cgroup.Layout, outer *cgroup.OuterMemory) (Finding, bool) {
 	switch e.Kind {
 	case engine.Slurm:
-		return Finding{Topic: "engine", Text: fmt.Sprintf("inside %s (%s); %s", e, e.Why, jobLimit(outer))}, true
+		return Finding{Topic: "engine", Text: fmt.Sprintf("inside %s (%s)", e, e.Why)}, true
 	case engine.Container:
 		limit := "the container has no memory limit: a kernel can take all the host's memory"
 		if outer != nil && outer.Limit > 0 {
@@ -427,23 +434,11 @@ func engineFinding(e engine.Engine, l cgroup.Layout, outer *cgroup.OuterMemory) 
 		if e.Rootless {
 			why += fmt.Sprintf("; uid 0 here is uid %d on the host", e.HostUID)
 			if l.V1["memory"] != "" {
-				var n int64
-				var dir string
-				if outer != nil {
-					n, dir = outer.Limit, outer.Dir
-				}
+				n, dir := outer.Of()
 				limit = e.ContainerLimit(n, dir, true)
 			}
 		}
 		return Finding{Topic: "engine", Text: fmt.Sprintf("inside %s (%s); %s", e, why, limit)}, true
 	}
 	return Finding{}, false
-}
-
-// jobLimit says how a Slurm job's memory limit and the kernel relate.
-func jobLimit(outer *cgroup.OuterMemory) string {
-	if outer == nil || outer.Limit == 0 {
-		return "the job has no memory limit (sbatch --mem and ConstrainRAMSpace=yes in cgroup.conf set one)"
-	}
-	return fmt.Sprintf("the job's memory limit of %s (%s) holds the kernel and everything else in the job; a cell killed at it is told so", bytesize.Format(outer.Limit), outer.Dir)
 }

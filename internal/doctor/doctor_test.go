@@ -113,3 +113,63 @@ func TestFindingsInsideContainersAreActionableThere(t *testing.T) {
 		})
 	}
 }
+
+// Inside a Slurm job doctor tells the limit the first cell tells
+// (engine.SlurmLimit): the job's own with its figure; a cgroup's above
+// the job's; or none at all, with sbatch --mem the user's and its
+// enforcement the cluster admin's. Nothing there is a problem with a fix
+// to run inside the job.
+func TestFindingsInsideASlurmJob(t *testing.T) {
+	outer := func(limits map[string]string, self string) *cgroup.OuterMemory {
+		t.Helper()
+		root := t.TempDir()
+		for dir, limit := range limits {
+			d := filepath.Join(root, dir)
+			if err := os.MkdirAll(d, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			for name, data := range map[string]string{"memory.events": "oom_kill 0\n", "memory.max": limit + "\n"} {
+				if err := os.WriteFile(filepath.Join(d, name), []byte(data), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		return cgroup.NewOuterMemory(cgroup.Layout{Kind: cgroup.LayoutV2, V2Mount: root, V2Self: filepath.Join(root, self)})
+	}
+	job := engine.Engine{Kind: engine.Slurm, SlurmJob: "12", SlurmStep: "batch"}
+	const jobDir = "system.slice/slurmstepd.scope/job_12"
+	for _, tc := range []struct {
+		name   string
+		outer  *cgroup.OuterMemory
+		want   []string
+		unwant string
+	}{
+		{"the job's --mem", outer(map[string]string{jobDir: "1073741824", jobDir + "/step_batch": "max"}, jobDir+"/step_batch"),
+			[]string{"the job's own memory limit (1 GiB) applies to the kernel", "sbatch --mem"}, "no memory limit applies"},
+		{"slurmd's limit, none of the job's", outer(map[string]string{"system.slice": "2147483648", jobDir: "max"}, jobDir),
+			[]string{"no memory limit of its own", "2 GiB", "system.slice, which holds the job"}, "no memory limit applies"},
+		{"no limit at all", outer(map[string]string{jobDir: "max"}, jobDir),
+			[]string{"no memory limit applies to this kernel", "ConstrainRAMSpace=yes", "the cluster's admin"}, "own memory limit"},
+		{"no memory controller", nil, []string{"no memory limit applies to this kernel"}, "own memory limit"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fs := slurmFindings(job, tc.outer)
+			var all []string
+			for _, f := range fs {
+				if f.Problem || f.Fix != "" {
+					t.Errorf("%s: a problem inside a job (fix %q): %s", f.Topic, f.Fix, f.Text)
+				}
+				all = append(all, f.Text)
+			}
+			text := strings.Join(all, "\n")
+			for _, w := range tc.want {
+				if !strings.Contains(text, w) {
+					t.Errorf("doctor said:\n%s\nwant %q in it", text, w)
+				}
+			}
+			if strings.Contains(text, tc.unwant) {
+				t.Errorf("doctor said:\n%s\nit must not say %q", text, tc.unwant)
+			}
+		})
+	}
+}

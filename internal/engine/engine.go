@@ -11,6 +11,7 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -256,6 +257,25 @@ func (e Engine) ContainerLimit(limit int64, dir string, memoryV1 bool) string {
 			"(%s gives it one where the host delegates the cgroup v2 memory controller to the user who runs it, uid %d)", opts, e.HostUID)
 	}
 	return fmt.Sprintf("the container has no memory limit either, so no memory limit applies to this kernel (%s gives it one)", opts)
+}
+
+// SlurmLimit says which memory limit holds a kernel in Slurm job e, for
+// the first cell and doctor: limit is the smallest above the supervisor
+// (cgroup.OuterMemory: 0 for none, dir the cgroup that sets it). The
+// job's own, with its figure; a cgroup's above the job's (slurmd's, a
+// slice's), when the job has none of its own; or none at all. sbatch
+// --mem is the user's; whether Slurm enforces it (task/cgroup,
+// ConstrainRAMSpace=yes) is the cluster admin's.
+func (e Engine) SlurmLimit(limit int64, dir string) string {
+	switch {
+	case limit == 0:
+		return "the job has no memory limit either, so no memory limit applies to this kernel " +
+			"(Slurm enforces sbatch --mem only with task/cgroup and ConstrainRAMSpace=yes in cgroup.conf: ask the cluster's admin for them)"
+	case !slices.Contains(strings.Split(dir, "/"), "job_"+e.SlurmJob):
+		return fmt.Sprintf("the job has no memory limit of its own (task/cgroup and ConstrainRAMSpace=yes give it sbatch --mem's); "+
+			"the memory limit of %s of cgroup %s, which holds the job, applies to the kernel", bytesize.Format(limit), dir)
+	}
+	return fmt.Sprintf("the job's own memory limit (%s) applies to the kernel (sbatch --mem sets it)", bytesize.Format(limit))
 }
 
 // LimitOwner is whose memory limit the cgroups the supervisor started in
