@@ -62,7 +62,7 @@ func currentVenv() (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("no python3 on PATH to build the venv with: %w", err)
 	}
-	return stackVenv(filepath.Join(cache, "tfgpu-kernel"), "venv-current-", base3, 0o700, "-r")
+	return stackVenv(filepath.Join(cache, "tfgpu-kernel"), "venv-current-", base3, 0o700, "current.txt", "-r")
 }
 
 var (
@@ -88,7 +88,7 @@ func usersStackPython(t testing.TB, stack string) string {
 	}
 	usersCurrentOnce.Do(func() {
 		usersCurrentPy, usersCurrentErr = stackVenv("/var/cache/tfgpu-kernel-tests", "venv-users-current-", "/usr/bin/python3", 0o755,
-			"-c", "ipykernel", "jupyter_client")
+			"current.txt", "-c", "ipykernel", "jupyter_client")
 	})
 	if usersCurrentErr != nil {
 		testutil.RequireOrSkip(t, "the %s stack's venv for users: %v", stack, usersCurrentErr)
@@ -96,16 +96,17 @@ func usersStackPython(t testing.TB, stack string) string {
 	return usersCurrentPy
 }
 
-// stackVenv builds a venv of the current stack once per requirements
-// file, as base/<prefix><hash of current.txt> (base made with mode), with
-// the Python base3, and returns its python. pip installs what pipArgs
-// says, testdata/stacks/current.txt after the first: "-r" (all of it),
+// stackVenv builds a venv of a pinned stack once per requirements file
+// (reqs, in testdata/stacks: current.txt, or TestE2EHub's hub.txt), as
+// base/<prefix><hash of reqs> (base made with mode), with the Python base3,
+// and returns its python. pip installs what pipArgs says, the
+// requirements file after the first: "-r" (all of it),
 // or "-c" and the packages to install at its pins. A venv whose build
 // finished is marked complete and reused by later runs; a half-built one
 // is built again. A lock keeps two test binaries from building it at
 // once. With mode 0755 every user may read and run what it holds.
-func stackVenv(base, prefix, base3 string, mode os.FileMode, pipArgs ...string) (string, error) {
-	req, err := filepath.Abs(filepath.Join("testdata", "stacks", "current.txt"))
+func stackVenv(base, prefix, base3 string, mode os.FileMode, reqs string, pipArgs ...string) (string, error) {
+	req, err := filepath.Abs(filepath.Join("testdata", "stacks", reqs))
 	if err != nil {
 		return "", err
 	}
