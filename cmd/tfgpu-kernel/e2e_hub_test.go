@@ -18,6 +18,8 @@
 //
 //	a  spawn, a tfgpu kernel's escaping children, restart through the
 //	   server, the hub stops the server: nothing left
+//	b  the second user, a stock kernel beside a tfgpu one: the stock
+//	   kernel's leftovers noted, never asserted
 //
 // After the driver, the hub is stopped and nothing of any job may be left
 // (processes carrying the jobs' tag, Slurm job cgroups, tfgpu-* cgroups).
@@ -45,7 +47,7 @@ import (
 )
 
 // hubStages are hub.py's stages this test runs.
-var hubStages = []string{"a"}
+var hubStages = []string{"a", "b"}
 
 // hubKernelCull is the single-user servers' cull_idle_timeout, seconds: an
 // idle kernel with no client connected is shut down after it (stage c

@@ -15,6 +15,10 @@ argv[1:] are the stages, in order (E2E_HUB_USERS names the two users):
          server (DELETE /users/NAME/server): the job must leave the queue
          and nothing be left: no process of the user, no file of the
          kernel in the user's state directory, no tfgpu-* cgroup of it.
+  b      the same on the second user's server with the stock ipykernel
+         kernelspec ("python3", the venv's own) beside a tfgpu kernel: what
+         the stock kernel leaves after restart and after the job is noted,
+         never asserted; the tfgpu kernel's is.
 
 Each check waits for its event with a bound; what it took is noted in
 FACTS. Every process made through a kernel is tracked for the Go side's
@@ -463,7 +467,24 @@ def stage_a():
     h.note(stage_a=fig)
 
 
-STAGES = {"a": stage_a}
+def stage_b():
+    u = user(1)
+    fig = {"user": u.name, "spawn_s": round(spawn(u), 3)}
+    ours = Kernel(u, TFGPU)
+    stock = Kernel(u, STOCK)
+    r, _ = restart(ours, "tfgpu kernel of " + u.name)
+    fig.update({"tfgpu_" + key: v for key, v in r.items()})
+    r, stock_left = restart(stock, "stock kernel of " + u.name)
+    fig.update({"stock_" + key: v for key, v in r.items()})
+    ours.children()
+    settle(ours)
+    stock_pids = stock.children()
+    fig["stock_children_at_stop"] = stock_pids
+    fig.update(hub_stop(u, [ours, stock], stock_left=list(stock_left) + list(stock_pids.values())))
+    h.note(stage_b=fig)
+
+
+STAGES = {"a": stage_a, "b": stage_b}
 
 
 def main():
