@@ -20,6 +20,9 @@
 //	   server, the hub stops the server: nothing left
 //	b  the second user, a stock kernel beside a tfgpu one: the stock
 //	   kernel's leftovers noted, never asserted
+//	c  the server's kernel culler culls an idle tfgpu kernel, then
+//	   jupyterhub-idle-culler (the hub's idle-culler service) both
+//	   servers: nothing left
 //
 // After the driver, the hub is stopped and nothing of any job may be left
 // (processes carrying the jobs' tag, Slurm job cgroups, tfgpu-* cgroups).
@@ -47,7 +50,7 @@ import (
 )
 
 // hubStages are hub.py's stages this test runs.
-var hubStages = []string{"a", "b"}
+var hubStages = []string{"a", "b", "c"}
 
 // hubKernelCull is the single-user servers' cull_idle_timeout, seconds: an
 // idle kernel with no client connected is shut down after it (stage c

@@ -19,6 +19,13 @@ argv[1:] are the stages, in order (E2E_HUB_USERS names the two users):
          kernelspec ("python3", the venv's own) beside a tfgpu kernel: what
          the stock kernel leaves after restart and after the job is noted,
          never asserted; the tfgpu kernel's is.
+  c      culling: the first user's server's kernel culler
+         (MappingKernelManager.cull_idle_timeout, no client connected)
+         shuts down an idle tfgpu kernel with such children: its tree, its
+         files in the state directory, its inner directory and cgroups are
+         gone. Then jupyterhub-idle-culler, run as the hub's idle-culler
+         service, culls both users' servers (the second one's with a live
+         tfgpu kernel and its children): nothing is left, as after a stop.
 
 Each check waits for its event with a bound; what it took is noted in
 FACTS. Every process made through a kernel is tracked for the Go side's
@@ -440,6 +447,26 @@ def server_gone(u, kernels, t0, how, stock_left=(), inner=()):
     return fig
 
 
+def kernel_gone(u, k, tree, t0, how, inner=()):
+    """The kernel's tree, its files in the state directory and its tfgpu-*
+    cgroups are gone (waited for, harness.GONE_WAIT); returns the seconds
+    since t0."""
+    def what_is_left():
+        out = []
+        if h.survivors(tree):
+            out.append("processes: %s" % h.describe(h.survivors(tree)))
+        if u.state_files([k.id]):
+            out.append("files in the state directory: %s" % u.state_files([k.id]))
+        if tfgpu_cgroups([k.id]):
+            out.append("tfgpu cgroups: %s" % tfgpu_cgroups([k.id]))
+        if [d for d in inner if os.path.exists(d)]:
+            out.append("its inner directory: %s" % list(inner))
+        return out
+    left, _ = h.wait_gone(what_is_left, timeout=h.GONE_WAIT, interval=0.1)
+    assert not left, "%ss after %s kernel %s of %s:\n  %s" % (h.GONE_WAIT, how, k.id, u.name, "\n  ".join(left))
+    return round(time.monotonic() - t0, 3)
+
+
 # ---------------------------------------------------------------- stages
 
 
@@ -484,7 +511,46 @@ def stage_b():
     h.note(stage_b=fig)
 
 
-STAGES = {"a": stage_a, "b": stage_b}
+def stage_c():
+    """The single-user server's kernel culler (cull_idle_timeout, E2E_HUB_KERNEL_CULL
+    seconds, no client connected) shuts down an idle tfgpu kernel with
+    escaping children: nothing of it is left. Then the idle culler, run as
+    the hub's idle-culler service, culls both users' servers, the second
+    one's with a live tfgpu kernel and its children: nothing is left."""
+    a, b = user(0), user(1)
+    fig = {"spawn_s": [round(spawn(a), 3), round(spawn(b), 3)]}
+    ka = Kernel(a, TFGPU)
+    tree = ka.tree(ka.children())
+    settle(ka)
+    inner = inner_dirs(a, [ka])
+    ka.close()
+    t0 = time.monotonic()
+    wait = float(E["E2E_HUB_KERNEL_CULL"]) + 10 + h.GONE_WAIT
+    while ka.id in [k["id"] for k in a.api("GET", "/kernels")]:
+        assert time.monotonic() - t0 < wait, "the server's kernel culler left idle kernel %s %ss" % (ka.id, wait)
+        time.sleep(0.25)
+    fig["kernel_culled_after_s"] = round(time.monotonic() - t0, 3)
+    fig["kernel_culled_nothing_left_s"] = kernel_gone(a, ka, tree, t0, "the kernel culler culled", inner)
+
+    kb = Kernel(b, TFGPU)
+    kb.children()
+    settle(kb)
+    kb.close()
+    inner = inner_dirs(b, [kb])
+    culler = h.spawn_helper([sys.executable, "-m", "jupyterhub_idle_culler", "--url=" + E["E2E_HUB_API_URL"],
+                             "--timeout=10", "--cull-every=2"],
+                            env=dict(E, JUPYTERHUB_API_TOKEN=E["E2E_HUB_CULLER_TOKEN"]), stdin=subprocess.DEVNULL)
+    t0 = time.monotonic()
+    try:
+        fig["culled_b"] = server_gone(b, [kb], t0, "the idle culler culled", inner=inner)
+        fig["culled_a"] = server_gone(a, [ka], t0, "the idle culler culled")
+    finally:
+        culler.kill()
+        culler.wait(10)
+    h.note(stage_c=fig)
+
+
+STAGES = {"a": stage_a, "b": stage_b, "c": stage_c}
 
 
 def main():
