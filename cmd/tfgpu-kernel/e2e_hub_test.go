@@ -23,6 +23,8 @@
 //	c  the server's kernel culler culls an idle tfgpu kernel, then
 //	   jupyterhub-idle-culler (the hub's idle-culler service) both
 //	   servers: nothing left
+//	d  root's ps lists the user's kernel in its job; root's stop
+//	   --idle-for and stop USER:ID park it; the hub's stop: nothing left
 //
 // After the driver, the hub is stopped and nothing of any job may be left
 // (processes carrying the jobs' tag, Slurm job cgroups, tfgpu-* cgroups).
@@ -50,7 +52,7 @@ import (
 )
 
 // hubStages are hub.py's stages this test runs.
-var hubStages = []string{"a", "b", "c"}
+var hubStages = []string{"a", "b", "c", "d"}
 
 // hubKernelCull is the single-user servers' cull_idle_timeout, seconds: an
 // idle kernel with no client connected is shut down after it (stage c

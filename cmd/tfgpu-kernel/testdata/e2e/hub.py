@@ -26,6 +26,12 @@ argv[1:] are the stages, in order (E2E_HUB_USERS names the two users):
          gone. Then jupyterhub-idle-culler, run as the hub's idle-culler
          service, culls both users' servers (the second one's with a live
          tfgpu kernel and its children): nothing is left, as after a stop.
+  d      root's `tfgpu-kernel ps` lists the user's kernel (its user, its
+         supervisor, the daemon in its tree; its record names the job);
+         `stop --idle-for 1s --user NAME` once ps says it is idle, then
+         `stop NAME:ID`: each parks it (the tree gone, ps says parked by
+         root), and the next cell runs in a fresh kernel and is told; the
+         hub's stop then leaves nothing.
 
 Each check waits for its event with a bound; what it took is noted in
 FACTS. Every process made through a kernel is tracked for the Go side's
@@ -550,7 +556,76 @@ def stage_c():
     h.note(stage_c=fig)
 
 
-STAGES = {"a": stage_a, "b": stage_b, "c": stage_c}
+def iso(t):
+    import datetime
+    return datetime.datetime.fromisoformat(t.replace("Z", "+00:00")).timestamp()
+
+
+def run_bin(*args):
+    p = subprocess.run([BIN, *args], capture_output=True, text=True, timeout=60)
+    shown = p.stdout if "--json" not in args else p.stdout[:200] + "…"
+    h.log("tfgpu-kernel %s: exit %d\n%s%s" % (" ".join(args), p.returncode, shown, p.stderr))
+    return p
+
+
+def stage_d():
+    """Root's `tfgpu-kernel ps` lists the user's kernel in its Slurm job;
+    `stop --idle-for` and `stop USER:ID` park it (the tree gone, the next
+    cell in a fresh kernel); the hub's stop then leaves nothing."""
+    u = user(0)
+    fig = {"spawn_s": round(spawn(u), 3)}
+    k = Kernel(u, TFGPU)
+    pids = k.children()
+    tree = k.tree(pids)
+    sup = supervisor_of(u, k.id)
+    rows = json.loads(run_bin("ps", "--json").stdout)
+    row = [r for r in rows if r.get("kernel_id") == k.id]
+    assert len(row) == 1, "root's ps --json lists %s's kernel %s %d times: %s" % (u.name, k.id, len(row), rows)
+    row = row[0]
+    assert row["user"] == u.name and row["state"] == "running" and row["supervisor_pid"] == sup \
+        and pids["daemon"] in row["pids"], "root's ps row of %s's kernel: %s" % (u.name, row)
+    with open([f for f in u.state_files([k.id]) if f.endswith("/%s.json" % k.id)][0]) as f:
+        rec = json.load(f)
+    assert (rec.get("slurm") or {}).get("job") == u.job, "the record does not name job %s: %s" % (u.job, rec)
+    table = run_bin("ps").stdout
+    assert k.id[:8] in table, "root's ps table does not list %s:\n%s" % (k.id, table)
+    # --idle-for 1s acts on a kernel idle at least 1 s: wait until ps says so.
+    t0 = time.monotonic()
+    while True:
+        r = [r for r in json.loads(run_bin("ps", "--json").stdout) if r.get("kernel_id") == k.id][0]
+        last = r.get("last_activity")
+        if r["execution_state"] == "idle" and last and time.time() - iso(last) > 1.5:
+            break
+        assert time.monotonic() - t0 < h.GONE_WAIT, "ps never shows %s idle: %s" % (k.id, r)
+        time.sleep(0.2)
+    assert k.id[:8] in table, "root's ps table does not list %s:\n%s" % (k.id, table)
+
+    # --user: root's stop acts on every user's kernels on the host, and
+    # this host runs others' tests.
+    for key, how in (("stop_idle_for", ["stop", "--idle-for", "1s", "--user", u.name]),
+                     ("stop_user_id", ["stop", "%s:%s" % (u.name, k.id)])):
+        t0 = time.monotonic()
+        out = run_bin(*how)
+        assert out.returncode == 0 and "parked by its supervisor" in out.stdout, "root's %s: %r %r" % (how, out.stdout, out.stderr)
+        old = [p for p in tree if p != sup and BIN not in h.cmdline(p)]  # the watcher stays with its supervisor
+        left = h.wait_dead(old, h.GONE_WAIT)
+        assert not left, "root's %s: the tree alive %ss later: %s" % (how, h.GONE_WAIT, h.describe(left))
+        fig[key + "_tree_gone_s"] = round(time.monotonic() - t0, 3)
+        row = [r for r in json.loads(run_bin("ps", "--json").stdout) if r.get("kernel_id") == k.id]
+        assert row and row[0]["state"] == "parked" and row[0]["parked"]["by"] == "root", "root's ps after %s: %s" % (how, row)
+        out, reply = k.execute("import os; print(os.getpid())", timeout=120)
+        fresh = int(out.strip())
+        assert reply["status"] == "ok" and fresh not in tree, "the first cell after %s: %s %r" % (how, reply, out)
+        told = "".join(k.stderr)
+        assert "stopped by root" in told and "This is a fresh kernel." in told, "the first cell after %s was told %r" % (how, told)
+        fig.setdefault("told", []).append(told)
+        tree = k.tree(k.children())
+    settle(k)
+    fig.update(hub_stop(u, [k]))
+    h.note(stage_d=fig)
+
+
+STAGES = {"a": stage_a, "b": stage_b, "c": stage_c, "d": stage_d}
 
 
 def main():
