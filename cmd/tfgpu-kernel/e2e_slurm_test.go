@@ -118,27 +118,7 @@ func (c slurmConf) limitText() string {
 // ---------------------------------------------------------------- the test
 
 func TestE2ESlurm(t *testing.T) {
-	if os.Geteuid() != 0 {
-		testutil.RequireOrSkip(t, "TestE2ESlurm needs root: it runs munged, slurmctld and slurmd (SlurmUser=root), installs slurm-wlm and munge with apt-get when missing, and reads and removes the jobs' cgroups")
-	}
-	for _, ctrl := range []string{"freezer", "memory"} {
-		if !slurmIsV1(ctrl) {
-			// The host's layout, not something to install: a skip in CI too.
-			t.Skipf("needs the cgroup v1 %s hierarchy at /sys/fs/cgroup/%s (a hybrid or v1 host): Slurm's cgroup/v1 plugin and the v1-only configurations use it; this host has none", ctrl, ctrl)
-		}
-	}
-	s := e2eSetup(t)
-	tools := slurmTools(t)
-	if others := slurmForeignDaemons(); len(others) > 0 {
-		t.Skipf("Slurm already runs on this host (%s): the test's cluster would share the /sys/fs/cgroup/*/slurm* cgroups and the node name with it", strings.Join(others, "; "))
-	}
-	h := &slurmHost{s: s, tools: tools, dir: t.TempDir(), baseline: slurmCgroupDirs()}
-	if h.engine, _ = filepath.Abs(filepath.Join("testdata", "engines", "slurm")); h.engine == "" {
-		t.Fatal("no testdata/engines/slurm")
-	}
-	h.r = newSlurmReaper(t)
-	h.node, h.cpus, h.mem = slurmNodeSpec(t, tools["slurmd"])
-	h.startMunge(t)
+	h := newSlurmHost(t, e2eSetup(t))
 	for _, c := range slurmConfs {
 		t.Run(c.name, func(t *testing.T) {
 			start := time.Now()
@@ -254,6 +234,35 @@ func (cl *slurmCluster) scenario(t *testing.T) {
 }
 
 // ---------------------------------------------------------------- host
+
+// newSlurmHost is what every test on the one-node cluster needs first
+// (TestE2ESlurm, TestE2EHub): root, the host's v1 freezer and memory
+// hierarchies, Slurm's and munge's commands (installed when missing), no
+// Slurm of the host's running, the reaper, the node's figures, munged.
+func newSlurmHost(t *testing.T, s *e2eSuite) *slurmHost {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		testutil.RequireOrSkip(t, "%s needs root: it runs munged, slurmctld and slurmd (SlurmUser=root), installs slurm-wlm and munge with apt-get when missing, and reads and removes the jobs' cgroups", t.Name())
+	}
+	for _, ctrl := range []string{"freezer", "memory"} {
+		if !slurmIsV1(ctrl) {
+			// The host's layout, not something to install: a skip in CI too.
+			t.Skipf("needs the cgroup v1 %s hierarchy at /sys/fs/cgroup/%s (a hybrid or v1 host): Slurm's cgroup/v1 plugin and the v1-only configurations use it; this host has none", ctrl, ctrl)
+		}
+	}
+	tools := slurmTools(t)
+	if others := slurmForeignDaemons(); len(others) > 0 {
+		t.Skipf("Slurm already runs on this host (%s): the test's cluster would share the /sys/fs/cgroup/*/slurm* cgroups and the node name with it", strings.Join(others, "; "))
+	}
+	h := &slurmHost{s: s, tools: tools, dir: t.TempDir(), baseline: slurmCgroupDirs()}
+	if h.engine, _ = filepath.Abs(filepath.Join("testdata", "engines", "slurm")); h.engine == "" {
+		t.Fatal("no testdata/engines/slurm")
+	}
+	h.r = newSlurmReaper(t)
+	h.node, h.cpus, h.mem = slurmNodeSpec(t, tools["slurmd"])
+	h.startMunge(t)
+	return h
+}
 
 // slurmHost is what the configurations share: the suite, Slurm's commands,
 // munged and the node's figures.

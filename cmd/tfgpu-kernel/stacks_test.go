@@ -96,7 +96,8 @@ func usersStackPython(t testing.TB, stack string) string {
 	return usersCurrentPy
 }
 
-// stackVenv builds a venv of a stack once per requirements file, as
+// stackVenv builds a venv of a stack once per requirements file (current.txt,
+// TestE2EGateway's gateway.txt, TestE2EHub's hub.txt), as
 // base/<prefix><hash of testdata/stacks/reqs> (base made with mode), with
 // the Python base3, and returns its python. pip installs what pipArgs
 // says, testdata/stacks/reqs after the first: "-r" (all of it),
