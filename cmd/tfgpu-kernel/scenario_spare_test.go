@@ -16,7 +16,8 @@ import (
 // kernel takes its waiting spare along. stale: a package installed in the
 // notebook means a cold start that imports it. off: TFGPU_SPARE=0.
 // preload: the preloaded modules were imported before the restart. age:
-// a spare past --spare-max-age is replaced. gpu
+// a spare past --spare-max-age is replaced. kept: a client kept across
+// four restarts gets each cell's output and idle at once. gpu
 // (the fake NVML): a spare that holds a GPU context is discarded, once.
 func TestE2ESpare(t *testing.T) {
 	eachStack(t, func(t *testing.T, stack string) {
@@ -27,7 +28,7 @@ func TestE2ESpare(t *testing.T) {
 		gs := *s
 		gs.env = append(append([]string{}, s.env...), "E2E_TFGPU_BIN="+s.bin)
 		f := gputest.New(t, 2, gputest.Full)
-		for _, what := range []string{"adopt", "stale", "off", "preload", "age", "gpu"} {
+		for _, what := range []string{"adopt", "stale", "off", "preload", "age", "kept", "gpu"} {
 			t.Run(what, func(t *testing.T) {
 				ws := gs
 				if what == "gpu" {

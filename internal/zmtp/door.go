@@ -55,6 +55,11 @@ type Door struct {
 	// when a topic gains its first subscriber (OnSubscribe).
 	topics      map[string]int
 	onSubscribe func(topic []byte)
+	// PUB: how many connections of each peer subscribe to anything, and
+	// a channel closed (then replaced) when a peer gains its first
+	// (WaitSubscriber).
+	subPeers map[string]int
+	subWake  chan struct{}
 }
 
 // Bind listens on a Jupyter endpoint ("tcp://127.0.0.1:5555",

@@ -23,6 +23,12 @@ imported already, before the restart began.
 "age": TFGPU_SPARE_MAX_AGE=3s: the spare is replaced by a fresh one when it
 is three seconds old, the old one gone; the restart uses the fresh one.
 
+"kept": a client kept across restarts (a jupyter_client KernelClient, as
+jupyter_server keeps one behind a websocket) sends a cell as soon as
+restart_kernel() returns, four times: the spare, which answers at once, must
+not publish the cell's output and idle before the client's SUB is back
+(wrapper/relay.ReturnHold): each cell's reply, stdout and idle arrive.
+
 "gpu" (with the fake NVML): the preloaded module holds a GPU context on
 import, as one that initialises CUDA would: the spare is discarded, logged
 once with what it imported, ps says why there is none, the restart is cold
@@ -347,4 +353,18 @@ def gpu():
     h.check(not os.path.exists(path), "the record of the spare's GPU context outlived the kernel's shutdown")
 
 
-h.run({"adopt": adopt, "stale": stale, "off": off, "preload": preload, "age": age, "gpu": gpu}[WHAT])
+def kept():
+    km, kc = h.start_kernel()
+    for i in range(4):
+        sp = wait_spare(km)
+        km.restart_kernel()
+        r = h.execute(kc, "import os; print('kept', os.getpid())", timeout=30)
+        h.note(**{"kept_%d" % i: {"spare": sp["pid"], "status": r["status"], "stdout": r["stdout"], "idle": r["idle"]}})
+        h.check(r["reply"] is not None and r["status"] == "ok", "restart %d: no execute_reply on the kept client: %s" % (i, r["status"]))
+        h.check(r["idle"], "restart %d: the kept client never saw the cell's idle status (iopub lost)" % i)
+        h.check(r["stdout"].strip() == "kept %d" % sp["pid"],
+                "restart %d: the kept client got stdout %r, want the output of the spare kernel (pid %d)" % (i, r["stdout"], sp["pid"]))
+    km.shutdown_kernel()
+
+
+h.run({"adopt": adopt, "stale": stale, "off": off, "preload": preload, "age": age, "gpu": gpu, "kept": kept}[WHAT])
