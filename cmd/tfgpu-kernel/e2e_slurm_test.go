@@ -1529,9 +1529,10 @@ func slurmNamesWith(dir, s, except string) []string {
 // slurmstepd (double-forked by slurmd) and every orphan of a job — a
 // supervisor whose driver died, a kernel whose supervisor died — are
 // reparented here and would stay zombies, where a host's init reaps them.
-// Commands the test runs are started through start/output, which record
-// their pid under the lock the reaper takes, so that their exec.Cmd's
-// own Wait is never robbed.
+// Commands started elsewhere (testutil's useradd and id, say) are
+// safe too: e2eReapOrphans leaves a child this process started to its own
+// Wait. Daemons the test runs are started through start, which records
+// their pid (ownPids) so that leftovers checks tell them from a job's.
 type slurmReaper struct {
 	mu   sync.Mutex
 	own  map[int]bool
@@ -1565,18 +1566,7 @@ func newSlurmReaper(t *testing.T) *slurmReaper {
 func (r *slurmReaper) reap() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	self := os.Getpid()
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		p, err := strconv.Atoi(e.Name())
-		if err != nil || r.own[p] {
-			continue
-		}
-		if st, ppid, ok := e2eStat(p); ok && ppid == self && st == 'Z' {
-			var ws syscall.WaitStatus
-			syscall.Wait4(p, &ws, syscall.WNOHANG, nil)
-		}
-	}
+	e2eReapOrphans()
 }
 
 func (r *slurmReaper) start(c *exec.Cmd) error {

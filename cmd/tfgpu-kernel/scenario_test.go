@@ -45,6 +45,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tfgpu/tfgpu-kernel/internal/proc"
 	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
 
@@ -491,11 +492,18 @@ func e2eKill(pids []int) {
 	time.Sleep(100 * time.Millisecond)
 }
 
-// e2eReapOrphans reaps the zombies reparented to us as subreaper. Only
-// zombies whose parent is us are waited for, each by pid, so an exec.Cmd's
-// own child is never stolen.
+// e2eReapOrphans reaps the zombies reparented to us as subreaper. A zombie
+// whose parent is us may also be a command this process started and has
+// not yet waited for (exec.Cmd.Output between the child's exit and its
+// wait4): reaping it would rob that Wait ("waitid: no child processes").
+// os.StartProcess holds a pidfd for each child it starts until it is
+// waited for, and a reparented orphan has none here, so a zombie this
+// process holds a pidfd for is left to its own Wait. The zombies are found
+// before the pidfds are listed: a child started in between is not a zombie
+// yet.
 func e2eReapOrphans() {
 	self := os.Getpid()
+	var zombies []int
 	ents, _ := os.ReadDir("/proc")
 	for _, e := range ents {
 		p, err := strconv.Atoi(e.Name())
@@ -503,9 +511,89 @@ func e2eReapOrphans() {
 			continue
 		}
 		if st, ppid, ok := e2eStat(p); ok && ppid == self && st == 'Z' {
+			zombies = append(zombies, p)
+		}
+	}
+	if len(zombies) == 0 {
+		return
+	}
+	waited := e2eStartedHere()
+	for _, p := range zombies {
+		if !waited[p] {
 			var ws syscall.WaitStatus
 			_, _ = syscall.Wait4(p, &ws, syscall.WNOHANG, nil)
 		}
+	}
+}
+
+// e2eStartedHere returns the pids this process holds a pidfd for: the
+// children os.StartProcess started and no Wait has reaped yet. A pidfd's
+// /proc/self/fdinfo entry has a "Pid:" line (proc(5)).
+func e2eStartedHere() map[int]bool {
+	held := map[int]bool{}
+	ents, _ := os.ReadDir("/proc/self/fdinfo")
+	for _, e := range ents {
+		b, err := os.ReadFile("/proc/self/fdinfo/" + e.Name())
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "Pid:"); ok {
+				if p, err := strconv.Atoi(strings.TrimSpace(v)); err == nil && p > 0 {
+					held[p] = true
+				}
+			}
+		}
+	}
+	return held
+}
+
+// TestReapOrphansLeavesOurChildrenToTheirWait: the reaper the Slurm and
+// hub tests run every 25 ms once robbed `id`'s exec.Cmd of its exit
+// ("waitid: no child processes"). A zombie this process started is left to
+// its Wait; an orphan reparented here is reaped.
+func TestReapOrphansLeavesOurChildrenToTheirWait(t *testing.T) {
+	if err := proc.SetChildSubreaper(); err != nil {
+		t.Fatal(err)
+	}
+	zombie := func(pid int) bool { st, ppid, ok := e2eStat(pid); return ok && st == 'Z' && ppid == os.Getpid() }
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("no %s after 30 s", what)
+			}
+		}
+	}
+
+	child := exec.Command("true")
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("zombie of our own child", func() bool { return zombie(child.Process.Pid) })
+	e2eReapOrphans()
+	if err := child.Wait(); err != nil {
+		t.Fatalf("our child's Wait after e2eReapOrphans: %v", err)
+	}
+
+	// sh prints its background child's pid and exits; the child,
+	// reparented here, is ended by its pid.
+	out, err := exec.Command("sh", "-c", `sleep 60 >/dev/null 2>&1 & echo $!`).Output()
+	if err != nil {
+		t.Fatalf("sh: %v", err)
+	}
+	orphan, err := strconv.Atoi(strings.TrimSpace(string(out)))
+	if err != nil {
+		t.Fatalf("sh printed %q", out)
+	}
+	waitFor("orphan reparented here", func() bool { _, ppid, ok := e2eStat(orphan); return ok && ppid == os.Getpid() })
+	if err := syscall.Kill(orphan, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("zombie of the orphan", func() bool { return zombie(orphan) })
+	e2eReapOrphans()
+	if _, err := os.Stat(fmt.Sprintf("/proc/%d", orphan)); err == nil {
+		t.Errorf("the orphan (pid %d) is still there after e2eReapOrphans", orphan)
 	}
 }
 
