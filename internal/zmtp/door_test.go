@@ -55,6 +55,21 @@ func bindWith(tb testing.TB, socketType, name string, sh *Shared, hold bool) *bo
 	return &bound{sock: doorSock{d}, door: d, sh: sh, addr: d.Addr().String()}
 }
 
+// readTopics reads up to n messages (2 s at most) and returns their
+// first frames.
+func readTopics(p *rawPeer, n int) []string {
+	var out []string
+	p.c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	for len(out) < n {
+		m, err := p.readMessage(false)
+		if err != nil {
+			break
+		}
+		out = append(out, string(m[0]))
+	}
+	return out
+}
+
 // noReplay ends a PUB door's replay window (ReplayFor) at once, for tests
 // of what a late subscriber gets from then on.
 func noReplay(b *bound) *bound {
@@ -462,18 +477,7 @@ func TestDoorSubscriptions(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	got := func(p *rawPeer, n int) []string {
-		var out []string
-		p.c.SetReadDeadline(time.Now().Add(2 * time.Second))
-		for len(out) < n {
-			m, err := p.readMessage(false)
-			if err != nil {
-				break
-			}
-			out = append(out, string(m[0]))
-		}
-		return out
-	}
+	got := readTopics
 	if g := got(all, 4); strings.Join(g, ",") != strings.Join(topics, ",") {
 		t.Errorf(`"" subscriber got %q`, g)
 	}
@@ -910,18 +914,7 @@ func TestDoorReplaysToFirstSubscriptions(t *testing.T) {
 		p.send(AppendCommand(nil, "SUBSCRIBE", []byte(topic)))
 		return p
 	}
-	got := func(p *rawPeer, n int) []string {
-		var out []string
-		p.c.SetReadDeadline(time.Now().Add(2 * time.Second))
-		for len(out) < n {
-			m, err := p.readMessage(false)
-			if err != nil {
-				break
-			}
-			out = append(out, string(m[0]))
-		}
-		return out
-	}
+	got := readTopics
 	subscribed := func(n int) {
 		t.Helper()
 		waitFor(t, fmt.Sprintf("%d subscribed connections", n), func() bool {
