@@ -46,8 +46,6 @@ import pwd
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 import uuid
 
 import harness as h
@@ -72,24 +70,7 @@ asyncio.set_event_loop(LOOP)
 # ---------------------------------------------------------------- HTTP
 
 
-def request(method, url, token, body=None, timeout=60):
-    """(status, parsed JSON or None) of one request; never raises on HTTP
-    errors."""
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, method=method)
-    req.add_header("Authorization", "token " + token)
-    if data is not None:
-        req.add_header("Content-Type", "application/json")
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            text = r.read()
-            code = r.status
-    except urllib.error.HTTPError as e:
-        text, code = e.read(), e.code
-    try:
-        return code, json.loads(text) if text.strip() else None
-    except ValueError:
-        return code, text[:500]
+request = h.http
 
 
 def hub(method, path, body=None, ok=(200, 201, 202, 204)):
