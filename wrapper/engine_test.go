@@ -1,14 +1,13 @@
 package wrapper
 
 import (
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/tfgpu/tfgpu-kernel/cgroup"
 	"github.com/tfgpu/tfgpu-kernel/internal/engine"
+	"github.com/tfgpu/tfgpu-kernel/internal/testutil/fakecgroup"
 )
 
 // Inside a Slurm job (#24) the kernel stays in the job's cgroups whatever
@@ -61,21 +60,7 @@ func TestInsideSlurmTheKernelStaysInTheJob(t *testing.T) {
 // under t.TempDir, as cgroup's TestOuterMemory makes them.
 func TestSlurmLimitNoteTellsTheLimitThatHolds(t *testing.T) {
 	tree := func(limits map[string]string, self string) *cgroup.OuterMemory {
-		t.Helper()
-		root := t.TempDir()
-		selfDir := filepath.Join(root, self)
-		if err := os.MkdirAll(selfDir, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(selfDir, "memory.events"), []byte("oom_kill 0\n"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		for dir, max := range limits {
-			if err := os.WriteFile(filepath.Join(root, dir, "memory.max"), []byte(max+"\n"), 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}
-		return cgroup.NewOuterMemory(cgroup.Layout{Kind: cgroup.LayoutV2, V2Mount: root, V2Self: selfDir})
+		return cgroup.NewOuterMemory(fakecgroup.MemoryV2(t, limits, self))
 	}
 	const job = "system.slice/slurmstepd.scope/job_14"
 	const daemon = "system.slice/slurmd.service"
@@ -124,18 +109,8 @@ func TestSlurmLimitNoteTellsTheLimitThatHolds(t *testing.T) {
 // memory controller is v1 is the layout's.
 func TestContainerLimitNoteTellsTheLimitThatHolds(t *testing.T) {
 	tree := func(limit string) *cgroup.OuterMemory {
-		t.Helper()
-		root := t.TempDir()
-		self := filepath.Join(root, "libpod_parent", "libpod-0123")
-		if err := os.MkdirAll(self, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		for name, data := range map[string]string{"memory.events": "oom_kill 0\n", "memory.max": limit + "\n"} {
-			if err := os.WriteFile(filepath.Join(self, name), []byte(data), 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}
-		return cgroup.NewOuterMemory(cgroup.Layout{Kind: cgroup.LayoutV2, V2Mount: root, V2Self: self})
+		const self = "libpod_parent/libpod-0123"
+		return cgroup.NewOuterMemory(fakecgroup.MemoryV2(t, map[string]string{self: limit}, self))
 	}
 	v1 := cgroup.Layout{Kind: cgroup.LayoutV1, V1: map[string]string{"memory": "/sys/fs/cgroup/memory", "freezer": "/sys/fs/cgroup/freezer"}}
 	hybrid := cgroup.Layout{Kind: cgroup.LayoutHybrid, V2Mount: "/sys/fs/cgroup/unified", V1: map[string]string{"memory": "/sys/fs/cgroup/memory"}}

@@ -4,13 +4,12 @@ package doctor
 
 import (
 	"errors"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/tfgpu/tfgpu-kernel/cgroup"
 	"github.com/tfgpu/tfgpu-kernel/internal/engine"
+	"github.com/tfgpu/tfgpu-kernel/internal/testutil/fakecgroup"
 )
 
 // Inside a container or on a host, doctor's containment and memory-limit
@@ -23,18 +22,8 @@ import (
 // the controllers are v1 is the layout's.
 func TestFindingsInsideContainersAreActionableThere(t *testing.T) {
 	outer := func(limit string) *cgroup.OuterMemory {
-		t.Helper()
-		root := t.TempDir()
-		self := filepath.Join(root, "libpod_parent", "libpod-0123")
-		if err := os.MkdirAll(self, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		for name, data := range map[string]string{"memory.events": "oom_kill 0\n", "memory.max": limit + "\n"} {
-			if err := os.WriteFile(filepath.Join(self, name), []byte(data), 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}
-		return cgroup.NewOuterMemory(cgroup.Layout{Kind: cgroup.LayoutV2, V2Mount: root, V2Self: self})
+		const self = "libpod_parent/libpod-0123"
+		return cgroup.NewOuterMemory(fakecgroup.MemoryV2(t, map[string]string{self: limit}, self))
 	}
 	v1 := map[string]string{"memory": "/sys/fs/cgroup/memory", "freezer": "/sys/fs/cgroup/freezer"}
 	readOnly := cgroup.Layout{Kind: cgroup.LayoutV1, V1: v1, ReadOnly: []string{"/sys/fs/cgroup/freezer", "/sys/fs/cgroup/memory"}}
@@ -121,20 +110,7 @@ func TestFindingsInsideContainersAreActionableThere(t *testing.T) {
 // to run inside the job.
 func TestFindingsInsideASlurmJob(t *testing.T) {
 	outer := func(limits map[string]string, self string) *cgroup.OuterMemory {
-		t.Helper()
-		root := t.TempDir()
-		for dir, limit := range limits {
-			d := filepath.Join(root, dir)
-			if err := os.MkdirAll(d, 0o755); err != nil {
-				t.Fatal(err)
-			}
-			for name, data := range map[string]string{"memory.events": "oom_kill 0\n", "memory.max": limit + "\n"} {
-				if err := os.WriteFile(filepath.Join(d, name), []byte(data), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-		}
-		return cgroup.NewOuterMemory(cgroup.Layout{Kind: cgroup.LayoutV2, V2Mount: root, V2Self: filepath.Join(root, self)})
+		return cgroup.NewOuterMemory(fakecgroup.MemoryV2(t, limits, self))
 	}
 	job := engine.Engine{Kind: engine.Slurm, SlurmJob: "12", SlurmStep: "batch"}
 	const jobDir = "system.slice/slurmstepd.scope/job_12"

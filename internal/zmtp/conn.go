@@ -68,6 +68,7 @@ type conn struct {
 	progress  time.Time  // when the peer last took bytes
 	dropping  bool       // dropping the rest of the current message
 	subs      map[string]int
+	everSub   bool // iopub: has subscribed before (Door's replay is for the first time only)
 	closed    bool
 	gone      chan struct{} // closed with the conn
 	err       error
@@ -413,7 +414,19 @@ func (c *conn) subscribed(head []byte) bool {
 // subscribe applies a subscription from the peer (inbound's hook).
 // Subscriptions are counted like libzmq's: subscribing twice takes two
 // cancels.
+//
+// A connection's first subscription within its door's replay window gets
+// what the door published since its bind (Door.Send, ReplayFor), before
+// anything published after it: Send waits meanwhile.
 func (c *conn) subscribe(topic []byte, on bool) error {
+	var replay [][][]byte
+	if d := c.door; on && d != nil && d.replaying.Load() {
+		d.sendMu.Lock()
+		defer d.sendMu.Unlock()
+		if time.Now().Before(d.replayUntil) {
+			replay = d.replayed
+		}
+	}
 	c.mu.Lock()
 	t := string(topic)
 	delta := 0 // this connection's first subscription to t, or its last cancel
@@ -437,6 +450,10 @@ func (c *conn) subscribe(topic []byte, on bool) error {
 		}
 	}
 	first, last := delta > 0 && len(c.subs) == 1, delta < 0 && len(c.subs) == 0
+	if c.everSub || delta <= 0 {
+		replay = nil // it had what it subscribed to as it came: no copy twice
+	}
+	c.everSub = c.everSub || delta > 0
 	c.mu.Unlock()
 	if delta != 0 && c.door != nil {
 		c.door.topic(t, delta) // the door's lock is never taken under ours
@@ -445,6 +462,11 @@ func (c *conn) subscribe(topic []byte, on bool) error {
 			c.door.peerSubscribed(c.peer.key, 1)
 		case last:
 			c.door.peerSubscribed(c.peer.key, -1)
+		}
+	}
+	if first {
+		for _, m := range replay { // nil but for the first subscription ever
+			_ = c.sendMsg(m) // what this subscription matches (putMsg)
 		}
 	}
 	return nil

@@ -33,6 +33,10 @@
 //     [Limits].QueueLimit, the peer disconnected when it stalls while all
 //     queues together pass [Limits].TotalQueue; on iopub a lagging reader
 //     holds the writer up instead ([Door.WaitRoom]); topics filtered here;
+//     what iopub published in its first [ReplayFor] is given to each
+//     connection's first subscription, so a client's SUB that comes back
+//     after a restart later than its DEALER misses nothing
+//     ([Door.SendLive] for what is for the subscribers of now only);
 //   - routing identities (ROUTER doors): an identity is its peer's (user's);
 //     another peer's claim is refused, also for 30 s after the holder's
 //     last connection closed. The holder's own connections may share it,
@@ -43,7 +47,9 @@
 //     reports it, [Shared.OwnedChanged] says when the held ones changed,
 //     and [Shared.Keep], called before [Bind], has the next supervisor's
 //     doors refuse other peers' claims as the old ones would have, so a
-//     restart opens no window to take a client's identity.
+//     restart opens no window to take a client's identity. [Door.Returning]
+//     tells a connection of the kernel's owner that claimed an identity
+//     kept for it, and [Door.WaitSubscriber] when a user's SUB is back.
 //   - CurveZMQ (RFC 26), when [Shared.UseCurve] has the server's key pair
 //     (curve.go, curve_conn.go): the handshake on the handshake goroutine,
 //     then every frame sealed on its way out, encrypted in the one buffer

@@ -7,6 +7,8 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
+	"time"
 )
 
 // The Door itself: its type, Bind, Recv, Close and what it reports (Addr,
@@ -60,6 +62,13 @@ type Door struct {
 	// (WaitSubscriber).
 	subPeers map[string]int
 	subWake  chan struct{}
+	// PUB: what was published since the bind, until replayUntil and up to
+	// QueueLimit bytes, for each connection's first subscription (replay);
+	// under sendMu. replaying is false once the window is over.
+	replaying   atomic.Bool
+	replayUntil time.Time
+	replayed    [][][]byte
+	replayBytes int64
 }
 
 // Bind listens on a Jupyter endpoint ("tcp://127.0.0.1:5555",
@@ -88,6 +97,9 @@ func Bind(socketType, name, endpoint string, sh *Shared, hold bool) (*Door, erro
 	}
 	if socketType == "ROUTER" {
 		sh.adopt(d) // what Keep left for this socket, before the first claim
+	} else {
+		d.replayUntil = time.Now().Add(ReplayFor)
+		d.replaying.Store(true)
 	}
 	go d.acceptLoop()
 	return d, nil

@@ -55,6 +55,30 @@ func bindWith(tb testing.TB, socketType, name string, sh *Shared, hold bool) *bo
 	return &bound{sock: doorSock{d}, door: d, sh: sh, addr: d.Addr().String()}
 }
 
+// readTopics reads up to n messages (2 s at most) and returns their
+// first frames.
+func readTopics(p *rawPeer, n int) []string {
+	var out []string
+	p.c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	for len(out) < n {
+		m, err := p.readMessage(false)
+		if err != nil {
+			break
+		}
+		out = append(out, string(m[0]))
+	}
+	return out
+}
+
+// noReplay ends a PUB door's replay window (ReplayFor) at once, for tests
+// of what a late subscriber gets from then on.
+func noReplay(b *bound) *bound {
+	b.door.sendMu.Lock()
+	b.door.replayUntil = time.Now().Add(-time.Millisecond)
+	b.door.sendMu.Unlock()
+	return b
+}
+
 func bindDoor(t *testing.T, socketType string, lim Limits) *bound {
 	t.Helper()
 	return bindWith(t, socketType, strings.ToLower(socketType), NewShared(lim, nil), false)
@@ -453,18 +477,7 @@ func TestDoorSubscriptions(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	got := func(p *rawPeer, n int) []string {
-		var out []string
-		p.c.SetReadDeadline(time.Now().Add(2 * time.Second))
-		for len(out) < n {
-			m, err := p.readMessage(false)
-			if err != nil {
-				break
-			}
-			out = append(out, string(m[0]))
-		}
-		return out
-	}
+	got := readTopics
 	if g := got(all, 4); strings.Join(g, ",") != strings.Join(topics, ",") {
 		t.Errorf(`"" subscriber got %q`, g)
 	}
@@ -875,5 +888,79 @@ func TestDoorHandshakeLogLevels(t *testing.T) {
 		if strings.Contains(line, "handshake failed") && (!strings.Contains(line, "level=WARN") || !strings.Contains(line, "no ZMTP signature")) {
 			t.Fatalf("the HTTP request's warning is not one:\n%s", log.String())
 		}
+	}
+}
+
+// A PUB door replays what it published since its bind, within ReplayFor
+// and up to QueueLimit bytes, to each connection's first subscription,
+// before anything published later, and only what that subscription
+// matches; a connection subscribed all along gets nothing twice, nor does
+// one that subscribes again; past the window nothing is replayed. It is
+// what a client kept across a restart needs: its SUB comes back after the
+// spare kernel already published the cell's output.
+func TestDoorReplaysToFirstSubscriptions(t *testing.T) {
+	b := bindDoor(t, "PUB", Limits{QueueLimit: 64})
+	send := func(topics ...string) {
+		t.Helper()
+		for _, tp := range topics {
+			if err := b.door.Send([][]byte{[]byte(tp), []byte("0123456789")}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	subscribe := func(topic string) *rawPeer {
+		p := dialRaw(t, b.addr)
+		p.handshake("SUB", nil)
+		p.send(AppendCommand(nil, "SUBSCRIBE", []byte(topic)))
+		return p
+	}
+	got := readTopics
+	subscribed := func(n int) {
+		t.Helper()
+		waitFor(t, fmt.Sprintf("%d subscribed connections", n), func() bool {
+			b.door.mu.Lock()
+			defer b.door.mu.Unlock()
+			k := 0
+			for c := range b.door.conns {
+				c.mu.Lock()
+				if len(c.subs) > 0 {
+					k++
+				}
+				c.mu.Unlock()
+			}
+			return k == n
+		})
+	}
+
+	early := subscribe("")
+	subscribed(1)
+	send("a.status", "a.stream", "b.status") // 3 × 18 bytes: the 4th would pass QueueLimit
+	send("a.late")                           // live only: past the bytes kept
+	late := subscribe("a.")
+	subscribed(2)
+	send("a.after")
+	if g := strings.Join(got(late, 3), ","); g != "a.status,a.stream,a.after" {
+		t.Errorf("a first subscription within the window got %q; want what it matches of the kept, then the live", g)
+	}
+	if g := strings.Join(got(early, 5), ","); g != "a.status,a.stream,b.status,a.late,a.after" {
+		t.Errorf("the subscriber of all along got %q; want each message once", g)
+	}
+	// Subscribing again replays nothing.
+	late.send(AppendCommand(nil, "CANCEL", []byte("a.")))
+	subscribed(1)
+	late.send(AppendCommand(nil, "SUBSCRIBE", []byte("")))
+	subscribed(2)
+	send("c.last")
+	if g := strings.Join(got(late, 1), ","); g != "c.last" {
+		t.Errorf("a second subscription got %q; want only what came after it", g)
+	}
+	// Past the window: nothing is kept or replayed.
+	noReplay(b)
+	send("d.gone")
+	after := subscribe("")
+	subscribed(3)
+	send("d.live")
+	if g := strings.Join(got(after, 1), ","); g != "d.live" {
+		t.Errorf("a subscription past the window got %q; want the live message only", g)
 	}
 }

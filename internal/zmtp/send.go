@@ -35,7 +35,14 @@ import (
 // identity of the shell connection that ran the cell), a message for a
 // slot this door does not have goes to the lowest slot of the same
 // identity, which the same peer holds.
-func (d *Door) Send(frames [][]byte) error {
+func (d *Door) Send(frames [][]byte) error { return d.send(frames, true) }
+
+// SendLive is Send, on a PUB door for the subscribers of now only: the
+// message is not kept for a later subscription (ReplayFor). An
+// iopub_welcome answers the subscriptions in place when it is sent.
+func (d *Door) SendLive(frames [][]byte) error { return d.send(frames, false) }
+
+func (d *Door) send(frames [][]byte, keep bool) error {
 	if len(frames) == 0 {
 		return errNoFrames
 	}
@@ -56,6 +63,9 @@ func (d *Door) Send(frames [][]byte) error {
 		}
 		return nil
 	}
+	if keep {
+		d.keepForReplay(frames)
+	}
 	d.mu.Lock()
 	d.fan = d.fan[:0]
 	for c := range d.conns {
@@ -63,10 +73,48 @@ func (d *Door) Send(frames [][]byte) error {
 	}
 	d.mu.Unlock()
 	for _, c := range d.fan {
-		_ = c.sendMsg(frames) // a closed or new subscriber misses it, as on any PUB
+		_ = c.sendMsg(frames) // a closed subscriber misses it, as on any PUB; a new one gets it replayed
 	}
 	clear(d.fan)
 	return nil
+}
+
+// ReplayFor is how long after its bind a PUB door keeps what it published
+// for the first subscription of each connection (at most QueueLimit bytes
+// of it).
+//
+// A client kept across a restart (a jupyter_client KernelClient, the
+// sockets jupyter_server keeps behind a websocket) reconnects each socket
+// about 100 ms after the old supervisor closed it, each on its own: a
+// spare kernel may answer the request its DEALER queued meanwhile before
+// its SUB is back, and a PUB drops what no one subscribes to. So what the
+// door published since its bind reaches a connection that subscribes
+// within ReplayFor, before anything published later (docs/design.md#a-returning-client).
+// Nothing is replayed that the connection could not have subscribed to
+// at the bind; with CURVE only a key holder connects.
+const ReplayFor = 2 * time.Second
+
+// keepForReplay keeps frames for later first subscriptions, while the
+// window is open and the bytes last; past the window it lets go of them.
+// Called with sendMu held.
+func (d *Door) keepForReplay(frames [][]byte) {
+	if d.replayUntil.IsZero() {
+		return
+	}
+	if !time.Now().Before(d.replayUntil) {
+		d.replaying.Store(false)
+		d.replayUntil, d.replayed, d.replayBytes = time.Time{}, nil, 0
+		return
+	}
+	var n int64
+	for _, f := range frames {
+		n += int64(len(f))
+	}
+	if d.replayBytes+n > d.sh.lim.QueueLimit {
+		return
+	}
+	d.replayBytes += n
+	d.replayed = append(d.replayed, frames)
 }
 
 // A Link is the relay's side of one dialed socket (to the kernel): the

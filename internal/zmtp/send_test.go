@@ -113,7 +113,7 @@ func TestDrainWaitsForTheReader(t *testing.T) {
 	p := dialRaw(t, b.addr)
 	p.handshake("DEALER", []byte("slow"))
 	waitFor(t, "identity", func() bool { return routerEstablished(b.door, "slow") })
-	big := bytes.Repeat([]byte{'x'}, 4<<20) // more than the socket buffers hold
+	big := bytes.Repeat([]byte{'x'}, 16<<20) // more than a peer that never reads lets the socket buffers take (about 4 MiB here: tcp_wmem max, the initial receive window)
 	if err := b.door.Send([][]byte{[]byte("slow"), big}); err != nil {
 		t.Fatal(err)
 	}

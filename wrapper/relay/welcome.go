@@ -105,8 +105,14 @@ func (w *welcomer) run() {
 			if len(topic) > 0 {
 				idents = [][]byte{topic}
 			}
-			if err := w.r.send(jmsg.IOPub, idents, "iopub_welcome", nil, session,
-				map[string]any{"subscription": string(topic)}); err != nil {
+			// Live only: a welcome answers the subscriptions of now, and
+			// a later one gets its own (zmtp.Door.SendLive).
+			frames, err := jmsg.NewMessage(w.r.signer, idents, "iopub_welcome", nil, session,
+				map[string]any{"subscription": string(topic)})
+			if err == nil {
+				err = w.door.SendLive(frames)
+			}
+			if err != nil {
 				w.r.log.Debug("cannot welcome an iopub subscriber", "err", err)
 			}
 		}

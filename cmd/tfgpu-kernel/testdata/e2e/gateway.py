@@ -40,8 +40,6 @@ import signal
 import statistics
 import subprocess
 import time
-import urllib.error
-import urllib.request
 import uuid
 
 import websocket  # websocket-client, in the current stack
@@ -85,19 +83,7 @@ print("E2E-PIDS " + _json.dumps({"kernel": _os.getpid(), "daemon": _e2e_daemon})
 
 def rest(method, path, body=None, timeout=60):
     """One request to the Lab server; returns (HTTP status, parsed body or None)."""
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(LAB + path, data=data, method=method,
-                                 headers={"Authorization": "token " + TOKEN, "Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            text = r.read()
-            code = r.status
-    except urllib.error.HTTPError as e:
-        text, code = e.read(), e.code
-    try:
-        return code, json.loads(text) if text.strip() else None
-    except ValueError:
-        return code, text
+    return h.http(method, LAB + path, TOKEN, body, timeout)
 
 
 class Channels:

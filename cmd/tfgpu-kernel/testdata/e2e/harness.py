@@ -554,6 +554,28 @@ def _log_tails():
         log("---- tail of %s (supervisor/kernel stdout+stderr) ----\n%s" % (path, tail))
 
 
+def http(method, url, token, body=None, timeout=60):
+    """One request to a Jupyter server's (or hub's) REST API with a token:
+    (HTTP status, the parsed JSON body, the text where it is not JSON, or
+    None when empty); never raises on an HTTP error status."""
+    import urllib.error
+    import urllib.request
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, method=method)
+    req.add_header("Authorization", "token " + token)
+    if data is not None:
+        req.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            text, code = r.read(), r.status
+    except urllib.error.HTTPError as e:
+        text, code = e.read(), e.code
+    try:
+        return code, json.loads(text) if text.strip() else None
+    except ValueError:
+        return code, text[:500]
+
+
 def run(main):
     """Run a scenario and print the E2E-RESULT line; exit 0 when ok, 1 otherwise.
     A scenario still running E2E_DUMP_AFTER seconds in (the Go side sets it

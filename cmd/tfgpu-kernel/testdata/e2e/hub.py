@@ -46,8 +46,6 @@ import pwd
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 import uuid
 
 import harness as h
@@ -72,24 +70,7 @@ asyncio.set_event_loop(LOOP)
 # ---------------------------------------------------------------- HTTP
 
 
-def request(method, url, token, body=None, timeout=60):
-    """(status, parsed JSON or None) of one request; never raises on HTTP
-    errors."""
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, method=method)
-    req.add_header("Authorization", "token " + token)
-    if data is not None:
-        req.add_header("Content-Type", "application/json")
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            text = r.read()
-            code = r.status
-    except urllib.error.HTTPError as e:
-        text, code = e.read(), e.code
-    try:
-        return code, json.loads(text) if text.strip() else None
-    except ValueError:
-        return code, text[:500]
+request = h.http
 
 
 def hub(method, path, body=None, ok=(200, 201, 202, 204)):
@@ -364,12 +345,15 @@ def restart(k, what):
         assert not left, "%s: after a restart through the server, the old tree is still alive %ss later: %s" % (what, wait, h.describe(left))
     else:
         h.log("stock kernel (%s): %d of the old tree's processes outlived the restart: %s" % (what, len(left), h.describe(left)))
-    # As JupyterLab does after a restart (@jupyterlab/services'
+    # A client that keeps its websocket across the restart sends a cell at
+    # once: its output and idle come back on it (before the relay held a
+    # returning client's request for its iopub subscription, nothing came
+    # back once a spare kernel took the restart over; docs/design.md#a-returning-client).
+    out, reply = k.execute("print('kept', 6*7)", timeout=60)
+    assert reply["status"] == "ok" and "kept 42" in out, "%s: the cell sent on the kept websocket after the restart: %s %r" % (what, reply, out)
+    # Then as JupyterLab does after a restart (@jupyterlab/services'
     # KernelConnection.restart: restartKernel, then reconnect), a fresh
-    # websocket. On the kept one nothing comes back once a spare kernel
-    # took the restart over, though the cell runs; a cold restart answers
-    # on it (docs/operating.md#jupyterhub-with-batchspawner, "Known, not
-    # yet fixed").
+    # websocket.
     k.close()
     k.connect()
     out, reply = k.execute("6*7\nprint('after restart', 6*7)", timeout=120)
