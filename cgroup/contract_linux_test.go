@@ -58,12 +58,6 @@ func contractModes() []contractMode {
 			killed: emptied,
 		}
 	}
-	v1dirs := func(v *V1Tree) []string {
-		if v.PidsDir() == "" {
-			return []string{v.Dir()}
-		}
-		return []string{v.Dir(), v.PidsDir()}
-	}
 	return []contractMode{
 		{
 			name: ModeProc,
@@ -77,31 +71,59 @@ func contractModes() []contractMode {
 		},
 		v2(v2Spawn{cloneInto: true}),
 		v2(v2Spawn{cloneInto: false}),
-		{
-			name: ModeV1,
-			open: func(t *testing.T) (Tree, []string) {
-				freezer, pids := requireFreezer(t)
-				v, err := NewV1Tree(context.Background(), freezer, pids, name(), WithExclude(testReaper.Owns))
-				if err != nil {
-					t.Fatal(err)
-				}
-				return v, v1dirs(v)
-			},
-			start: func(t *testing.T, mode string, extra ...string) (*tree, []string) {
-				freezer, pids := requireFreezer(t)
-				tr, v := startV1Tree(t, freezer, pids, false, mode, extra...)
-				return tr, v1dirs(v)
-			},
-			killed: func(t *testing.T, dirs []string) {
-				if left, err := readProcs(dirs[0]); err != nil || len(left) > 0 {
-					t.Errorf("cgroup.procs after Kill = %v, %v", left, err)
-				}
-				if b, err := os.ReadFile(filepath.Join(dirs[0], "freezer.state")); err != nil || strings.TrimSpace(string(b)) != "THAWED" {
-					t.Errorf("freezer.state after Kill = %q, %v; want THAWED", b, err)
-				}
-			},
-		},
+		v1Mode(name, true),
+		v1Mode(name, false),
 		systemdMode(name, emptied),
+	}
+}
+
+// v1Mode is ModeV1 with the pids cgroup (the kill's fence) or without it
+// (freeze rounds), both of which NewV1Tree can make.
+func v1Mode(name func() string, withPids bool) contractMode {
+	v1dirs := func(v *V1Tree) []string {
+		if v.PidsDir() == "" {
+			return []string{v.Dir()}
+		}
+		return []string{v.Dir(), v.PidsDir()}
+	}
+	dirs := func(t *testing.T) (string, string) {
+		freezer, pids := requireFreezer(t)
+		if withPids && pids == "" {
+			testutil.RequireOrSkip(t, "needs the cgroup v1 pids controller")
+		}
+		if !withPids {
+			pids = ""
+		}
+		return freezer, pids
+	}
+	return contractMode{
+		name: map[bool]string{true: ModeV1, false: ModeV1 + "/no-pids"}[withPids],
+		open: func(t *testing.T) (Tree, []string) {
+			freezer, pids := dirs(t)
+			v, err := NewV1Tree(context.Background(), freezer, pids, name(), WithExclude(testReaper.Owns))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return v, v1dirs(v)
+		},
+		start: func(t *testing.T, mode string, extra ...string) (*tree, []string) {
+			freezer, pids := dirs(t)
+			tr, v := startV1Tree(t, freezer, pids, false, mode, extra...)
+			return tr, v1dirs(v)
+		},
+		killed: func(t *testing.T, dirs []string) {
+			if left, err := readProcs(dirs[0]); err != nil || len(left) > 0 {
+				t.Errorf("cgroup.procs after Kill = %v, %v", left, err)
+			}
+			if b, err := os.ReadFile(filepath.Join(dirs[0], "freezer.state")); err != nil || strings.TrimSpace(string(b)) != "THAWED" {
+				t.Errorf("freezer.state after Kill = %q, %v; want THAWED", b, err)
+			}
+			if len(dirs) > 1 {
+				if b, err := os.ReadFile(filepath.Join(dirs[1], "pids.max")); err != nil || strings.TrimSpace(string(b)) != "max" {
+					t.Errorf("pids.max after Kill = %q, %v; want max", b, err)
+				}
+			}
+		},
 	}
 }
 

@@ -92,17 +92,20 @@
 // "v1" (NewV1Tree) is for hosts without a usable cgroup2 tree. The tree gets
 // a cgroup of its own, tfgpu-NAME, in the v1 freezer hierarchy under the
 // supervisor's own freezer cgroup (V1SelfDir(l, "freezer")), and one of the
-// same name in the pids hierarchy where mounted, for counting (TaskCount).
-// v1 has no CLONE_INTO_CGROUP: Started moves the leader by writing
-// cgroup.procs, which races with the leader's first forks as the v2
-// fallback does, so a proc-mode sweep backs it up (pass
+// same name in the pids hierarchy where mounted, for counting (TaskCount)
+// and for the kill's fence. v1 has no CLONE_INTO_CGROUP: Started moves the
+// leader by writing cgroup.procs, which races with the leader's first
+// forks as the v2 fallback does, so a proc-mode sweep backs it up (pass
 // WithExclude(proc.Reaper.Owns); it needs the child subreaper). v1 has no
-// cgroup.kill, so Kill works in rounds: write FROZEN to freezer.state and
-// poll until it reads FROZEN (no event file; 1 ms growing to 20 ms), so
-// nothing in the cgroup can fork or run; SIGKILL every process in
-// cgroup.procs; write THAWED, because a frozen process does not act on
-// SIGKILL; poll cgroup.procs until empty, and start another round if a
-// process appears that was not signalled; then run the sweep. A leftover
+// cgroup.kill, so Kill works in rounds. With the pids cgroup it writes 0 to
+// pids.max, so nothing in the tree can fork or clone, SIGKILLs every process
+// in cgroup.procs, polls it until empty (a process that was not signalled
+// starts another round), puts pids.max back and runs the sweep; it never
+// freezes, so a supervisor killed during its Kill (an engine's stop) leaves
+// a tree that the engine's own SIGKILL empties. Without the pids cgroup a
+// round writes FROZEN to freezer.state and polls until it reads FROZEN (no
+// event file; 1 ms growing to 20 ms), SIGKILLs, writes THAWED (a frozen
+// process does not act on SIGKILL) and polls as above. A leftover
 // cgroup, even one left FROZEN by a supervisor that died during a Kill, is
 // emptied and reused. Close removes both directories.
 //

@@ -267,17 +267,14 @@ func (t *V1Tree) TaskCount() (int, error) {
 	return n, nil
 }
 
-// Kill empties the freezer cgroup, then runs the sweep. Each round writes
-// FROZEN to freezer.state and polls (v1 has no event file for it) until it
-// reads FROZEN, so that no process of the cgroup can fork or run (for at
-// most freezeWait: a freeze that has not completed by then does not stop
-// the round, it only loses its guarantee to the next round); SIGKILLs
-// every process in cgroup.procs; writes THAWED, so that the frozen
-// processes run and die (a frozen process does not act on SIGKILL); and
-// polls cgroup.procs until it is empty (a process leaves it when it exits,
-// before it is reaped) or lists a process not yet signalled, which starts
-// another round. Polls sleep 1 ms, growing to 20 ms. When ctx ends, the
-// round in progress still signals and thaws, then Kill reports how many
+// Kill empties the freezer cgroup, then runs the sweep. With a pids cgroup
+// (PidsDir) it fences the tree instead of freezing it (killFenced): a kill
+// that is itself killed part-way (the engine's SIGKILL of the supervisor
+// during a stop: podman stop, scancel) must not leave the kernel FROZEN,
+// where its processes neither run nor die until someone thaws them, and in
+// a container no one is left to. Without one it works in freeze rounds
+// (killFrozen). Polls sleep 1 ms, growing to 20 ms. When ctx ends, the
+// round in progress still signals (and thaws), then Kill reports how many
 // processes are left. killed counts the processes signalled, plus those
 // the sweep killed.
 func (t *V1Tree) Kill(ctx context.Context) (int, error) {
@@ -306,6 +303,119 @@ func (t *V1Tree) Kill(ctx context.Context) (int, error) {
 const freezeWait = 500 * time.Millisecond
 
 func (t *V1Tree) killCgroup(ctx context.Context) (int, error) {
+	if t.pidsDir != "" {
+		if restore, err := t.fence(); err == nil {
+			defer restore()
+			if t.fenced() {
+				return t.killFenced(ctx)
+			}
+		}
+	}
+	return t.killFrozen(ctx)
+}
+
+// fenced reports whether every process of the freezer cgroup is in the
+// pids cgroup too, so that the fence holds them: DestroyV1 in another
+// process (root's `stop`) finds the pids cgroup under its own, which need
+// not be the kernel's.
+func (t *V1Tree) fenced() bool {
+	in, err := readProcs(t.dir)
+	if err != nil {
+		return false
+	}
+	held, err := readProcs(t.pidsDir)
+	if err != nil {
+		return false
+	}
+	for _, p := range in {
+		if !slices.Contains(held, p) {
+			return false
+		}
+	}
+	return true
+}
+
+// fence sets the pids cgroup's pids.max to 0, so that no process of the
+// tree can fork or clone (EAGAIN) while it is killed; the processes keep
+// running, so each dies of its SIGKILL whoever sent it, and a supervisor
+// that dies during the kill leaves a tree its engine's own kill empties.
+// restore puts the old pids.max back for the tree's next kernel.
+func (t *V1Tree) fence() (restore func(), err error) {
+	file := filepath.Join(t.pidsDir, "pids.max")
+	old, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	if err := writeFile(file, "0"); err != nil {
+		return nil, err
+	}
+	return func() { _ = writeFile(file, strings.TrimSpace(string(old))) }, nil
+}
+
+// killFenced SIGKILLs every process in cgroup.procs, in rounds, until it is
+// empty (a process leaves it when it exits, before it is reaped): a round
+// ends when cgroup.procs is empty or lists a process not yet signalled (one
+// forked before the fence), which starts another. A cgroup left FROZEN by
+// a supervisor that died during a freeze (an older one, or one without a
+// pids cgroup) is thawed first: a frozen process does not act on SIGKILL.
+func (t *V1Tree) killFenced(ctx context.Context) (int, error) {
+	signalled := map[int]struct{}{}
+	self := os.Getpid()
+	if err := writeFile(filepath.Join(t.dir, "freezer.state"), "THAWED"); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return 0, fmt.Errorf("thaw: %w", err)
+	}
+	for {
+		pids, err := readProcs(t.dir)
+		if errors.Is(err, os.ErrNotExist) {
+			return len(signalled), nil
+		}
+		if err != nil {
+			return len(signalled), err
+		}
+		if len(pids) == 0 {
+			return len(signalled), nil
+		}
+		if testKillRound != nil {
+			testKillRound(t)
+		}
+		var sigErr error
+		for _, pid := range pids {
+			if pid <= 1 || pid == self {
+				continue // never init or the supervisor, whatever the cgroup says
+			}
+			if err := unix.Kill(pid, unix.SIGKILL); err != nil && !errors.Is(err, unix.ESRCH) {
+				if sigErr == nil {
+					sigErr = fmt.Errorf("signal SIGKILL to pid %d: %w", pid, err)
+				}
+				continue
+			}
+			signalled[pid] = struct{}{}
+		}
+		again, err := t.waitEmpty(ctx, signalled)
+		if err != nil {
+			return len(signalled), t.leftErr(fmt.Errorf("waiting for them to exit: %w", err), sigErr)
+		}
+		if !again {
+			return len(signalled), nil
+		}
+	}
+}
+
+// testKillRound, when a test sets it, runs at each kill round's start,
+// after the fence or the freeze: where an engine's SIGKILL of the
+// supervisor would find it.
+var testKillRound func(*V1Tree)
+
+// killFrozen is Kill without a pids cgroup. Each round writes FROZEN to
+// freezer.state and polls (v1 has no event file for it) until it reads
+// FROZEN, so that no process of the cgroup can fork or run (for at most
+// freezeWait: a freeze that has not completed by then does not stop the
+// round, it only loses its guarantee to the next round); SIGKILLs every
+// process in cgroup.procs; writes THAWED, so that the frozen processes run
+// and die; and waits as killFenced does. A supervisor killed between the
+// freeze and the thaw leaves the tree FROZEN: the next supervisor, `stop`
+// or a leftover's NewV1Tree thaws it.
+func (t *V1Tree) killFrozen(ctx context.Context) (int, error) {
 	signalled := map[int]struct{}{}
 	self := os.Getpid()
 	for {
@@ -332,6 +442,9 @@ func (t *V1Tree) killCgroup(ctx context.Context) (int, error) {
 		cancel()
 		if frozenErr != nil && ctx.Err() == nil {
 			frozenErr = nil // not frozen in time: a round without the freeze's guarantee
+		}
+		if testKillRound != nil {
+			testKillRound(t)
 		}
 		pids, err = readProcs(t.dir)
 		var sigErr error

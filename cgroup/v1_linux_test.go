@@ -237,6 +237,67 @@ func TestV1Leftover(t *testing.T) {
 	}
 }
 
+// TestV1KillInterruptedByTheEngine: an engine's stop (podman stop's
+// SIGKILL after its timeout, scancel's) can kill the supervisor during its
+// own Kill, and then SIGKILLs what is left. With a pids cgroup the tree is
+// fenced (pids.max 0), never frozen, so that kill empties it; a freeze
+// there left the kernel FROZEN, its processes in D state for good (seen
+// under podman --privileged with runc on a v1 host).
+func TestV1KillInterruptedByTheEngine(t *testing.T) {
+	freezer, pidsParent := requireFreezer(t)
+	if pidsParent == "" {
+		testutil.RequireOrSkip(t, "needs the cgroup v1 pids controller")
+	}
+	tr, v1 := startV1Tree(t, freezer, pidsParent, false, "daemon")
+	waitReported(t, tr.pidfile, 3)
+	rounds := 0
+	testKillRound = func(k *V1Tree) {
+		if k != v1 {
+			return
+		}
+		rounds++
+		if rounds > 1 {
+			return
+		}
+		if st, err := FreezerState(k.Dir()); err != nil || st != "THAWED" {
+			t.Errorf("freezer.state during the kill: %q, %v; want THAWED", st, err)
+		}
+		if b, err := os.ReadFile(filepath.Join(k.PidsDir(), "pids.max")); err != nil || strings.TrimSpace(string(b)) != "0" {
+			t.Errorf("pids.max during the kill: %q, %v; want 0", b, err)
+		}
+		// The engine's kill, here, where the supervisor died.
+		pids, err := readProcs(k.Dir())
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		for _, p := range pids {
+			syscall.Kill(p, syscall.SIGKILL)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := pollUntil(ctx, func() (bool, error) { left, err := readProcs(k.Dir()); return len(left) == 0, err }); err != nil {
+			left, _ := readProcs(k.Dir())
+			t.Errorf("the engine's SIGKILL during our kill: processes %v still in %s: %v", left, k.Dir(), err)
+		}
+	}
+	defer func() { testKillRound = nil }()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := v1.Kill(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if rounds == 0 {
+		t.Fatal("the kill ran no round")
+	}
+	if b, err := os.ReadFile(filepath.Join(v1.PidsDir(), "pids.max")); err != nil || strings.TrimSpace(string(b)) != "max" {
+		t.Errorf("pids.max after the kill: %q, %v; want max again", b, err)
+	}
+	if alive := aliveIDs(t, readPidfile(t, tr.pidfile)); len(alive) > 0 {
+		t.Errorf("alive after Kill: %v", alive)
+	}
+}
+
 func TestV1Cycles(t *testing.T) {
 	freezer, pidsParent := requireFreezer(t)
 	before := mine(tfgpuCgroups(t, freezer))
