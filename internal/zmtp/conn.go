@@ -45,17 +45,13 @@ type conn struct {
 	sh   *Shared      // the door's; for dialed conns a private one with defaults
 	lim  *Limits
 
-	identity string // the routing identity Recv gives (ROUTER doors; see Door.claim)
-	claimed  string // the identity the client claimed, when it is not random
-	// returning: the identity claimed was kept for this peer's reconnect
-	// (a reservation of this door, or one the previous supervisor left:
-	// Shared.Keep), so the client was connected before.
-	returning bool
-	link      *Link     // dialed through a Link: told when established, and closed
-	peer      peer      // accepted: who is at the other end
-	since     time.Time // accepted: when its handshake ended
-	acct      *recvAcct // accepted: its part of the receive budget
-	mayHold   bool      // iopub: a lagging reader holds the writer up (see Door.WaitRoom)
+	identity string    // the routing identity Recv gives (ROUTER doors; see Door.claim)
+	claimed  string    // the identity the client claimed, when it is not random
+	link     *Link     // dialed through a Link: told when established, and closed
+	peer     peer      // accepted: who is at the other end
+	since    time.Time // accepted: when its handshake ended
+	acct     *recvAcct // accepted: its part of the receive budget
+	mayHold  bool      // iopub: a lagging reader holds the writer up (see Door.WaitRoom)
 
 	mu        sync.Mutex
 	cond      *sync.Cond // progress, close: wakes holdUp
@@ -449,7 +445,7 @@ func (c *conn) subscribe(topic []byte, on bool) error {
 			delta = 1
 		}
 	}
-	first, last := delta > 0 && len(c.subs) == 1, delta < 0 && len(c.subs) == 0
+	first := delta > 0 && len(c.subs) == 1
 	if c.everSub || delta <= 0 {
 		replay = nil // it had what it subscribed to as it came: no copy twice
 	}
@@ -457,12 +453,6 @@ func (c *conn) subscribe(topic []byte, on bool) error {
 	c.mu.Unlock()
 	if delta != 0 && c.door != nil {
 		c.door.topic(t, delta) // the door's lock is never taken under ours
-		switch {
-		case first:
-			c.door.peerSubscribed(c.peer.key, 1)
-		case last:
-			c.door.peerSubscribed(c.peer.key, -1)
-		}
 	}
 	if first {
 		for _, m := range replay { // nil but for the first subscription ever

@@ -47,9 +47,7 @@
 //     reports it, [Shared.OwnedChanged] says when the held ones changed,
 //     and [Shared.Keep], called before [Bind], has the next supervisor's
 //     doors refuse other peers' claims as the old ones would have, so a
-//     restart opens no window to take a client's identity. [Door.Returning]
-//     tells a connection of the kernel's owner that claimed an identity
-//     kept for it, and [Door.WaitSubscriber] when a user's SUB is back.
+//     restart opens no window to take a client's identity.
 //   - CurveZMQ (RFC 26), when [Shared.UseCurve] has the server's key pair
 //     (curve.go, curve_conn.go): the handshake on the handshake goroutine,
 //     then every frame sealed on its way out, encrypted in the one buffer

@@ -57,11 +57,6 @@ type Door struct {
 	// when a topic gains its first subscriber (OnSubscribe).
 	topics      map[string]int
 	onSubscribe func(topic []byte)
-	// PUB: how many connections of each peer subscribe to anything, and
-	// a channel closed (then replaced) when a peer gains its first
-	// (WaitSubscriber).
-	subPeers map[string]int
-	subWake  chan struct{}
 	// PUB: what was published since the bind, until replayUntil and up to
 	// QueueLimit bytes, for each connection's first subscription (replay);
 	// under sendMu. replaying is false once the window is over.

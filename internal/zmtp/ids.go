@@ -2,7 +2,6 @@ package zmtp
 
 import (
 	"crypto/rand"
-	"os"
 	"time"
 )
 
@@ -52,7 +51,6 @@ func (d *Door) claim(c *conn, id []byte) error {
 				"socket", d.name, "peer", c.RemoteAddr().String(), "who", c.peer.key, "holder", r.peer)
 			return protoErr("identity reserved for its holder's reconnect")
 		}
-		c.returning = time.Now().Before(r.until)
 		delete(d.reserved, key)
 	}
 	h := d.holders[key]
@@ -160,26 +158,6 @@ func (d *Door) forget(c *conn, subs map[string]int) {
 	for t := range subs {
 		d.topic(t, -1)
 	}
-	if len(subs) > 0 {
-		d.peerSubscribed(c.peer.key, -1)
-	}
-}
-
-// Returning reports, for the routing identity rid of a message Recv gave,
-// whether its connection claimed an identity kept for its peer's
-// reconnect (a client connected before, to this door or to the previous
-// supervisor's), and that peer. Only a client of the kernel's owner, or
-// with CURVE one that has the key, is one: as with iopub's hold (admit),
-// what the relay does for a returning client (a short hold of its request)
-// is never another user's to spend.
-func (d *Door) Returning(rid []byte) (peer string, ok bool) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	c := d.ids[string(rid)]
-	if c == nil || !c.returning || (d.sh.curve == nil && c.peer.uid != os.Geteuid()) {
-		return "", false
-	}
-	return c.peer.key, true
 }
 
 // reserveLocked keeps id for peer until until. Past maxReserved, expired

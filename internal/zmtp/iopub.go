@@ -47,53 +47,6 @@ func (d *Door) topic(t string, delta int) {
 	}
 }
 
-// peerSubscribed counts a connection of peer subscribing to its first
-// topic (+1) or cancelling its last (-1), and wakes WaitSubscriber.
-func (d *Door) peerSubscribed(peer string, delta int) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.subPeers == nil {
-		d.subPeers = map[string]int{}
-	}
-	d.subPeers[peer] += delta
-	if d.subPeers[peer] <= 0 {
-		delete(d.subPeers, peer)
-		return
-	}
-	if delta > 0 && d.subWake != nil {
-		close(d.subWake)
-		d.subWake = nil
-	}
-}
-
-// WaitSubscriber blocks, on a PUB door, until a connection of peer (as
-// Returning names it) subscribes to something, and reports whether one
-// does; false once ctx ends or the door closes. The relay holds a returning
-// client's first requests for it after a restart, so that what the kernel
-// publishes in answer is not dropped before the client's SUB is back
-// (wrapper/relay.ReturnHold).
-func (d *Door) WaitSubscriber(ctx context.Context, peer string) bool {
-	for {
-		d.mu.Lock()
-		if d.subPeers[peer] > 0 {
-			d.mu.Unlock()
-			return true
-		}
-		if d.subWake == nil {
-			d.subWake = make(chan struct{})
-		}
-		wake := d.subWake
-		d.mu.Unlock()
-		select {
-		case <-wake:
-		case <-ctx.Done():
-			return false
-		case <-d.done:
-			return false
-		}
-	}
-}
-
 // hold1 counts a connection holding the writer up (+1) or letting go (-1).
 func (d *Door) hold1(delta int) {
 	d.mu.Lock()

@@ -1,7 +1,6 @@
 package zmtp
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"slices"
@@ -160,82 +159,5 @@ func TestKeepIsBounded(t *testing.T) {
 		if o.Until.Before(many[100].Until) {
 			t.Fatalf("kept %s (until %v), dropped a later one", o.ID, o.Until)
 		}
-	}
-}
-
-// A client is "returning" when it claims an identity kept for its own
-// peer, from the previous supervisor (Keep) or from its own dropped
-// connection; a fresh identity, a random one and another peer's are not.
-// The PUB door tells when a connection of a peer subscribes
-// (WaitSubscriber), so that the relay can hold a returning client's first
-// request until the client's SUB is back (wrapper/relay.ReturnHold).
-func TestReturningClientAndItsSubscription(t *testing.T) {
-	sh := NewShared(Limits{}, nil)
-	sh.Keep([]Owned{{Socket: "shell", ID: "kept", Peer: self(), Until: time.Now().Add(time.Minute)}})
-	shell := bindShell(t, sh)
-	iopub := bindWith(t, "PUB", "iopub", sh, true)
-
-	back := dialRaw(t, shell.addr)
-	back.handshake("DEALER", []byte("kept"))
-	fresh := dialRaw(t, shell.addr)
-	fresh.handshake("DEALER", []byte("fresh"))
-	waitFor(t, "two connections", func() bool { e, _ := shell.door.Conns(); return e == 2 })
-	if peer, ok := shell.door.Returning([]byte("kept")); !ok || peer != self() {
-		t.Errorf("Returning(kept) = %q, %v; want %q, true (an identity the previous supervisor kept for this peer)", peer, ok, self())
-	}
-	if peer, ok := shell.door.Returning([]byte("fresh")); ok {
-		t.Errorf("Returning(fresh) = %q, true; a first claim is no returning client", peer)
-	}
-	if _, ok := shell.door.Returning([]byte("nobody")); ok {
-		t.Error("Returning of an identity no connection holds")
-	}
-
-	// Its own reconnect within one supervisor returns too.
-	fresh.c.Close()
-	waitFor(t, "the fresh identity kept", func() bool {
-		o, ok := owned(sh, "shell", "fresh")
-		return ok && o.Until.Before(time.Now().Add(time.Minute))
-	})
-	again := dialRaw(t, shell.addr)
-	again.handshake("DEALER", []byte("fresh"))
-	waitFor(t, "the reconnect held", func() bool { _, ok := shell.door.Returning([]byte("fresh")); return ok })
-
-	// No subscriber yet: the wait ends with its context.
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-	if iopub.door.WaitSubscriber(ctx, self()) {
-		t.Error("WaitSubscriber reported a subscriber before any connected")
-	}
-	cancel()
-	// Another peer's subscription does not end this peer's wait; the
-	// peer's own does, whenever it comes.
-	done := make(chan bool, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		done <- iopub.door.WaitSubscriber(ctx, self())
-	}()
-	iopub.door.peerSubscribed("uid:4242", 1) // as a connection of that peer would
-	select {
-	case <-done:
-		t.Fatal("another peer's subscription ended the wait")
-	case <-time.After(100 * time.Millisecond):
-	}
-	sub := dialRaw(t, iopub.addr)
-	sub.handshake("SUB", nil)
-	sub.send(AppendCommand(nil, "SUBSCRIBE", nil))
-	if !<-done {
-		t.Fatal("WaitSubscriber did not report the peer's subscription")
-	}
-	// Once the last subscriber is gone, a new wait waits again.
-	sub.c.Close()
-	waitFor(t, "the subscriber gone", func() bool {
-		iopub.door.mu.Lock()
-		defer iopub.door.mu.Unlock()
-		return iopub.door.subPeers[self()] == 0
-	})
-	ctx, cancel = context.WithTimeout(context.Background(), 50*time.Millisecond)
-	defer cancel()
-	if iopub.door.WaitSubscriber(ctx, self()) {
-		t.Error("WaitSubscriber reported a subscriber that left")
 	}
 }

@@ -482,32 +482,3 @@ func TestIopubHoldIsTheOwnersAndBounded(t *testing.T) {
 		}
 	})
 }
-
-// A returning client's request may be held for its iopub subscription
-// (wrapper/relay.ReturnHold); another user's never is: a real user whose
-// identity the previous supervisor kept for them, and who takes it back,
-// is not Returning, so that no other user can make the relay wait.
-func TestReturningIsTheKernelOwnersOnly(t *testing.T) {
-	u := testutil.NewUser(t, "return", nil)
-	theirs, mine := randomID(), randomID()
-	sh := NewShared(Limits{}, nil)
-	sh.Keep([]Owned{
-		{Socket: "shell", ID: theirs, Peer: "uid:" + strconv.Itoa(u.UID), Until: time.Now().Add(time.Minute)},
-		{Socket: "shell", ID: mine, Peer: self(), Until: time.Now().Add(time.Minute)},
-	})
-	b := bindShell(t, sh)
-	a := startAttack(t, u, "claim", b.addr, theirs)
-	waitFor(t, "the other user holding the identity kept for them", func() bool {
-		o, ok := owned(sh, "shell", theirs)
-		return ok && o.Peer == "uid:"+strconv.Itoa(u.UID) && o.Until.After(time.Now().Add(time.Hour/2))
-	})
-	if peer, ok := b.door.Returning([]byte(theirs)); ok {
-		t.Errorf("another user's client is Returning (%s): its requests could be held", peer)
-	}
-	own := dialRaw(t, b.addr)
-	own.handshake("DEALER", []byte(mine))
-	waitFor(t, "the owner's returning client", func() bool { _, ok := b.door.Returning([]byte(mine)); return ok })
-	// That the other user holds its identity (the wait above, from the
-	// door's own record) is what shows the attack ran.
-	a.stop(t)
-}

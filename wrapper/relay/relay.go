@@ -154,13 +154,12 @@ func outerType(ch jmsg.Channel) string {
 // zmtp.Door that checks every peer (docs/local-peers.md).
 type Outer struct {
 	doors [5]*zmtp.Door
-	bound time.Time // when Bind made them: a returning client's hold counts from it
 }
 
 // Bind binds the five sockets the connection file asks for. Failure
 // names the channel and endpoint.
 func Bind(ci *jmsg.ConnInfo, sh *zmtp.Shared) (*Outer, error) {
-	o := &Outer{bound: time.Now()}
+	o := &Outer{}
 	for _, ch := range jmsg.Channels {
 		ep := ci.Endpoint(ch)
 		d, err := zmtp.Bind(outerType(ch), ch.String(), ep, sh, ch == jmsg.IOPub)
@@ -421,52 +420,11 @@ func (r *Relay) outerPump(ch jmsg.Channel, inspect func([][]byte)) {
 			}
 			return
 		}
-		if ch == jmsg.Shell || ch == jmsg.Control {
-			r.awaitReturning(src, frames[0])
-		}
 		if inspect != nil {
 			inspect(frames)
 		}
 		r.toKernel(ch, frames)
 	}
-}
-
-// ReturnHold is how long after the doors are bound a returning client's
-// request waits for the client's iopub subscription.
-//
-// A client kept across a restart (a jupyter_client KernelClient, a
-// websocket jupyter_server keeps) reconnects each of its sockets ~100 ms
-// after the old supervisor closed them; its DEALER delivers the request it
-// queued meanwhile as soon as it is back, and a spare kernel answers at
-// once, while its SUB may come back a reconnect interval later. PUB drops
-// what no one subscribes to, so the cell's output and its idle status
-// were lost (3 restarts of 6 with the spare; issue 36's hub test). So a
-// request from a connection that claimed an identity kept for its peer
-// (zmtp.Door.Returning: the kernel owner's, or with CURVE one that has
-// the key) waits until a connection of the same peer subscribes on iopub,
-// and never past ReturnHold after the bind: another user's client never
-// waits, and the owner's own client with no SUB at all delays requests by
-// no more than that, once per start.
-const ReturnHold = 2 * time.Second
-
-// awaitReturning holds a request from the connection with routing
-// identity rid until its peer subscribes on iopub, when it is a returning
-// client's within ReturnHold of the bind.
-func (r *Relay) awaitReturning(src *zmtp.Door, rid []byte) {
-	until := r.outer.bound.Add(ReturnHold)
-	if !time.Now().Before(until) {
-		return
-	}
-	peer, ok := src.Returning(rid)
-	if !ok {
-		return
-	}
-	ctx, cancel := context.WithDeadline(r.ctx, until)
-	defer cancel()
-	t0 := time.Now()
-	subscribed := r.outer.doors[jmsg.IOPub].WaitSubscriber(ctx, peer)
-	r.log.Debug("a returning client's request waited for its iopub subscription",
-		"peer", peer, "subscribed", subscribed, "waited", time.Since(t0).Round(time.Microsecond))
 }
 
 // toKernel sends a client's message to the kernel. A kernel detached while

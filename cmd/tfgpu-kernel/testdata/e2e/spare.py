@@ -26,8 +26,9 @@ is three seconds old, the old one gone; the restart uses the fresh one.
 "kept": a client kept across restarts (a jupyter_client KernelClient, as
 jupyter_server keeps one behind a websocket) sends a cell as soon as
 restart_kernel() returns, four times: the spare, which answers at once, must
-not publish the cell's output and idle before the client's SUB is back
-(wrapper/relay.ReturnHold): each cell's reply, stdout and idle arrive.
+not publish the cell's output and idle to no one before the client's SUB is
+back (iopub replays its first 2 s, zmtp.ReplayFor): each cell's reply,
+stdout and idle arrive.
 
 "gpu" (with the fake NVML): the preloaded module holds a GPU context on
 import, as one that initialises CUDA would: the spare is discarded, logged
