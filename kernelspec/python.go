@@ -104,7 +104,9 @@ var pythonArgPat = regexp.MustCompile(`^-X[a-z0-9_]{1,40}(=[A-Za-z0-9_.]{1,40})?
 // not raised, so the caller can say why a candidate was rejected. It asks
 // ipykernel for the argv of the kernelspec `ipykernel install` would write
 // (install() with a KernelSpecManager that reads the spec instead of
-// installing it; install() removes its temporary directory itself).
+// installing it). install() removes the spec it wrote in a temporary
+// directory but not that directory (ipykernel 6.17 to 7.x): the probe
+// removes it, empty, or each install and doctor would leave one in $TMPDIR.
 const probeScript = `import json, os, platform, sys
 r = {"executable": sys.executable, "prefix": sys.prefix, "base_prefix": getattr(sys, "base_prefix", sys.prefix),
      "conda": os.path.isdir(os.path.join(sys.prefix, "conda-meta")), "version": platform.python_version()}
@@ -121,12 +123,22 @@ except Exception:
 try:
     from ipykernel import kernelspec as ks
     from jupyter_client.kernelspec import KernelSpecManager
+    staged = []
     class Capture(KernelSpecManager):
         def install_kernel_spec(self, source_dir, *args, **kwargs):
+            staged.append(os.path.dirname(os.path.abspath(str(source_dir))))
             with open(os.path.join(source_dir, "kernel.json")) as f:
                 r["argv"] = [str(a) for a in json.load(f).get("argv", [])][:20]
             return source_dir
-    ks.install(kernel_spec_manager=Capture())
+    try:
+        ks.install(kernel_spec_manager=Capture())
+    finally:
+        for d in staged:
+            if d.endswith("_kernels"):
+                try:
+                    os.rmdir(d)
+                except OSError:
+                    pass
 except Exception:
     pass
 sys.stdout.write("\n" + json.dumps(r) + "\n")

@@ -80,6 +80,21 @@ func TestPythonProbe(t *testing.T) {
 	}
 }
 
+// ipykernel's install() leaves the empty temporary directory it wrote its
+// spec in; the probe, which runs at every install and doctor, must not.
+func TestPythonProbeLeavesNoTemporaryDirectory(t *testing.T) {
+	systemPython(t)
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	py, err := ProbePython(context.Background(), FallbackPython)
+	if err != nil || py.IPykernel == "" {
+		t.Fatalf("ProbePython = %+v, %v", py, err)
+	}
+	if left, _ := os.ReadDir(tmp); len(left) > 0 {
+		t.Errorf("the probe left %v in TMPDIR", left)
+	}
+}
+
 func TestPythonProbeTimeout(t *testing.T) {
 	old := ProbeTimeout
 	ProbeTimeout = 200 * time.Millisecond
