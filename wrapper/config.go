@@ -46,6 +46,7 @@ type Config struct {
 	StateDir       string        // where state files go; "": record.DefaultDir()
 	MemoryLimit    int64         // bytes the kernel's tree may use; 0: no limit
 	GPUMemoryLimit int64         // bytes of GPU memory the tree may hold (all watched devices); 0: no limit
+	OOMDetails     bool          // a GPU out-of-memory explanation names other users' pids and commands (oom.View.Details)
 	NVMLLibrary    string        // NVML to load; "": libnvidia-ml.so.1 through the dynamic loader
 	ConfirmTimeout time.Duration // how long to wait for NVML to release a dead tree's GPU memory
 	Limits         zmtp.Limits   // what a client's connection may make the supervisor hold; zero: defaults

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"os/exec"
 	"strings"
 	"syscall"
@@ -142,6 +143,12 @@ func fakeKernel(connPath string) int {
 			shell <- m
 		}
 	}()
+	var heldDevices []*os.File // fake GPUs held ("hold"), open for the kernel's life
+	defer func() {
+		for _, f := range heldDevices {
+			f.Close()
+		}
+	}()
 	for {
 		var m zmq4.Msg
 		var onControl bool
@@ -195,6 +202,29 @@ func fakeKernel(connPath string) int {
 				for i := 0; i < n; i++ {
 					send(jmsg.IOPub, topic("stream"), "stream", p.Header, map[string]any{"name": "stdout", "text": text})
 				}
+			case strings.HasPrefix(c.Code, "hold "):
+				// Holds fake GPU N with MIB registered, as holder.py does
+				// (internal/gpu/gputest), for the kernel's life.
+				var dev, mib int
+				fmt.Sscan(strings.TrimPrefix(c.Code, "hold "), &dev, &mib)
+				root := os.Getenv("FAKE_NVML_ROOT")
+				held, err := os.OpenFile(filepath.Join(root, fmt.Sprintf("nvidia%d", dev)), os.O_RDWR, 0)
+				if err == nil {
+					heldDevices = append(heldDevices, held)
+					err = os.WriteFile(filepath.Join(root, "ctx", fmt.Sprintf("%d.%d", os.Getpid(), dev)), []byte(fmt.Sprint(mib<<20)), 0o644)
+				}
+				send(jmsg.IOPub, topic("stream"), "stream", p.Header, map[string]any{"name": "stdout", "text": fmt.Sprint("held ", err)})
+			case strings.HasPrefix(c.Code, "error "):
+				// An error as ipykernel publishes one: ename, evalue and
+				// a traceback with IPython's colours.
+				ename, evalue, _ := strings.Cut(strings.TrimPrefix(c.Code, "error "), ": ")
+				send(jmsg.IOPub, topic("error"), "error", p.Header, map[string]any{"ename": ename, "evalue": evalue,
+					"traceback": []string{"\x1b[0;31m---------------------------------------------------------------------------\x1b[0m",
+						"\x1b[0;31m" + ename + "\x1b[0m: " + evalue}})
+				send(jmsg.Shell, p.Idents, "execute_reply", p.Header, map[string]any{"status": "error",
+					"execution_count": 1, "ename": ename, "evalue": evalue, "traceback": []string{}})
+				send(jmsg.IOPub, topic("status"), "status", p.Header, map[string]any{"execution_state": "idle"})
+				continue
 			case c.Code == "spawn":
 				send(jmsg.IOPub, topic("stream"), "stream", p.Header, map[string]any{"name": "stdout", "text": fmt.Sprint(spawnSleeper())})
 			default:

@@ -126,6 +126,9 @@ func (s *supervisor) loop(ctx context.Context, exited <-chan proc.ExitStatus) in
 		case ask := <-s.usagec:
 			ask <- s.usageNow()
 
+		case ask := <-s.oomc:
+			ask.answer <- s.oomText(ask.fw)
+
 		case <-s.limitKick():
 			s.cellStarted()
 

@@ -50,6 +50,7 @@ type supervisor struct {
 	gpu       *gpuCheck              // the GPU policy (gpu.go)
 	limit     *gpuLimit              // the GPU memory limit (gpulimit.go); nil without one
 	usagec    chan chan usageFigures // the relay's usage_reply asks the loop (usage.go)
+	oomc      chan oomAsk            // the relay's GPU out-of-memory explanation asks the loop (oom.go)
 	usageAt   usagePoint             // the tree's CPU time at the last usage figures
 	watch     *watcher               // the watcher's pipe (watcher.go); nil when it could not start
 	marker    string                 // proc.MarkerEnv of the kernel's tree
@@ -386,8 +387,9 @@ func (s *supervisor) started(ctx context.Context, warning string) {
 	s.startTracking(ctx)
 	s.onExit(func() { s.dir.Remove(s.id) })
 	s.usagec, s.usageAt = make(chan chan usageFigures), usagePoint{at: time.Now(), cpu: cgroup.TreeCPU(s.tree)}
+	s.oomc = make(chan oomAsk)
 	s.relay = relay.New(ctx, s.outer, s.inner, s.signer, s.events,
-		relay.Hooks{Activity: s.activityChanged, Usage: s.usageHook}, s.log)
+		relay.Hooks{Activity: s.activityChanged, Usage: s.usageHook, CellError: s.cellErrorHook}, s.log)
 	s.relay.SetKernelID(s.id)
 	s.onExit(s.relay.CloseInner)
 	if warning != "" {

@@ -187,6 +187,21 @@ func (n *NVML) Holders() ([]Holder, error) {
 	return out, nil
 }
 
+// Free is the memory NVML says is free on a watched device now (it counts
+// the driver's own use, which no process entry shows).
+func (n *NVML) Free(d Device) (uint64, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed {
+		return 0, errors.New("NVML session closed")
+	}
+	mem, ret := d.handle.GetMemoryInfo()
+	if ret != nvml.SUCCESS {
+		return 0, fmt.Errorf("GPU%d memory: %s", d.Index, errorString(n.lib, ret))
+	}
+	return mem.Free, nil
+}
+
 // Persistence says per watched device whether persistence mode is on, or
 // an error where NVML cannot tell.
 func (n *NVML) Persistence(d Device) (bool, error) {

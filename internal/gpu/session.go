@@ -12,6 +12,7 @@ const ConfirmPoll = 25 * time.Millisecond
 type Session interface {
 	Source
 	Devices() []Device
+	Free(Device) (uint64, error)
 	Persistence(Device) (bool, error)
 	// About is the driver version and what could not be checked, or how,
 	// for the log (said once).
@@ -49,6 +50,7 @@ type off struct{ why error }
 
 func (o off) Holders() ([]Holder, error)       { return nil, o.why }
 func (o off) Devices() []Device                { return nil }
+func (o off) Free(Device) (uint64, error)      { return 0, o.why }
 func (o off) Persistence(Device) (bool, error) { return false, o.why }
 func (o off) About() (string, []string)        { return "", nil }
 func (o off) Err() error                       { return o.why }

@@ -106,6 +106,7 @@ func Config(name string, args []string) (wrapper.Config, int, bool) {
 		GPUMemoryLimit: v.gpuLimit,
 		NVMLLibrary:    rf.nvmlLib,
 		ConfirmTimeout: rf.confirm,
+		OOMDetails:     rf.oomDetails,
 		Limits:         zmtp.Limits{MaxMessage: v.maxMessage},
 		Log:            lg,
 	}, 0, true

@@ -20,7 +20,7 @@ import (
 type Flags struct {
 	level, inner, memLimit, gpuLimit, cg, nvmlLib, maxMsg string
 	grace, killTimeout, confirm, spareMaxAge              time.Duration
-	spare, noSpare                                        bool
+	spare, noSpare, oomDetails                            bool
 	preload                                               string
 }
 
@@ -40,7 +40,7 @@ type Values struct {
 var KernelspecFlags = []string{
 	"cgroup", "memory-limit", "gpu-memory-limit", "confirm-timeout", "shutdown-grace",
 	"kill-timeout", "inner-transport", "nvml-library", "max-message-size", "log-level",
-	"spare", "no-spare", "preload", "spare-max-age",
+	"spare", "no-spare", "preload", "spare-max-age", "oom-details",
 }
 
 // define adds the flags to fs with run's defaults and help.
@@ -58,6 +58,7 @@ func (r *Flags) Define(fs *flag.FlagSet) {
 	fs.BoolVar(&r.noSpare, "no-spare", false, "no spare kernel: every restart starts Python cold (same as --spare=false)")
 	fs.StringVar(&r.preload, "preload", "", "`MODULES` the spare kernel imports before it is needed, comma-separated, e.g. numpy,tensorflow (a module that initialises CUDA on import makes the spare useless)")
 	DurationVar(fs, &r.spareMaxAge, "spare-max-age", wrapper.DefaultSpareMaxAge, "how long a spare kernel waits before it is replaced by a fresh one (what it imported may have changed on disk)")
+	fs.BoolVar(&r.oomDetails, "oom-details", false, "when a cell runs out of GPU memory, name other users' processes holding it by pid and command too, not by user only (what /proc shows the kernel's user either way)")
 	fs.StringVar(&r.maxMsg, "max-message-size", "1G", "the largest message (`SIZE`) a client may send the kernel (all its frames, e.g. a comm's buffers); a client that sends a larger one is disconnected")
 }
 

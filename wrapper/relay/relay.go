@@ -76,6 +76,8 @@ type Relay struct {
 	// shutdownBroadcast: the kernel then published its shutdown_reply on
 	// iopub.
 	shutdownRequested, shutdownBroadcast atomic.Bool
+
+	explained string // the request whose error was explained last (iopub pump only)
 }
 
 // A generation is one kernel's side of the relay: the inner sockets
@@ -114,6 +116,12 @@ type Hooks struct {
 	// kernel (jupyter-resource-usage's question) to add its figures to;
 	// the reply goes on re-signed. It may take a few milliseconds.
 	Usage func(content map[string]any)
+	// CellError is given the content of a verified error message on
+	// iopub (ename, evalue, traceback) and returns text for the cell's
+	// stderr after it, or "" for none. It runs on the iopub pump, which
+	// waits for it: it is called for errors only, and may take a few
+	// milliseconds (the GPU out-of-memory explanation asks NVML).
+	CellError func(content []byte) string
 }
 
 // Event is what the relay tells the supervisor's loop.
@@ -338,6 +346,9 @@ type Cell struct {
 // shutdown_reply there is its last word: the supervisor need not wait for
 // it to exit by itself (docs/design.md#shutdown-and-restart).
 func (r *Relay) afterIOPub(frames [][]byte) {
+	if r.hooks.CellError != nil && len(frames) > 0 && bytes.HasSuffix(frames[0], errorTopic) {
+		r.explainError(frames)
+	}
 	if !r.shutdownRequested.Load() || r.shutdownBroadcast.Load() {
 		return
 	}
@@ -347,6 +358,39 @@ func (r *Relay) afterIOPub(frames [][]byte) {
 		case r.events <- Event{Kind: ShutdownBroadcast, Frames: frames}:
 		case <-r.ctx.Done():
 		}
+	}
+}
+
+// errorTopic ends the topic ipykernel publishes an error under
+// ("kernel.<id>.error"): one comparison with the first frame is all an
+// iopub message that is not an error costs (the relay's benchmark).
+var errorTopic = []byte(".error")
+
+// explainError gives a verified error message's content to the CellError
+// hook and publishes what it returns on the same cell's stderr, right
+// after the error and so before the kernel's idle (the iopub pump waits
+// for it). Once per cell: a kernel that prints many errors for one
+// request gets one explanation.
+func (r *Relay) explainError(frames [][]byte) {
+	p, ok := r.verified(frames, "error")
+	if !ok {
+		return
+	}
+	parent, err := jmsg.Header(p.Parent)
+	if err != nil || parent.MsgID == "" || parent.MsgID == r.explained {
+		return
+	}
+	text := r.hooks.CellError(p.Content)
+	if text == "" {
+		return
+	}
+	r.explained = parent.MsgID
+	h, _ := jmsg.Header(p.Header)
+	topic := bytes.TrimSuffix(frames[0], errorTopic)
+	topic = append(topic[:len(topic):len(topic)], ".stream"...)
+	if err := r.send(jmsg.IOPub, [][]byte{topic}, "stream", p.Parent, h.Session,
+		map[string]any{"name": "stderr", "text": text}); err != nil {
+		r.log.Debug("cannot explain the cell's error", "err", err)
 	}
 }
 

@@ -1,8 +1,8 @@
 // Package oom recognises a GPU out-of-memory error in a Jupyter cell's
 // error reply and writes the short text that tells the user who holds the
-// GPU's memory. It is groundwork: the relay does not call it yet. When it
-// does, the supervisor will call Match on every error reply, and Explain
-// (or Unavailable, when NVML is absent) on a match.
+// GPU's memory. The supervisor calls Match on every verified error message
+// of its kernel's iopub, and Explain (or Unavailable, when NVML is absent)
+// on a match (wrapper/oom.go, docs/design.md#a-gpu-out-of-memory-error-explained).
 //
 // # What it owns
 //

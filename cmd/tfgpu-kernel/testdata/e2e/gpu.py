@@ -58,6 +58,13 @@ argv[1] picks the scenario:
             reporting host pids: the kernel's cgroup is under the pod's, a
             restart's release is confirmed by baseline with the figures, and
             the GPU limit holds (as in limit).
+  oom       a cell ends with a GPU out-of-memory error, PyTorch-shaped
+            (torch.OutOfMemoryError) and TensorFlow-shaped
+            (ResourceExhaustedError, "OOM when allocating"), raised as those
+            frameworks raise them: right after the error, before the idle,
+            the cell's stderr says who holds the GPU, word for word: this
+            kernel, the user's other kernel by notebook with its stop line,
+            another process by user. A ValueError is left alone.
   degraded  no driver, an init failure, memory figures NVML cannot give, a
             driver without the _v3 process lists (E2E_NVML_NOV3_DIR): the
             kernel starts, answers, restarts and shuts down as usual, and
@@ -67,6 +74,7 @@ argv[1] picks the scenario:
 import json
 import os
 import queue
+import re
 import subprocess
 import sys
 import time
@@ -590,5 +598,80 @@ def limitidle():
     km.shutdown_kernel(now=False)
 
 
+TORCH_OOM = r'''
+import types
+torch = types.ModuleType("torch")
+class OutOfMemoryError(RuntimeError):
+    pass
+OutOfMemoryError.__module__ = "torch"
+torch.OutOfMemoryError = OutOfMemoryError
+raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has a total capacity of "
+    "141.00 GiB of which 135.00 GiB is free. Of the allocated memory 1.00 GiB is allocated by PyTorch")
+'''
+
+TF_OOM = r'''
+class ResourceExhaustedError(Exception):
+    pass
+ResourceExhaustedError.__module__ = "tensorflow.python.framework.errors_impl"
+raise ResourceExhaustedError("{{function_node __wrapped__AddV2_device_/job:localhost/replica:0/task:0/device:GPU:0}} "
+    "OOM when allocating tensor with shape[40000,40000] and type float on /job:localhost/replica:0/task:0/device:GPU:0 "
+    "by allocator GPU_0_bfc [Op:AddV2] name: ")
+'''
+
+
+def oom():
+    foreign = foreign_holder(0, 3072)  # a process of this user that is no kernel
+    os.environ["JPY_SESSION_NAME"] = "work/train.ipynb"  # as jupyter_server names the notebook
+    km2, kc2 = h.start_kernel()
+    del os.environ["JPY_SESSION_NAME"]
+    h.track(h.kernel_pid(kc2))
+    hold(kc2, 2048, escapes=False)
+    other = [r for r in ps_json() if r["supervisor_pid"] == km2.provisioner.pid]
+    assert other, "ps --json has no row for the other kernel: %s" % ps_json()
+    other_id = other[0]["kernel_id"]
+    km, kc = h.start_kernel()
+    h.track(h.kernel_pid(kc))
+    hold(kc, 1024, escapes=False)
+
+    def told(r):
+        """The stream text that came between the error and the idle."""
+        types_ = [m["msg_type"] for m in r["msgs"]]
+        assert "error" in types_, "no error message: %s" % types_
+        after = r["msgs"][types_.index("error") + 1:]
+        return "".join(m["content"]["text"] for m in after if m["msg_type"] == "stream" and m["content"]["name"] == "stderr")
+
+    gpu0 = ("GPU0 Fake NVIDIA H200 (GPU-fa4e0000-0000-0000-0000-000000000000): 141 GiB total, 135 GiB free\n"
+            "  3 GiB      user root\n"
+            "  2 GiB      your notebook work/train.ipynb (kernel %s), idle IDLE; free it with: tfgpu-kernel stop %s\n"
+            "  1 GiB      this kernel\n" % (other_id[:8], other_id))
+    gpu1 = "GPU1 Fake NVIDIA H200 (GPU-fa4e0000-0000-0000-0000-000000000001): 141 GiB total, 141 GiB free\n  0 B        this kernel\n"
+    for name, code in (("PyTorch", TORCH_OOM), ("TensorFlow", TF_OOM)):
+        r = h.execute(kc, code, timeout=30)
+        assert r["status"] == "error" and r["idle"], "%s: the cell did not end in an error: %s" % (name, r["status"])
+        got = re.sub(r"idle [0-9dhms]+;", "idle IDLE;", told(r))
+        want = "%s ran out of GPU memory. Who holds it now, largest first:\n" % name + gpu0 + gpu1
+        h.note(**{"told_" + name: got})
+        h.check(got == want, "%s out-of-memory cell was told\n%r\nwant\n%r" % (name, got, want))
+    r = h.execute(kc, "raise ValueError('CUDA out of memory, says the user')", timeout=30)
+    h.check(r["status"] == "error" and told(r) == "", "a ValueError was explained: %r" % told(r))
+
+    # --oom-details (here its variable): the other process by pid and
+    # command too, as /proc shows it (shortened past 60 characters).
+    os.environ["TFGPU_OOM_DETAILS"] = "1"
+    km3, kc3 = h.start_kernel()
+    del os.environ["TFGPU_OOM_DETAILS"]
+    h.track(h.kernel_pid(kc3))
+    with open("/proc/%d/cmdline" % foreign) as f:
+        cmd = f.read().replace("\0", " ").strip()
+    if len(cmd) > 60:
+        cmd = cmd[:57] + "..."
+    r = h.execute(kc3, TORCH_OOM, timeout=30)
+    line = "  3 GiB      user root, pid %d: %s\n" % (foreign, cmd)
+    h.check(line in told(r), "with --oom-details the other process's line is not %r:\n%s" % (line, told(r)))
+    for k, c in ((km, kc), (km2, kc2), (km3, kc3)):
+        c.stop_channels()
+        k.shutdown_kernel(now=False)
+
+
 h.run({"release": release, "timeout": timeout, "pidoffset": pidoffset, "orphan": orphan, "degraded": degraded,
-       "idle": idle, "limit": limit, "limitidle": limitidle, "pod": pod}[SCENARIO])
+       "idle": idle, "limit": limit, "limitidle": limitidle, "pod": pod, "oom": oom}[SCENARIO])

@@ -1,0 +1,155 @@
+package wrapper
+
+import (
+	"encoding/json"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tfgpu/tfgpu-kernel/internal/gpu"
+	"github.com/tfgpu/tfgpu-kernel/internal/gpu/gputest"
+	"github.com/tfgpu/tfgpu-kernel/internal/gpu/oom"
+	"github.com/tfgpu/tfgpu-kernel/internal/jmsg"
+)
+
+// cellOutput runs code and returns what iopub carried for it, in order,
+// until its idle status: "type" or "stream:name:text" per message.
+func (h *harness) cellOutput(code string) []string {
+	h.t.Helper()
+	req, _ := jmsg.Split(h.execute(code, nil))
+	want, _ := jmsg.Header(req.Header)
+	var out []string
+	deadline := time.After(30 * time.Second)
+	for {
+		select {
+		case m := <-h.iopubMsgs:
+			p, err := jmsg.Split(m.Frames)
+			if err != nil {
+				continue
+			}
+			if parent, _ := jmsg.Header(p.Parent); parent.MsgID != want.MsgID {
+				continue
+			}
+			typ, _ := jmsg.MsgType(p.Header)
+			var c struct {
+				Name, Text     string
+				ExecutionState string `json:"execution_state"`
+			}
+			_ = json.Unmarshal(p.Content, &c)
+			switch typ {
+			case "stream":
+				out = append(out, "stream:"+c.Name+":"+c.Text)
+			case "status":
+				out = append(out, "status:"+c.ExecutionState)
+				if c.ExecutionState == "idle" {
+					return out
+				}
+			default:
+				out = append(out, typ)
+			}
+		case <-deadline:
+			h.t.Fatalf("cell %q: no idle within 30 s; iopub so far %q; log:\n%s", code, out, h.stderr)
+		}
+	}
+}
+
+// idleFigure is an idle time in an explanation ("idle 3s;").
+var idleFigure = regexp.MustCompile(`idle [0-9dhms]+;`)
+
+// A cell that ends with a GPU out-of-memory error is told who holds the
+// GPU, on its stderr right after the error and before its idle; another
+// error is left alone; a second error of the same cell is not explained
+// twice. Against the fake NVML, with the supervisor in a process of its
+// own (one NVML library per process: gputest).
+func TestCellOOMExplained(t *testing.T) {
+	f := gputest.New(t, 1, gputest.Full)
+	for _, kv := range f.Env("FAKE_NVML_TOTAL_MEM=" + strconv.Itoa(8<<30)) {
+		k, v, _ := strings.Cut(kv, "=")
+		t.Setenv(k, v)
+	}
+	t.Setenv("TFGPU_NVML_LIBRARY", f.Library())
+	f.Hold(t, 0, 3072) // a process of this user that is no kernel
+	// Another kernel of this user, idle in its notebook, holding 2 GiB.
+	other := "0c9e8d7f-6a5b-4c3d-2e1f-0a9b8c7d6e5f"
+	path := filepath.Join(t.TempDir(), "kernel-"+other+".json")
+	if err := jmsg.WriteFile(path, &jmsg.ConnInfo{Transport: "tcp", IP: "127.0.0.1", Ports: testPorts(t),
+		Key: "9f1b", SignatureScheme: "hmac-sha256"}); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("JPY_SESSION_NAME", "work/train.ipynb") // as jupyter_server gives it: relative to its root
+	b, _ := startExternal(t, path)
+	if out := b.cellOutput("hold 0 2048"); !strings.Contains(strings.Join(out, "|"), "stream:stdout:held <nil>") {
+		t.Fatalf("the other kernel did not hold the fake GPU: %q", out)
+	}
+	t.Setenv("JPY_SESSION_NAME", "")
+	h, _ := startExternal(t, "")
+	if out := h.cellOutput("hold 0 1024"); !strings.Contains(strings.Join(out, "|"), "stream:stdout:held <nil>") {
+		t.Fatalf("the kernel did not hold the fake GPU: %q", out)
+	}
+
+	out := h.cellOutput("error OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has a total capacity of 8 GiB of which 4 GiB is free.")
+	want := []string{"status:busy", "error",
+		"stream:stderr:PyTorch ran out of GPU memory. Who holds it now, largest first:\n" +
+			"GPU0 Fake NVIDIA H200 (GPU-fa4e0000-0000-0000-0000-000000000000): 8 GiB total, 2 GiB free\n" +
+			"  3 GiB      user root\n" +
+			"  2 GiB      your notebook work/train.ipynb (kernel 0c9e8d7f), idle IDLE; free it with: tfgpu-kernel stop " + other + "\n" +
+			"  1 GiB      this kernel\n",
+		"status:idle"}
+	for i := range out { // how long the other kernel has been idle is the clock's
+		out[i] = idleFigure.ReplaceAllString(out[i], "idle IDLE;")
+	}
+	if strings.Join(out, "\x00") != strings.Join(want, "\x00") {
+		t.Errorf("an out-of-memory cell's iopub:\n%q\nwant\n%q", out, want)
+	}
+
+	out = h.cellOutput("error ValueError: CUDA out of memory, said the user")
+	if want := []string{"status:busy", "error", "status:idle"}; strings.Join(out, "\x00") != strings.Join(want, "\x00") {
+		t.Errorf("another error's iopub: %q, want %q", out, want)
+	}
+}
+
+// Without NVML the explanation is one line that says so.
+func TestCellOOMWithoutNVML(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), gputest.SOName)
+	h := startHarnessWith(t, func(c *Config) { c.NVMLLibrary = missing })
+	why := gpu.Connect(missing, "").Err() // the file is missing: nothing is loaded here
+	if why == nil {
+		t.Fatal("NVML opened from a missing file")
+	}
+	out := h.cellOutput("error OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB")
+	want := []string{"status:busy", "error", "stream:stderr:" + oom.Unavailable(why.Error()), "status:idle"}
+	if strings.Join(out, "\x00") != strings.Join(want, "\x00") {
+		t.Errorf("iopub: %q\nwant %q", out, want)
+	}
+}
+
+// Where NVML's pids are not this PID namespace's (a container on a shared
+// GPU host: FAKE_NVML_PID_OFFSET), what the kernel holds is told by the
+// baseline, as its release is confirmed, and everyone else's memory is one
+// figure of processes not visible here.
+func TestCellOOMInAnotherPIDNamespace(t *testing.T) {
+	f := gputest.New(t, 1, gputest.Full)
+	for _, kv := range f.Env("FAKE_NVML_TOTAL_MEM="+strconv.Itoa(8<<30), "FAKE_NVML_PID_OFFSET=4000000") {
+		k, v, _ := strings.Cut(kv, "=")
+		t.Setenv(k, v)
+	}
+	t.Setenv("TFGPU_NVML_LIBRARY", f.Library())
+	f.Hold(t, 0, 3072) // before the kernel starts: in its baseline
+	h, _ := startExternal(t, "")
+	if out := h.cellOutput("hold 0 1024"); !strings.Contains(strings.Join(out, "|"), "stream:stdout:held <nil>") {
+		t.Fatalf("the kernel did not hold the fake GPU: %q", out)
+	}
+	out := h.cellOutput("error OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 GiB")
+	want := []string{"status:busy", "error",
+		"stream:stderr:PyTorch ran out of GPU memory. Who holds it now, largest first:\n" +
+			"GPU0 Fake NVIDIA H200 (GPU-fa4e0000-0000-0000-0000-000000000000): 8 GiB total, 4 GiB free\n" +
+			"  3 GiB      processes not visible here (other containers)\n" +
+			"  1 GiB      this kernel\n",
+		"status:idle"}
+	if strings.Join(out, "\x00") != strings.Join(want, "\x00") {
+		t.Errorf("iopub:\n%q\nwant\n%q", out, want)
+	}
+}
