@@ -1,11 +1,15 @@
 package wrapper
 
 import (
+	"bufio"
 	"encoding/json"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -13,6 +17,7 @@ import (
 	"github.com/tfgpu/tfgpu-kernel/internal/gpu/gputest"
 	"github.com/tfgpu/tfgpu-kernel/internal/gpu/oom"
 	"github.com/tfgpu/tfgpu-kernel/internal/jmsg"
+	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
 
 // cellOutput runs code and returns what iopub carried for it, in order,
@@ -72,6 +77,7 @@ func TestCellOOMExplained(t *testing.T) {
 	}
 	t.Setenv("TFGPU_NVML_LIBRARY", f.Library())
 	f.Hold(t, 0, 3072) // a process of this user that is no kernel
+	theirs := holdAs(t, f, testutil.NewUser(t, "oom", nil), 0, 512)
 	// Another kernel of this user, idle in its notebook, holding 2 GiB.
 	other := "0c9e8d7f-6a5b-4c3d-2e1f-0a9b8c7d6e5f"
 	path := filepath.Join(t.TempDir(), "kernel-"+other+".json")
@@ -93,16 +99,21 @@ func TestCellOOMExplained(t *testing.T) {
 	out := h.cellOutput("error OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has a total capacity of 8 GiB of which 4 GiB is free.")
 	want := []string{"status:busy", "error",
 		"stream:stderr:PyTorch ran out of GPU memory. Who holds it now, largest first:\n" +
-			"GPU0 Fake NVIDIA H200 (GPU-fa4e0000-0000-0000-0000-000000000000): 8 GiB total, 2 GiB free\n" +
+			"GPU0 Fake NVIDIA H200 (GPU-fa4e0000-0000-0000-0000-000000000000): 8 GiB total, 1.5 GiB free\n" +
 			"  3 GiB      user root\n" +
 			"  2 GiB      your notebook work/train.ipynb (kernel 0c9e8d7f), idle IDLE; free it with: tfgpu-kernel stop " + other + "\n" +
-			"  1 GiB      this kernel\n",
+			"  1 GiB      this kernel\n" +
+			"  512 MiB    user " + theirs.name + "\n",
 		"status:idle"}
 	for i := range out { // how long the other kernel has been idle is the clock's
 		out[i] = idleFigure.ReplaceAllString(out[i], "idle IDLE;")
 	}
 	if strings.Join(out, "\x00") != strings.Join(want, "\x00") {
 		t.Errorf("an out-of-memory cell's iopub:\n%q\nwant\n%q", out, want)
+	}
+
+	if text := strings.Join(out, "\n"); strings.Contains(text, strconv.Itoa(theirs.pid)) || strings.Contains(text, "holder.py") {
+		t.Errorf("another user's pid or command shown without --oom-details:\n%s", text)
 	}
 
 	out = h.cellOutput("error ValueError: CUDA out of memory, said the user")
@@ -152,4 +163,55 @@ func TestCellOOMInAnotherPIDNamespace(t *testing.T) {
 	if strings.Join(out, "\x00") != strings.Join(want, "\x00") {
 		t.Errorf("iopub:\n%q\nwant\n%q", out, want)
 	}
+}
+
+// heldBy is a holder of a fake GPU that another user runs.
+type heldBy struct {
+	name string
+	pid  int
+}
+
+// holdAs runs holder.py as u, holding dev with mib MiB, until the test
+// ends: another user's process on the GPU. The fake's root is opened to
+// u (the test's directories are root's alone).
+func holdAs(t *testing.T, f *gputest.Fake, u testutil.User, dev, mib int) heldBy {
+	t.Helper()
+	for _, d := range []string{filepath.Dir(f.Root), f.Root, f.HolderDir} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chmod(filepath.Join(f.Root, "ctx"), 0o1777); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(f.Device(dev), 0o666); err != nil { // a GPU's device file, as /dev/nvidiaN is
+		t.Fatal(err)
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	cmd := exec.Command("/usr/bin/python3", filepath.Join(f.HolderDir, "holder.py"), strconv.Itoa(dev), strconv.Itoa(mib), "--ready-fd", "3")
+	cmd.Env = append(os.Environ(), f.Env()...)
+	cmd.Dir = "/"
+	cmd.ExtraFiles = []*os.File{w}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: u.Cred}
+	var stderr testutil.Buffer
+	cmd.Stderr = &stderr
+	err = cmd.Start()
+	w.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	line, err := bufio.NewReader(r).ReadString('\n')
+	if err != nil {
+		t.Fatalf("%s's holder did not hold GPU %d: %v\n%s", u.Name, dev, err, &stderr)
+	}
+	pid, _ := strconv.Atoi(strings.TrimSpace(line))
+	return heldBy{name: u.Name, pid: pid}
 }
