@@ -12,8 +12,9 @@
 // with interrupt_mode "signal" (the supervisor forwards SIGINT to the
 // kernel's process group), metadata.debugger true,
 // metadata.supported_encryption ["curve"] (the supervisor's outer sockets
-// speak CurveZMQ when the connection file has keys), env
-// TF_FORCE_GPU_ALLOW_GROWTH=true unless the caller overrides it, and
+// speak CurveZMQ when the connection file has keys), env DefaultEnv
+// (TF_FORCE_GPU_ALLOW_GROWTH=true, XLA_PYTHON_CLIENT_PREALLOCATE=false)
+// unless the caller overrides it, and
 // metadata.tfgpu recording the supervisor version and the Python. Keys are
 // written in a fixed order with two-space indentation, so the file is stable
 // and diffable (golden files in testdata/).

@@ -37,7 +37,7 @@ func TestReadPrevious(t *testing.T) {
 	}
 	want := &Previous{Dir: p.Dir, Binary: o.Binary, Python: py.Executable, DisplayName: "GPU box",
 		RunFlags: [][2]string{{"--memory-limit", "8G"}, {"--no-spare", "true"}, {"--gpu-memory-limit", "40G"}},
-		Env:      map[string]string{"CUDA_VISIBLE_DEVICES": "0", "TF_FORCE_GPU_ALLOW_GROWTH": "true"},
+		Env:      map[string]string{"CUDA_VISIBLE_DEVICES": "0", "TF_FORCE_GPU_ALLOW_GROWTH": "true", "XLA_PYTHON_CLIENT_PREALLOCATE": "false"},
 		Kernel:   []string{"/v/bin/python3", "-Xfrozen_modules=off", "-m", "ipykernel_launcher", "-f", "{connection_file}"}}
 	if !reflect.DeepEqual(p, want) {
 		t.Errorf("ReadPrevious =\n%+v, want\n%+v", p, want)

@@ -58,9 +58,12 @@ type Options struct {
 	Replace     bool   // overwrite an existing kernelspec of the same name
 }
 
-// DefaultEnv is the env every tfgpu kernelspec gets unless overridden:
-// without allow-growth TensorFlow grabs nearly all GPU memory at import.
-var DefaultEnv = map[string]string{"TF_FORCE_GPU_ALLOW_GROWTH": "true"}
+// DefaultEnv is the env every tfgpu kernelspec gets unless overridden,
+// so that kernels share a GPU (docs/operating.md#sharing-a-gpu): without
+// allow-growth TensorFlow takes nearly all of a GPU's memory at its first
+// GPU operation, and JAX 75 % of it at its first; each then takes what it
+// needs, as it needs it.
+var DefaultEnv = map[string]string{"TF_FORCE_GPU_ALLOW_GROWTH": "true", "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
 
 // jupyter_client's _kernel_name_pat (kernelspec.py), applied after lower-casing.
 var namePat = regexp.MustCompile(`^[a-z0-9._-]+$`)

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
+	"github.com/tfgpu/tfgpu-kernel/kernelspec"
 )
 
 // installedSpec reads back a kernel.json install wrote.
@@ -134,7 +135,7 @@ func TestInstallUpgradeKeepsWhatWasConfigured(t *testing.T) {
 	r = install("--replace", "--reset")
 	s = readInstalledSpec(t, dir)
 	if r.code != 0 || strings.Contains(r.stdout, "kept") || s.runFlagsOf() != "" || s.DisplayName != "TF-GPU (clean restart)" ||
-		len(s.Env) != 1 || s.Argv[slices.Index(s.Argv, "--")+1] != py {
+		len(s.Env) != len(kernelspec.DefaultEnv) || s.Argv[slices.Index(s.Argv, "--")+1] != py {
 		t.Errorf("--reset: exit %d, %s\n%s%s", r.code, s.raw, r.stdout, r.stderr)
 	}
 }
