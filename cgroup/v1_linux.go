@@ -360,7 +360,6 @@ func (t *V1Tree) fence() (restore func(), err error) {
 // pids cgroup) is thawed first: a frozen process does not act on SIGKILL.
 func (t *V1Tree) killFenced(ctx context.Context) (int, error) {
 	signalled := map[int]struct{}{}
-	self := os.Getpid()
 	if err := writeFile(filepath.Join(t.dir, "freezer.state"), "THAWED"); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return 0, fmt.Errorf("thaw: %w", err)
 	}
@@ -378,19 +377,7 @@ func (t *V1Tree) killFenced(ctx context.Context) (int, error) {
 		if testKillRound != nil {
 			testKillRound(t)
 		}
-		var sigErr error
-		for _, pid := range pids {
-			if pid <= 1 || pid == self {
-				continue // never init or the supervisor, whatever the cgroup says
-			}
-			if err := unix.Kill(pid, unix.SIGKILL); err != nil && !errors.Is(err, unix.ESRCH) {
-				if sigErr == nil {
-					sigErr = fmt.Errorf("signal SIGKILL to pid %d: %w", pid, err)
-				}
-				continue
-			}
-			signalled[pid] = struct{}{}
-		}
+		sigErr := killListed(pids, signalled)
 		again, err := t.waitEmpty(ctx, signalled)
 		if err != nil {
 			return len(signalled), t.leftErr(fmt.Errorf("waiting for them to exit: %w", err), sigErr)
@@ -399,6 +386,27 @@ func (t *V1Tree) killFenced(ctx context.Context) (int, error) {
 			return len(signalled), nil
 		}
 	}
+}
+
+// killListed SIGKILLs pids, never init or the calling supervisor whatever
+// the cgroup says, adds those signalled to signalled, and returns the
+// first error but ESRCH (gone already).
+func killListed(pids []int, signalled map[int]struct{}) error {
+	var sigErr error
+	self := os.Getpid()
+	for _, pid := range pids {
+		if pid <= 1 || pid == self {
+			continue
+		}
+		if err := unix.Kill(pid, unix.SIGKILL); err != nil && !errors.Is(err, unix.ESRCH) {
+			if sigErr == nil {
+				sigErr = fmt.Errorf("signal SIGKILL to pid %d: %w", pid, err)
+			}
+			continue
+		}
+		signalled[pid] = struct{}{}
+	}
+	return sigErr
 }
 
 // testKillRound, when a test sets it, runs at each kill round's start,
@@ -417,7 +425,6 @@ var testKillRound func(*V1Tree)
 // or a leftover's NewV1Tree thaws it.
 func (t *V1Tree) killFrozen(ctx context.Context) (int, error) {
 	signalled := map[int]struct{}{}
-	self := os.Getpid()
 	for {
 		pids, err := readProcs(t.dir)
 		if errors.Is(err, os.ErrNotExist) {
@@ -447,19 +454,7 @@ func (t *V1Tree) killFrozen(ctx context.Context) (int, error) {
 			testKillRound(t)
 		}
 		pids, err = readProcs(t.dir)
-		var sigErr error
-		for _, pid := range pids {
-			if pid <= 1 || pid == self {
-				continue // never init or the supervisor, whatever the cgroup says
-			}
-			if err := unix.Kill(pid, unix.SIGKILL); err != nil && !errors.Is(err, unix.ESRCH) {
-				if sigErr == nil {
-					sigErr = fmt.Errorf("signal SIGKILL to pid %d: %w", pid, err)
-				}
-				continue
-			}
-			signalled[pid] = struct{}{}
-		}
+		sigErr := killListed(pids, signalled)
 		if terr := writeFile(filepath.Join(t.dir, "freezer.state"), "THAWED"); terr != nil {
 			return len(signalled), fmt.Errorf("thaw: %w", terr)
 		}

@@ -3,10 +3,12 @@ package wrapper
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -61,6 +63,26 @@ func (h *harness) cellOutput(code string) []string {
 	}
 }
 
+// fakeGPU is one fake GPU of 8 GiB (gputest) for the supervisors this
+// test starts in processes of their own, with knobs.
+func fakeGPU(t *testing.T, knobs ...string) *gputest.Fake {
+	f := gputest.New(t, 1, gputest.Full)
+	for _, kv := range f.Env(append([]string{"FAKE_NVML_TOTAL_MEM=" + strconv.Itoa(8<<30)}, knobs...)...) {
+		k, v, _ := strings.Cut(kv, "=")
+		t.Setenv(k, v)
+	}
+	t.Setenv("TFGPU_NVML_LIBRARY", f.Library())
+	return f
+}
+
+// holdGPU has the fake kernel hold fake GPU dev with mib MiB.
+func (h *harness) holdGPU(dev, mib int) {
+	h.t.Helper()
+	if out := h.cellOutput(fmt.Sprintf("hold %d %d", dev, mib)); !slices.Contains(out, "stream:stdout:held <nil>") {
+		h.t.Fatalf("the kernel did not hold fake GPU %d: %q", dev, out)
+	}
+}
+
 // idleFigure is an idle time in an explanation ("idle 3s;").
 var idleFigure = regexp.MustCompile(`idle [0-9dhms]+;`)
 
@@ -70,12 +92,7 @@ var idleFigure = regexp.MustCompile(`idle [0-9dhms]+;`)
 // twice. Against the fake NVML, with the supervisor in a process of its
 // own (one NVML library per process: gputest).
 func TestCellOOMExplained(t *testing.T) {
-	f := gputest.New(t, 1, gputest.Full)
-	for _, kv := range f.Env("FAKE_NVML_TOTAL_MEM=" + strconv.Itoa(8<<30)) {
-		k, v, _ := strings.Cut(kv, "=")
-		t.Setenv(k, v)
-	}
-	t.Setenv("TFGPU_NVML_LIBRARY", f.Library())
+	f := fakeGPU(t)
 	f.Hold(t, 0, 3072) // a process of this user that is no kernel
 	theirs := holdAs(t, f, testutil.NewUser(t, "oom", nil), 0, 512)
 	// Another kernel of this user, idle in its notebook, holding 2 GiB.
@@ -87,14 +104,10 @@ func TestCellOOMExplained(t *testing.T) {
 	}
 	t.Setenv("JPY_SESSION_NAME", "work/train.ipynb") // as jupyter_server gives it: relative to its root
 	b, _ := startExternal(t, path)
-	if out := b.cellOutput("hold 0 2048"); !strings.Contains(strings.Join(out, "|"), "stream:stdout:held <nil>") {
-		t.Fatalf("the other kernel did not hold the fake GPU: %q", out)
-	}
+	b.holdGPU(0, 2048)
 	t.Setenv("JPY_SESSION_NAME", "")
 	h, _ := startExternal(t, "")
-	if out := h.cellOutput("hold 0 1024"); !strings.Contains(strings.Join(out, "|"), "stream:stdout:held <nil>") {
-		t.Fatalf("the kernel did not hold the fake GPU: %q", out)
-	}
+	h.holdGPU(0, 1024)
 
 	out := h.cellOutput("error OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has a total capacity of 8 GiB of which 4 GiB is free.")
 	want := []string{"status:busy", "error",
@@ -142,17 +155,10 @@ func TestCellOOMWithoutNVML(t *testing.T) {
 // baseline, as its release is confirmed, and everyone else's memory is one
 // figure of processes not visible here.
 func TestCellOOMInAnotherPIDNamespace(t *testing.T) {
-	f := gputest.New(t, 1, gputest.Full)
-	for _, kv := range f.Env("FAKE_NVML_TOTAL_MEM="+strconv.Itoa(8<<30), "FAKE_NVML_PID_OFFSET=4000000") {
-		k, v, _ := strings.Cut(kv, "=")
-		t.Setenv(k, v)
-	}
-	t.Setenv("TFGPU_NVML_LIBRARY", f.Library())
+	f := fakeGPU(t, "FAKE_NVML_PID_OFFSET=4000000")
 	f.Hold(t, 0, 3072) // before the kernel starts: in its baseline
 	h, _ := startExternal(t, "")
-	if out := h.cellOutput("hold 0 1024"); !strings.Contains(strings.Join(out, "|"), "stream:stdout:held <nil>") {
-		t.Fatalf("the kernel did not hold the fake GPU: %q", out)
-	}
+	h.holdGPU(0, 1024)
 	out := h.cellOutput("error OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 GiB")
 	want := []string{"status:busy", "error",
 		"stream:stderr:PyTorch ran out of GPU memory. Who holds it now, largest first:\n" +
