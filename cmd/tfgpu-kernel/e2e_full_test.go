@@ -212,6 +212,7 @@ func e2eSIGKILL(t *testing.T, s *e2eSuite, asUser bool, mode, how string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
 	r := gs.command(ctx, t, "sigkill.py", how)
+	r.sigkilled = true
 	if asUser {
 		u := newLocalUser(t, "sk")
 		// Everything the user's scenario touches: a copy of the binary and

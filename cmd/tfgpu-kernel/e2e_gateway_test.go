@@ -135,7 +135,7 @@ func TestE2EGateway(t *testing.T) {
 	gs := *s
 	gs.wrapped = true // the driver killed what the stock kernel left
 	gs.checkSurvivors(t, tag, nil, time.Now())
-	gs.checkLeftovers(t, xdg)
+	gs.checkLeftovers(t, xdg, false)
 	ps := exec.Command(s.bin, "ps", "--json")
 	ps.Env = env
 	out, err := ps.Output()

@@ -82,7 +82,7 @@ func TestE2EBadConnectionFile(t *testing.T) {
 			err := cmd.Run()
 			took := time.Since(start)
 			s.checkSurvivors(t, tag, nil, time.Now())
-			s.checkLeftovers(t, xdg)
+			s.checkLeftovers(t, xdg, false)
 			if ctx.Err() != nil {
 				t.Fatalf("still running after 20 s; stderr:\n%s", stderr.String())
 			}

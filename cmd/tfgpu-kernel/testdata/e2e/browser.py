@@ -14,8 +14,9 @@ kernel, on the current stack with the fake NVML:
   4. `tfgpu-kernel stop` from outside: the tree is killed and NVML clear,
      the supervisor stays (Lab shows the kernel idle, the server restarts
      nothing), and the next cell runs in a fresh kernel and says why;
-     then Kernel → Shut Down Kernel: nothing of the tree alive, NVML
-     clear, no ps row;
+     a cell that runs out of GPU memory (PyTorch-shaped) shows who holds
+     the GPUs after its traceback; then Kernel → Shut Down Kernel: nothing
+     of the tree alive, NVML clear, no ps row;
   5. (JupyterLab) a notebook on ipykernel's own kernel: no GPU status item;
   6. (JupyterLab) the README's picture, a notebook as a user writes it:
      train.ipynb starts a worker in a session of its own, then a native
@@ -53,6 +54,16 @@ LAB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "browser", 
 os.environ["TFGPU_STATE_DIR"] = os.path.join(h.TMP, "state")
 os.environ["FAKE_NVML_RELEASE_MS"] = "1000"
 
+
+
+# A cell as PyTorch raises its out-of-memory error (torch.OutOfMemoryError).
+TORCH_OOM = """import types
+torch = types.ModuleType("torch")
+class OutOfMemoryError(RuntimeError):
+    pass
+OutOfMemoryError.__module__ = "torch"
+raise OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has a total capacity of 141.00 GiB")
+"""
 
 
 class Browser:
@@ -270,6 +281,16 @@ def steps(srv, b):
     # The fresh kernel holds the GPU again, for the Shut Down's release.
     fourth = sh.hold_pids(b.do("run", json.dumps(sh.HOLD))["output"], "cell after the stop")
     tree3 = {*h.tree_below(sup3), *fourth.values()}
+    # A GPU out-of-memory error, PyTorch-shaped: the cell's output area
+    # shows, after the traceback, who holds the GPUs (here this kernel).
+    oom = b.do("run", json.dumps(TORCH_OOM))["output"]
+    h.note(**{UI + "_oom_output": oom[-1500:]})
+    told = "PyTorch ran out of GPU memory. Who holds it now, largest first:"
+    assert told in oom and oom.index(told) > oom.find("OutOfMemoryError") >= 0, \
+        "the out-of-memory cell's output does not explain it after the error: %r" % oom
+    for want in ("GPU0 Fake NVIDIA H200", "1 GiB      this kernel", "GPU1 Fake NVIDIA H200", "512 MiB    this kernel"):
+        assert want in oom, "the explanation lacks %r: %r" % (want, oom)
+    b.do("shot", UI + "-5b-gpu-oom")
 
     b.do("shutdown")
     check_gone(tree3 | {sup3}, "shutdown", kid, within=10)
