@@ -59,7 +59,9 @@ func TestE2EGateway(t *testing.T) {
 	}
 	stock := exec.Command(s.python, "-m", "ipykernel", "install", "--prefix", prefix, "--name", "python3",
 		"--display-name", "Python 3 (stock ipykernel)")
-	stock.Env = s.env
+	// TMPDIR: ipykernel's install leaves the empty directory it staged
+	// the spec in (kernelspec/python.go); here it goes with the test.
+	stock.Env = append(slices.Clone(s.env), "TMPDIR="+t.TempDir())
 	if out, err := stock.CombinedOutput(); err != nil {
 		t.Fatalf("ipykernel install --prefix %s: %v\n%s", prefix, err, out)
 	}

@@ -262,7 +262,9 @@ func installVenvUser(t *testing.T, mods, wheels string) {
 
 	// What the kernel prints: nothing the stock kernel of the same venv
 	// (ipykernel install --user) does not; no debugpy warning.
-	if code, out, errOut := u.run(withVenv, vpy, "-m", "ipykernel", "install", "--user", "--name", "stock"); code != 0 {
+	// TMPDIR: ipykernel's install leaves the empty directory it staged the
+	// spec in (kernelspec/python.go); in the user's home it goes with the user.
+	if code, out, errOut := u.run(append(slices.Clone(withVenv), "TMPDIR="+u.home), vpy, "-m", "ipykernel", "install", "--user", "--name", "stock"); code != 0 {
 		t.Fatalf("ipykernel install: exit %d\n%s%s", code, out, errOut)
 	}
 	stock, ours := u.kernelPrints(withVenv, vpy, "stock"), u.kernelPrints(withVenv, vpy, "tfgpu")
