@@ -45,6 +45,8 @@ type NVML struct {
 	devices []Device
 	// Notes are what could not be checked, or how, for the log: said once.
 	Notes []string
+	// mig: the library has the MIG queries (migSymbols) that Units uses.
+	mig bool
 
 	mu     sync.Mutex
 	closed bool
@@ -93,6 +95,9 @@ func Open(path, visible string) (*NVML, error) {
 	}
 	if ext.LookupSymbol("nvmlDeviceGetComputeRunningProcesses_v3") != nil {
 		n.Notes = append(n.Notes, "driver without the _v3 process lists; using the older ones")
+	}
+	if n.mig = hasSymbols(lib, migSymbols); !n.mig {
+		n.Notes = append(n.Notes, "NVML without MIG queries; MIG instances are not listed")
 	}
 	n.Driver, _ = lib.SystemGetDriverVersion()
 	all, ret := lib.DeviceGetCount()

@@ -13,6 +13,9 @@ type Session interface {
 	Source
 	Devices() []Device
 	Free(Device) (uint64, error)
+	// Units are the whole GPUs and MIG instances of the watched devices,
+	// with their free memory now (see NVML.Units).
+	Units() ([]Unit, error)
 	Persistence(Device) (bool, error)
 	// About is the driver version and what could not be checked, or how,
 	// for the log (said once).
@@ -51,6 +54,7 @@ type off struct{ why error }
 func (o off) Holders() ([]Holder, error)       { return nil, o.why }
 func (o off) Devices() []Device                { return nil }
 func (o off) Free(Device) (uint64, error)      { return 0, o.why }
+func (o off) Units() ([]Unit, error)           { return nil, o.why }
 func (o off) Persistence(Device) (bool, error) { return false, o.why }
 func (o off) About() (string, []string)        { return "", nil }
 func (o off) Err() error                       { return o.why }
