@@ -17,6 +17,19 @@
 //	FAKE_NVML_PERSISTENCE=0|1   persistence mode (default 1)
 //	FAKE_NVML_DEFAULT_MEM=B     bytes of an unregistered holder (default 256 MiB)
 //	FAKE_NVML_TOTAL_MEM=B       bytes per device (default 141 GiB)
+//	FAKE_NVML_MIG=N:K[,N:K...]  device N is in MIG mode with K MIG devices
+//	                            (1..7); Fake.AddMIG sets it up
+//
+// MIG: MIG device k (0..K-1) of device N is the file Root/nvidiaN-migk; a
+// process holds it exactly while it has that file open, and registers its
+// memory in Root/ctx/<pid>.<N>-mig<k>. It is listed on device N (with
+// gpuInstanceId k, computeInstanceId 0) and its memory counts in device N's
+// used memory as well as in the MIG device's, whose total is device N's / K.
+// MIG handles (nvmlDeviceGetMigDeviceHandleByIndex) have UUID
+// MIG-fa4e00NN-00KK-0000-0000-000000000000 (NN the device index, KK the MIG
+// index, two lowercase hex digits each) and name
+// "Fake NVIDIA H200 MIG <7/K>g.<GiB>gb". nvmlDeviceGetMigMode answers SUCCESS
+// on every device (MIG disabled where the knob does not name it).
 //
 // FAKE_NVML_ROOT and FAKE_NVML_LOG come from Fake.Env; without a root the
 // fake's nvmlInit returns NVML_ERROR_DRIVER_NOT_LOADED. Devices are named
@@ -36,6 +49,7 @@ import (
 	"bytes"
 	_ "embed"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -74,6 +88,9 @@ const (
 	// NoV3 leaves out the _v3 process lists, like a driver before them:
 	// go-nvml must fall back to the _v2 symbols.
 	NoV3
+	// NoMIG leaves out the MIG queries (nvmlDeviceGetMigMode and the
+	// rest), like a driver before MIG: callers must not call them.
+	NoMIG
 )
 
 // nvmlHeaderDir is go-nvml's directory holding nvml.h, from the build list
@@ -108,8 +125,11 @@ func Build(t testing.TB, v Variant) (libDir string) {
 	}
 	args := []string{"-shared", "-fPIC", "-O2", "-Wall", "-Wextra", "-Werror", "-pthread",
 		"-Wl,-soname," + SOName, "-I", inc, "-o", filepath.Join(libDir, SOName), src}
-	if v == NoV3 {
+	switch v {
+	case NoV3:
 		args = append(args, "-DFAKE_NVML_NO_V3")
+	case NoMIG:
+		args = append(args, "-DFAKE_NVML_NO_MIG")
 	}
 	if out, err := exec.Command("gcc", args...).CombinedOutput(); err != nil {
 		t.Fatalf("gputest: compile the fake NVML: gcc %s: %v\n%s", strings.Join(args, " "), err, out)
@@ -124,6 +144,8 @@ type Fake struct {
 	LibDir    string // holds SOName
 	Log       string // FAKE_NVML_LOG: one line per NVML call, see Calls
 	HolderDir string // holds holder.py; Env puts it first on PYTHONPATH
+
+	mig map[int]int // device -> MIG devices, from AddMIG
 }
 
 // New builds the library variant v and creates a root with devices device
@@ -161,19 +183,50 @@ func (f *Fake) Library() string { return filepath.Join(f.LibDir, SOName) }
 // device n (unregistered, so with FAKE_NVML_DEFAULT_MEM) until it closes it.
 func (f *Fake) Device(n int) string { return filepath.Join(f.Root, fmt.Sprintf("nvidia%d", n)) }
 
+// AddMIG puts device n in MIG mode with k MIG devices: it creates their
+// files, nvidiaN-mig0..nvidiaN-mig<k-1> (see MIGDevice), and from then on
+// Env sets FAKE_NVML_MIG for every device given to AddMIG (a knob passed to
+// Env overrides it). Call it before starting the processes that use the fake.
+func (f *Fake) AddMIG(t testing.TB, n, k int) {
+	t.Helper()
+	for i := range k {
+		if err := os.WriteFile(f.MIGDevice(n, i), nil, 0o666); err != nil {
+			t.Fatalf("gputest: %v", err)
+		}
+	}
+	if f.mig == nil {
+		f.mig = map[int]int{}
+	}
+	f.mig[n] = k
+}
+
+// MIGDevice is the path of the file of MIG device k of device n: a process
+// that opens it holds that MIG device until it closes it.
+func (f *Fake) MIGDevice(n, k int) string {
+	return filepath.Join(f.Root, fmt.Sprintf("nvidia%d-mig%d", n, k))
+}
+
 // Env returns the environment entries that point a child process at this
 // fake, followed by knobs ("FAKE_NVML_RELEASE_MS=500", …): use
 // append(os.Environ(), f.Env(…)...), where later entries win. It sets
 // FAKE_NVML_ROOT and FAKE_NVML_LOG, and puts LibDir first on LD_LIBRARY_PATH
 // (NVML loaded by its soname finds the fake) and HolderDir first on
-// PYTHONPATH (a kernel can import holder).
+// PYTHONPATH (a kernel can import holder); after AddMIG, FAKE_NVML_MIG too.
 func (f *Fake) Env(knobs ...string) []string {
-	return append([]string{
+	env := []string{
 		"FAKE_NVML_ROOT=" + f.Root,
 		"FAKE_NVML_LOG=" + f.Log,
 		"LD_LIBRARY_PATH=" + prependPath(f.LibDir, os.Getenv("LD_LIBRARY_PATH")),
 		"PYTHONPATH=" + prependPath(f.HolderDir, os.Getenv("PYTHONPATH")),
-	}, knobs...)
+	}
+	if len(f.mig) > 0 {
+		var migs []string
+		for _, n := range slices.Sorted(maps.Keys(f.mig)) {
+			migs = append(migs, fmt.Sprintf("%d:%d", n, f.mig[n]))
+		}
+		env = append(env, "FAKE_NVML_MIG="+strings.Join(migs, ","))
+	}
+	return append(env, knobs...)
 }
 
 func prependPath(dir, list string) string {
@@ -202,7 +255,8 @@ func (f *Fake) Calls(t testing.TB) []string {
 
 // Hold starts `python3 holder.py dev mib extra…`, a process that holds
 // device dev with mib MiB registered, and returns once it holds. extra takes
-// holder.py's flags --setsid and --ignore-term (--double-fork is not for
+// holder.py's flags --mig K (hold MIG device K of dev instead, see AddMIG),
+// --setsid and --ignore-term (--double-fork is not for
 // Hold: the holder would not be the command; use holder.escape). The test's
 // cleanup kills and reaps it; a test may do so earlier itself.
 func (f *Fake) Hold(t testing.TB, dev, mib int, extra ...string) *exec.Cmd {

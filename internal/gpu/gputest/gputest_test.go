@@ -53,6 +53,23 @@ type snapshot struct {
 	NVML    string
 	CUDA    int
 	Devices []device
+	MIG     []migInfo // per device, where the library has the MIG queries
+}
+
+// migInfo is what the MIG queries say of one device.
+type migInfo struct {
+	Current, Pending int
+	Max              int
+	MaxRet           nvml.Return
+	ByIndex          []nvml.Return // GetMigDeviceHandleByIndex(0..7)
+	Devices          []migDevice   // the handles it gave
+}
+
+type migDevice struct {
+	UUID, Name string
+	Memory     nvml.Memory
+	IsMIG      bool
+	Parent     int // GetIndex of GetDeviceHandleFromMigDeviceHandle
 }
 
 type device struct {
@@ -132,9 +149,43 @@ func look(lib nvml.Interface) (snapshot, error) {
 		d.MPS, ret = h.GetMPSComputeRunningProcesses()
 		ok("GetMPSComputeRunningProcesses", ret)
 		s.Devices = append(s.Devices, d)
+		if lib.Extensions().LookupSymbol("nvmlDeviceGetMigMode") == nil {
+			s.MIG = append(s.MIG, lookMIG(h, ok))
+		}
 	}
 	ok("Shutdown", lib.Shutdown())
 	return s, errors.Join(errs...)
+}
+
+// lookMIG asks the MIG queries of device h, every MIG index up to 7.
+func lookMIG(h nvml.Device, ok func(string, nvml.Return) bool) migInfo {
+	var m migInfo
+	var ret nvml.Return
+	m.Current, m.Pending, ret = h.GetMigMode()
+	ok("GetMigMode", ret)
+	m.Max, m.MaxRet = h.GetMaxMigDeviceCount()
+	for i := range 8 {
+		mh, ret := h.GetMigDeviceHandleByIndex(i)
+		m.ByIndex = append(m.ByIndex, ret)
+		if ret != nvml.SUCCESS {
+			continue
+		}
+		var d migDevice
+		d.UUID, ret = mh.GetUUID()
+		ok("MIG GetUUID", ret)
+		d.Name, ret = mh.GetName()
+		ok("MIG GetName", ret)
+		d.Memory, ret = mh.GetMemoryInfo()
+		ok("MIG GetMemoryInfo", ret)
+		d.IsMIG, ret = mh.IsMigDeviceHandle()
+		ok("IsMigDeviceHandle", ret)
+		if parent, ret := mh.GetDeviceHandleFromMigDeviceHandle(); ok("GetDeviceHandleFromMigDeviceHandle", ret) {
+			d.Parent, ret = parent.GetIndex()
+			ok("parent GetIndex", ret)
+		}
+		m.Devices = append(m.Devices, d)
+	}
+	return m
 }
 
 // observe runs a probe with f's environment plus knobs: a fresh process, so
@@ -370,6 +421,13 @@ func TestInitFailure(t *testing.T) {
 		{name: "FAKE_NVML_INIT_FAIL", knobs: []string{"FAKE_NVML_INIT_FAIL=9"}, want: nvml.ERROR_DRIVER_NOT_LOADED},
 		{name: "no root", knobs: []string{"FAKE_NVML_ROOT="}, want: nvml.ERROR_DRIVER_NOT_LOADED},
 		{name: "bad knob", knobs: []string{"FAKE_NVML_RELEASE_MS=soon"}, want: nvml.ERROR_UNKNOWN},
+	}
+	for _, bad := range []string{"0", "0:", ":1", "0:0", "0:8", "x:1", "0:1,", "0:1,0:2", "0:1;1:1", "-1:1", "1:1", "64:1"} {
+		tests = append(tests, struct {
+			name  string
+			knobs []string
+			want  nvml.Return
+		}{name: "FAKE_NVML_MIG=" + bad, knobs: []string{"FAKE_NVML_MIG=" + bad}, want: nvml.ERROR_UNKNOWN})
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -639,5 +697,94 @@ func TestEscapes(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestMIG: device 1 of 3 in MIG mode with 3 MIG devices, a holder of MIG
+// device 2 and one of the whole device 0. The MIG holder is listed on its
+// parent with its GPU instance, and its memory counts on the parent and on
+// its MIG device only.
+func TestMIG(t *testing.T) {
+	t.Parallel()
+	f := New(t, 3, Full)
+	f.AddMIG(t, 1, 3)
+	whole := f.Hold(t, 0, 100)
+	mig := f.Hold(t, 1, 300, "--mig", "2")
+	if _, err := os.Stat(filepath.Join(f.Root, "ctx", fmt.Sprintf("%d.1-mig2", mig.Process.Pid))); err != nil {
+		t.Errorf("MIG holder's registration: %v", err)
+	}
+
+	s := observe(t, f)
+	wantCompute(t, s, 0, listed(whole.Process.Pid, 100*mib))
+	wantCompute(t, s, 1, nvml.ProcessInfo{Pid: uint32(mig.Process.Pid), UsedGpuMemory: 300 * mib,
+		GpuInstanceId: 2, ComputeInstanceId: 0})
+	wantCompute(t, s, 2)
+	if m := s.Devices[1].Memory; m.Used != 300*mib || m.Total != 141<<30 {
+		t.Errorf("GPU 1 memory = %+v, want 300 MiB of 141 GiB used", m)
+	}
+	if len(s.MIG) != 3 {
+		t.Fatalf("MIG queries of %d devices, want 3", len(s.MIG))
+	}
+	notMIG := migInfo{Current: nvml.DEVICE_MIG_DISABLE, Pending: nvml.DEVICE_MIG_DISABLE, MaxRet: nvml.ERROR_NOT_SUPPORTED,
+		ByIndex: slices.Repeat([]nvml.Return{nvml.ERROR_NOT_SUPPORTED}, 8)}
+	for _, i := range []int{0, 2} {
+		if !reflect.DeepEqual(s.MIG[i], notMIG) {
+			t.Errorf("GPU %d MIG = %+v, want %+v", i, s.MIG[i], notMIG)
+		}
+	}
+	want := migInfo{Current: nvml.DEVICE_MIG_ENABLE, Pending: nvml.DEVICE_MIG_ENABLE, Max: 7, MaxRet: nvml.SUCCESS,
+		ByIndex: []nvml.Return{nvml.SUCCESS, nvml.SUCCESS, nvml.SUCCESS, nvml.ERROR_NOT_FOUND, nvml.ERROR_NOT_FOUND,
+			nvml.ERROR_NOT_FOUND, nvml.ERROR_NOT_FOUND, nvml.ERROR_INVALID_ARGUMENT}}
+	total := uint64(141<<30) / 3
+	for k := range 3 {
+		used := uint64(0)
+		if k == 2 {
+			used = 300 * mib
+		}
+		want.Devices = append(want.Devices, migDevice{
+			UUID:   fmt.Sprintf("MIG-fa4e0001-%04x-0000-0000-000000000000", k),
+			Name:   "Fake NVIDIA H200 MIG 2g.47gb",
+			Memory: nvml.Memory{Total: total, Used: used, Free: total - used},
+			IsMIG:  true, Parent: 1,
+		})
+	}
+	if !reflect.DeepEqual(s.MIG[1], want) {
+		t.Errorf("GPU 1 MIG = %+v\nwant %+v", s.MIG[1], want)
+	}
+	wantCall(t, f.Calls(t), "nvmlDeviceGetMemoryInfo dev=1 mig=2 used=314572800 ret=0")
+
+	kill(t, mig)
+	s = observe(t, f)
+	wantCompute(t, s, 1)
+	if len(s.MIG) != 3 || len(s.MIG[1].Devices) != 3 || s.MIG[1].Devices[2].Memory.Used != 0 {
+		t.Errorf("MIG after its holder died: %+v", s.MIG)
+	}
+}
+
+// Without the MIG symbols (a driver before MIG) the knob's holders still
+// count on their parent device.
+func TestNoMIG(t *testing.T) {
+	t.Parallel()
+	f := New(t, 2, NoMIG)
+	f.AddMIG(t, 1, 2)
+	h := f.Hold(t, 1, 50, "--mig", "1")
+	s := observe(t, f)
+	if len(s.MIG) != 0 {
+		t.Errorf("MIG queries answered by the NoMIG variant: %+v", s.MIG)
+	}
+	wantCompute(t, s, 1, nvml.ProcessInfo{Pid: uint32(h.Process.Pid), UsedGpuMemory: 50 * mib, GpuInstanceId: 1})
+}
+
+// A knob naming several devices, in any order: each gets its MIG devices
+// (handles exist whether or not their files do).
+func TestMIGKnobList(t *testing.T) {
+	t.Parallel()
+	f := New(t, 3, Full)
+	s := observe(t, f, "FAKE_NVML_MIG=2:7,0:1")
+	if len(s.MIG) != 3 || len(s.MIG[0].Devices) != 1 || len(s.MIG[1].Devices) != 0 || len(s.MIG[2].Devices) != 7 {
+		t.Fatalf("MIG = %+v", s.MIG)
+	}
+	if d := s.MIG[2].Devices[6]; d.UUID != "MIG-fa4e0002-0006-0000-0000-000000000000" || d.Name != "Fake NVIDIA H200 MIG 1g.20gb" {
+		t.Errorf("GPU 2 MIG 6 = %+v", d)
 	}
 }

@@ -2,18 +2,20 @@
 
 The fake libnvidia-ml.so.1 (testdata/fakenvml.c) lists a process on device N
 exactly while it has $FAKE_NVML_ROOT/nvidiaN open; the memory it reports is
-the number of bytes registered in $FAKE_NVML_ROOT/ctx/<pid>.<N>. Stdlib only,
-Python 3.11.
+the number of bytes registered in $FAKE_NVML_ROOT/ctx/<pid>.<N>. MIG device K
+of device N (FAKE_NVML_MIG) is the file nvidiaN-migK, registered in
+ctx/<pid>.<N>-mig<K>. Stdlib only, Python 3.11.
 
 In a kernel cell (with this directory on sys.path):
 
     import holder
     holder.hold(0, 512)                 # this process holds 512 MiB on GPU 0
+    holder.hold(1, 256, mig=0)          # and 256 MiB on MIG device 0 of GPU 1
     pid = holder.escape(0, 256, "setsid")  # a holder outside the kernel's group
 
 From a shell or a test:
 
-    python3 holder.py DEV MIB [--setsid | --double-fork] [--ignore-term] [--ready-fd FD]
+    python3 holder.py DEV MIB [--mig K] [--setsid | --double-fork] [--ignore-term] [--ready-fd FD]
 
 holds the device, writes "<pid>\\n" to FD once it does (if given), then sleeps
 until killed.
@@ -26,8 +28,8 @@ import subprocess
 import sys
 
 # Device fds stay open for the life of the process: that is the context.
-_held = {}  # device -> fd
-_registered = {}  # device -> bytes registered for this process
+_held = {}  # target ("N" or "N-migK") -> fd
+_registered = {}  # target -> bytes registered for this process
 _children = []  # Popen objects of escaped holders: one dropped while running warns
 
 
@@ -38,21 +40,25 @@ def _root():
     return root
 
 
-def hold(dev, mib):
+def hold(dev, mib, mig=None):
     """Open device dev (kept open) and register mib more MiB for this process.
+
+    With mig=K it is MIG device K of dev that is held instead (the fake's
+    FAKE_NVML_MIG must give dev more than K MIG devices).
 
     The device is opened before the registration is written: the fake relies
     on that order to tell a new holder from one that has gone.
     """
     root = _root()
-    if dev not in _held:
-        _held[dev] = os.open(os.path.join(root, "nvidia%d" % dev), os.O_RDWR)
-    _registered[dev] = _registered.get(dev, 0) + int(mib) * 1024 * 1024
+    target = "%d" % dev if mig is None else "%d-mig%d" % (dev, mig)
+    if target not in _held:
+        _held[target] = os.open(os.path.join(root, "nvidia" + target), os.O_RDWR)
+    _registered[target] = _registered.get(target, 0) + int(mib) * 1024 * 1024
     pid = os.getpid()
-    ctx = os.path.join(root, "ctx", "%d.%d" % (pid, dev))
-    tmp = os.path.join(root, "ctx", ".tmp.%d.%d" % (pid, dev))
+    ctx = os.path.join(root, "ctx", "%d.%s" % (pid, target))
+    tmp = os.path.join(root, "ctx", ".tmp.%d.%s" % (pid, target))
     with open(tmp, "w") as f:
-        f.write("%d" % _registered[dev])
+        f.write("%d" % _registered[target])
     os.replace(tmp, ctx)  # readers never see a partial number
 
 
@@ -100,6 +106,7 @@ def main(argv):
     ap = argparse.ArgumentParser(description="Hold a fake NVML device until killed.")
     ap.add_argument("dev", type=int)
     ap.add_argument("mib", type=int)
+    ap.add_argument("--mig", type=int, help="hold MIG device K of DEV instead of all of it")
     ap.add_argument("--setsid", action="store_true", help="start a new session first")
     ap.add_argument("--double-fork", action="store_true",
                     help="new session, fork, and let the parent exit (a daemon)")
@@ -113,7 +120,7 @@ def main(argv):
         os._exit(0)
     if args.ignore_term:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    hold(args.dev, args.mib)
+    hold(args.dev, args.mib, args.mig)
     if args.ready_fd is not None:
         os.write(args.ready_fd, b"%d\n" % os.getpid())
         os.close(args.ready_fd)

@@ -33,11 +33,37 @@
  *   FAKE_NVML_DEFAULT_MEM   bytes of an unregistered holder (default 256 MiB)
  *   FAKE_NVML_TOTAL_MEM     bytes per device (default 141 GiB)
  *   FAKE_NVML_PERSISTENCE   0 or 1 (default 1)
+ *   FAKE_NVML_MIG=N:K[,N:K...]  device N is in MIG mode with K MIG devices
+ *                           (1..7; each N once, N < the device count)
  * A malformed knob makes nvmlInit* print the reason on stderr and return
  * NVML_ERROR_UNKNOWN: a test that mistypes a knob must not silently pass.
  *
  * Built with -DFAKE_NVML_NO_V3 the *_v3 process-list symbols are left out,
  * as in a driver that predates them.
+ *
+ * MIG: a device named by FAKE_NVML_MIG has MIG devices 0..K-1 (the index of
+ * nvmlDeviceGetMigDeviceHandleByIndex). A process holds MIG device k of
+ * device N exactly while it has $FAKE_NVML_ROOT/nvidiaN-migk open, and
+ * registers its memory in ctx/<pid>.N-migk (release and .gone stamps as for
+ * a whole device). Such a process is also listed in device N's process lists,
+ * as NVML lists MIG processes on the parent, with gpuInstanceId k and
+ * computeInstanceId 0 (whole-device holders have 0xFFFFFFFF for both), and
+ * counted in device N's used memory. nvmlDeviceGetMigMode answers SUCCESS
+ * for every device: current = pending = NVML_DEVICE_MIG_ENABLE for a MIG
+ * device, NVML_DEVICE_MIG_DISABLE otherwise (a MIG-capable GPU with MIG
+ * off). nvmlDeviceGetMaxMigDeviceCount is 7 on a MIG-mode device (as on
+ * A100/H100) and NOT_SUPPORTED otherwise; nvmlDeviceGetMigDeviceHandleByIndex
+ * gives a handle for index < K, NOT_FOUND for K <= index < 7,
+ * INVALID_ARGUMENT beyond, NOT_SUPPORTED on a device not in MIG mode. MIG
+ * handles answer nvmlDeviceGetUUID ("MIG-fa4e00NN-00KK-0000-0000-000000000000",
+ * NN the device index, KK the MIG index, two lowercase hex digits each),
+ * nvmlDeviceGetName ("Fake NVIDIA H200 MIG <7/K>g.<total/K in GiB>gb"),
+ * nvmlDeviceGetMemoryInfo (total = device total / K, used = its holders'
+ * memory), nvmlDeviceIsMigDeviceHandle and
+ * nvmlDeviceGetDeviceHandleFromMigDeviceHandle; every other device query
+ * takes whole-device handles only (INVALID_ARGUMENT). Built with
+ * -DFAKE_NVML_NO_MIG the five MIG functions are left out, as in a driver
+ * before MIG (the knob and the files still work as above).
  */
 #define _GNU_SOURCE
 #define NVML_NO_UNVERSIONED_FUNC_DEFS 1 /* declare nvmlInit as well as nvmlInit_v2 */
@@ -56,10 +82,13 @@
 #include <unistd.h>
 
 #define MAX_DEVICES 64
+#define MAX_MIG 7 /* MIG devices per GPU, as on A100/H100 */
+#define NO_INSTANCE 0xFFFFFFFFu /* gpuInstanceId of a process not on a MIG device */
 #define MIB (1024ULL * 1024ULL)
 
 struct nvmlDevice_st {
-	unsigned int index;
+	unsigned int index; /* the device's, for a MIG device its parent's */
+	unsigned int mig;   /* 0: the whole device; k+1: its MIG device k */
 };
 
 /* cfg is written only by the init that takes refcount 0 -> 1, under
@@ -73,9 +102,11 @@ static struct {
 	char host_proc[PATH_MAX];
 	int mem_unavailable;
 	int persistence;
+	unsigned int mig[MAX_DEVICES]; /* MIG devices of each device; 0: not in MIG mode */
 } cfg;
 
 static struct nvmlDevice_st devices[MAX_DEVICES];
+static struct nvmlDevice_st mig_devices[MAX_DEVICES * MAX_MIG]; /* device N's k: N*MAX_MIG+k */
 static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
 static int refcount; /* atomic; changed under init_lock */
 static int log_fd = -1;
@@ -176,6 +207,36 @@ static unsigned int host_pid(unsigned int pid)
 	return host;
 }
 
+static int parse_uint(const char *s, const char *end, unsigned long long *out);
+
+/* env_mig parses FAKE_NVML_MIG=N:K[,N:K...] into mig (zeroed first). */
+static int env_mig(unsigned int mig[MAX_DEVICES])
+{
+	const char *s = getenv("FAKE_NVML_MIG"), *p = s;
+
+	memset(mig, 0, MAX_DEVICES * sizeof *mig);
+	if (s == NULL || *s == '\0')
+		return 0;
+	for (;;) {
+		const char *colon = strchr(p, ':'), *end = strchr(p, ',');
+		unsigned long long n, k;
+
+		if (end == NULL)
+			end = p + strlen(p);
+		if (colon == NULL || colon > end || parse_uint(p, colon, &n) != 0 ||
+		    parse_uint(colon + 1, end, &k) != 0 || n >= MAX_DEVICES || k < 1 || k > MAX_MIG ||
+		    mig[n] != 0) {
+			fprintf(stderr, "fakenvml: bad FAKE_NVML_MIG=%s (want N:K[,N:K...], K 1..%d, each N once)\n",
+				s, MAX_MIG);
+			return -1;
+		}
+		mig[n] = (unsigned int)k;
+		if (*end == '\0')
+			return 0;
+		p = end + 1;
+	}
+}
+
 static nvmlReturn_t load_config(void)
 {
 	const char *root = getenv("FAKE_NVML_ROOT");
@@ -190,7 +251,8 @@ static nvmlReturn_t load_config(void)
 	    env_num("FAKE_NVML_MEM_UNAVAILABLE", 0, 1, &unavailable) != 0 ||
 	    env_num("FAKE_NVML_PERSISTENCE", 0, 1, &persistence) != 0 ||
 	    env_num("FAKE_NVML_DEFAULT_MEM", 0, LLONG_MAX, &default_mem) != 0 ||
-	    env_num("FAKE_NVML_TOTAL_MEM", 0, LLONG_MAX, &total_mem) != 0)
+	    env_num("FAKE_NVML_TOTAL_MEM", 0, LLONG_MAX, &total_mem) != 0 ||
+	    env_mig(cfg.mig) != 0)
 		return NVML_ERROR_UNKNOWN;
 	if (fail != 0)
 		return (nvmlReturn_t)fail;
@@ -214,6 +276,16 @@ static nvmlReturn_t load_config(void)
 		if (access(path, F_OK) != 0)
 			break;
 		devices[cfg.count].index = cfg.count;
+	}
+	for (unsigned int n = 0; n < MAX_DEVICES; n++) {
+		if (cfg.mig[n] != 0 && n >= cfg.count) {
+			fprintf(stderr, "fakenvml: bad FAKE_NVML_MIG: no device %u (there are %u)\n", n, cfg.count);
+			return NVML_ERROR_UNKNOWN;
+		}
+		for (unsigned int k = 0; k < MAX_MIG; k++) {
+			mig_devices[n * MAX_MIG + k].index = n;
+			mig_devices[n * MAX_MIG + k].mig = k + 1;
+		}
 	}
 	return NVML_SUCCESS;
 }
@@ -364,6 +436,34 @@ static int device_index(nvmlDevice_t device, unsigned int *index)
 	return 0;
 }
 
+/* any_handle validates a whole-device or MIG handle: index is the (parent)
+ * device, mig 0 for a whole device and k+1 for its MIG device k. */
+static int any_handle(nvmlDevice_t device, unsigned int *index, unsigned int *mig)
+{
+	const struct nvmlDevice_st *d = device.handle;
+
+	if (device_index(device, index) == 0) {
+		*mig = 0;
+		return 0;
+	}
+	if (d == NULL || d < mig_devices || d >= mig_devices + MAX_DEVICES * MAX_MIG ||
+	    d->index >= cfg.count || d->mig == 0 || d->mig > cfg.mig[d->index])
+		return -1;
+	*index = d->index;
+	*mig = d->mig;
+	return 0;
+}
+
+/* who is the log's name of a handle: " dev=N", or " dev=N mig=k". */
+static const char *who(char *buf, size_t len, unsigned int index, unsigned int mig)
+{
+	if (mig == 0)
+		snprintf(buf, len, " dev=%u", index);
+	else
+		snprintf(buf, len, " dev=%u mig=%u", index, mig - 1);
+	return buf;
+}
+
 static nvmlReturn_t device_count(const char *fn, unsigned int *count)
 {
 	if (!initialized())
@@ -418,6 +518,17 @@ nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device)
 	if (device_index(device, &idx) != 0 || (out) == NULL)                 \
 		return traced(__func__, NVML_ERROR_INVALID_ARGUMENT, "")
 
+/* ANY_QUERY is DEVICE_QUERY for getters that MIG handles answer too,
+ * leaving the device in idx and the MIG device (0 or k+1) in mig. */
+#define ANY_QUERY(device, out)                                                \
+	unsigned int idx, mig;                                                \
+	char whom[48];                                                        \
+	if (!initialized())                                                   \
+		return traced(__func__, NVML_ERROR_UNINITIALIZED, "");        \
+	if (any_handle(device, &idx, &mig) != 0 || (out) == NULL)            \
+		return traced(__func__, NVML_ERROR_INVALID_ARGUMENT, "");     \
+	who(whom, sizeof whom, idx, mig)
+
 nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index)
 {
 	DEVICE_QUERY(device, index);
@@ -436,23 +547,31 @@ nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int len
 {
 	char buf[NVML_DEVICE_UUID_V2_BUFFER_SIZE];
 
-	DEVICE_QUERY(device, uuid);
-	format_uuid(buf, sizeof buf, idx);
+	ANY_QUERY(device, uuid);
+	if (mig == 0)
+		format_uuid(buf, sizeof buf, idx);
+	else
+		snprintf(buf, sizeof buf, "MIG-fa4e00%02x-00%02x-0000-0000-000000000000", idx, mig - 1);
 	if (length < strlen(buf) + 1)
-		return traced(__func__, NVML_ERROR_INSUFFICIENT_SIZE, " dev=%u length=%u", idx, length);
+		return traced(__func__, NVML_ERROR_INSUFFICIENT_SIZE, "%s length=%u", whom, length);
 	strcpy(uuid, buf);
-	return traced(__func__, NVML_SUCCESS, " dev=%u", idx);
+	return traced(__func__, NVML_SUCCESS, "%s", whom);
 }
 
 nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length)
 {
-	static const char fake_name[] = "Fake NVIDIA H200";
+	char buf[NVML_DEVICE_NAME_V2_BUFFER_SIZE];
 
-	DEVICE_QUERY(device, name);
-	if (length < sizeof fake_name)
-		return traced(__func__, NVML_ERROR_INSUFFICIENT_SIZE, " dev=%u length=%u", idx, length);
-	strcpy(name, fake_name);
-	return traced(__func__, NVML_SUCCESS, " dev=%u", idx);
+	ANY_QUERY(device, name);
+	if (mig == 0)
+		snprintf(buf, sizeof buf, "Fake NVIDIA H200");
+	else
+		snprintf(buf, sizeof buf, "Fake NVIDIA H200 MIG %ug.%llugb", MAX_MIG / cfg.mig[idx],
+			 (cfg.total_mem / cfg.mig[idx]) >> 30);
+	if (length < strlen(buf) + 1)
+		return traced(__func__, NVML_ERROR_INSUFFICIENT_SIZE, "%s length=%u", whom, length);
+	strcpy(name, buf);
+	return traced(__func__, NVML_SUCCESS, "%s", whom);
 }
 
 nvmlReturn_t nvmlDeviceGetPersistenceMode(nvmlDevice_t device, nvmlEnableState_t *mode)
@@ -467,6 +586,7 @@ nvmlReturn_t nvmlDeviceGetPersistenceMode(nvmlDevice_t device, nvmlEnableState_t
 struct proc {
 	unsigned int pid;
 	unsigned long long mem;
+	unsigned int gi; /* the MIG device held (gpuInstanceId), or NO_INSTANCE */
 };
 
 struct procs {
@@ -487,6 +607,7 @@ static int procs_add(struct procs *p, unsigned int pid, unsigned long long mem)
 	}
 	p->v[p->n].pid = pid;
 	p->v[p->n].mem = mem;
+	p->v[p->n].gi = NO_INSTANCE;
 	p->n++;
 	return 0;
 }
@@ -501,9 +622,11 @@ static int procs_has(const struct procs *p, unsigned int pid)
 
 static int by_pid(const void *a, const void *b)
 {
-	unsigned int x = ((const struct proc *)a)->pid, y = ((const struct proc *)b)->pid;
+	const struct proc *p = a, *q = b;
 
-	return (x > y) - (x < y);
+	if (p->pid != q->pid)
+		return (p->pid > q->pid) - (p->pid < q->pid);
+	return (p->gi > q->gi) - (p->gi < q->gi);
 }
 
 /* parse_uint parses a whole decimal string (no sign, no trailing bytes). */
@@ -548,14 +671,33 @@ static long long now_ms(void)
 	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* registered collects the pids with a ctx/<pid>.<dev> file (mem is unused). */
-static int registered(unsigned int dev, struct procs *out)
+/* target is what a holder holds: a whole device (mig 0) or its MIG device
+ * mig-1. Its files are named after target_name: nvidia<name> and
+ * ctx/<pid>.<name>. */
+struct target {
+	unsigned int dev, mig;
+};
+
+/* target_name is "N" for a whole device, "N-migk" for its MIG device k. */
+static const char *target_name(char *buf, size_t len, struct target t)
 {
-	char path[PATH_MAX + 8];
+	if (t.mig == 0)
+		snprintf(buf, len, "%u", t.dev);
+	else
+		snprintf(buf, len, "%u-mig%u", t.dev, t.mig - 1);
+	return buf;
+}
+
+/* registered collects the pids with a ctx/<pid>.<name> file of target t
+ * (mem is unused). */
+static int registered(struct target t, struct procs *out)
+{
+	char path[PATH_MAX + 8], name[32];
 	struct dirent *e;
 	DIR *d;
 	int rc = 0;
 
+	target_name(name, sizeof name, t);
 	snprintf(path, sizeof path, "%s/ctx", cfg.root);
 	if ((d = opendir(path)) == NULL)
 		return 0; /* no ctx/: nobody registered */
@@ -563,9 +705,11 @@ static int registered(unsigned int dev, struct procs *out)
 		const char *dot = strchr(e->d_name, '.');
 		unsigned long long pid, n;
 
-		if (dot == NULL || parse_uint(e->d_name, dot, &pid) != 0 ||
-		    parse_uint(dot + 1, dot + strlen(dot), &n) != 0 || n != dev || pid > UINT_MAX)
-			continue; /* .gone stamps, temporaries, other devices */
+		if (dot == NULL || parse_uint(e->d_name, dot, &pid) != 0 || pid > UINT_MAX)
+			continue; /* temporaries */
+		if (t.mig == 0 ? parse_uint(dot + 1, dot + strlen(dot), &n) != 0 || n != t.dev
+			       : strcmp(dot + 1, name) != 0)
+			continue; /* .gone stamps, other devices and MIG devices */
 		rc = procs_add(out, (unsigned int)pid, 0);
 	}
 	closedir(d);
@@ -595,15 +739,15 @@ static int holds(unsigned int pid, const char *target)
 	return found;
 }
 
-/* holders collects the pids that have device dev open (mem is unused). */
-static int holders(unsigned int dev, struct procs *out)
+/* holders collects the pids that have target t's file open (mem is unused). */
+static int holders(struct target t, struct procs *out)
 {
-	char target[PATH_MAX + 32];
+	char target[PATH_MAX + 48], name[32];
 	struct dirent *e;
 	DIR *d;
 	int rc = 0;
 
-	snprintf(target, sizeof target, "%s/nvidia%u", cfg.root, dev);
+	snprintf(target, sizeof target, "%s/nvidia%s", cfg.root, target_name(name, sizeof name, t));
 	if ((d = opendir("/proc")) == NULL)
 		return -1;
 	while (rc == 0 && (e = readdir(d)) != NULL) {
@@ -644,26 +788,27 @@ static int releasing(const char *gone)
 	return now_ms() < (long long)stamp + cfg.release_ms;
 }
 
-/* collect lists the processes with a context on device dev, sorted by pid,
- * with their real pids and memory in bytes.
+/* collect lists the processes holding target t, sorted by pid, with their
+ * real pids and memory in bytes.
  *
  * The ctx/ directory is read before /proc: holder.py opens the device before
  * it registers, so a registration seen here belongs to a process that already
  * holds the device, and the /proc scan cannot miss it and release it early. */
-static int collect(unsigned int dev, struct procs *out)
+static int collect(struct target t, struct procs *out)
 {
 	struct procs reg = {0}, live = {0};
-	char ctx[PATH_MAX + 48], gone[PATH_MAX + 56];
+	char ctx[PATH_MAX + 64], gone[PATH_MAX + 72], name[32];
 	unsigned long long mem;
 	int rc;
 
-	rc = registered(dev, &reg);
+	target_name(name, sizeof name, t);
+	rc = registered(t, &reg);
 	if (rc == 0)
-		rc = holders(dev, &live);
+		rc = holders(t, &live);
 	for (size_t i = 0; rc == 0 && i < live.n; i++) {
 		unsigned int pid = live.v[i].pid;
 
-		snprintf(ctx, sizeof ctx, "%s/ctx/%u.%u", cfg.root, pid, dev);
+		snprintf(ctx, sizeof ctx, "%s/ctx/%u.%s", cfg.root, pid, name);
 		if (!procs_has(&reg, pid) || read_number(ctx, &mem) != 0) {
 			mem = cfg.default_mem;
 		} else {
@@ -678,7 +823,7 @@ static int collect(unsigned int dev, struct procs *out)
 
 		if (procs_has(&live, pid))
 			continue;
-		snprintf(ctx, sizeof ctx, "%s/ctx/%u.%u", cfg.root, pid, dev);
+		snprintf(ctx, sizeof ctx, "%s/ctx/%u.%s", cfg.root, pid, name);
 		snprintf(gone, sizeof gone, "%s.gone", ctx);
 		if (releasing(gone) && read_number(ctx, &mem) == 0) {
 			rc = procs_add(out, pid, mem);
@@ -692,6 +837,29 @@ static int collect(unsigned int dev, struct procs *out)
 	free(reg.v);
 	free(live.v);
 	if (out->n > 1)
+		qsort(out->v, out->n, sizeof *out->v, by_pid);
+	return rc;
+}
+
+/* collect_device lists the processes on device dev as NVML does, sorted by
+ * pid: those holding the whole device, then (in a MIG-mode device) those
+ * holding each of its MIG devices, with gi set to the MIG device's index. */
+static int collect_device(unsigned int dev, struct procs *out)
+{
+	int rc = collect((struct target){dev, 0}, out);
+
+	for (unsigned int k = 0; rc == 0 && k < cfg.mig[dev]; k++) {
+		struct procs m = {0};
+
+		rc = collect((struct target){dev, k + 1}, &m);
+		for (size_t i = 0; rc == 0 && i < m.n; i++) {
+			rc = procs_add(out, m.v[i].pid, m.v[i].mem);
+			if (rc == 0)
+				out->v[out->n - 1].gi = k;
+		}
+		free(m.v);
+	}
+	if (rc == 0 && cfg.mig[dev] != 0 && out->n > 1)
 		qsort(out->v, out->n, sizeof *out->v, by_pid);
 	return rc;
 }
@@ -717,7 +885,7 @@ static nvmlReturn_t processes(const char *fn, enum kind kind, int v1,
 		return traced(fn, NVML_ERROR_INVALID_ARGUMENT, "");
 	cap = *count;
 	/* Graphics and MPS clients are not modelled: those lists are empty. */
-	if (kind == COMPUTE && collect(dev, &p) != 0)
+	if (kind == COMPUTE && collect_device(dev, &p) != 0)
 		ret = NVML_ERROR_UNKNOWN;
 	else if (p.n > cap)
 		ret = NVML_ERROR_INSUFFICIENT_SIZE;
@@ -733,8 +901,8 @@ static nvmlReturn_t processes(const char *fn, enum kind kind, int v1,
 			nvmlProcessInfo_v2_t *e = (nvmlProcessInfo_v2_t *)infos + i;
 			e->pid = pid;
 			e->usedGpuMemory = mem;
-			e->gpuInstanceId = 0xFFFFFFFFu; /* not MIG */
-			e->computeInstanceId = 0xFFFFFFFFu;
+			e->gpuInstanceId = p.v[i].gi; /* NO_INSTANCE: not MIG */
+			e->computeInstanceId = p.v[i].gi == NO_INSTANCE ? NO_INSTANCE : 0;
 		}
 	}
 	if (ret == NVML_SUCCESS || ret == NVML_ERROR_INSUFFICIENT_SIZE)
@@ -762,24 +930,84 @@ PROCESS_LIST(nvmlDeviceGetMPSComputeRunningProcesses_v3, MPS, 0, nvmlProcessInfo
 #endif
 
 /* nvmlDeviceGetMemoryInfo: used is the sum of the listed entries (figures
- * reported as unavailable count 0), capped at the total. */
+ * reported as unavailable count 0), capped at the total. A device's entries
+ * include its MIG devices' holders; a MIG device has total / K of its
+ * parent's and counts its own holders. */
 nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
 {
 	struct procs p = {0};
-	unsigned long long used = 0;
+	unsigned long long used = 0, total = cfg.total_mem;
+	int rc;
 
-	DEVICE_QUERY(device, memory);
-	if (collect(idx, &p) != 0) {
+	ANY_QUERY(device, memory);
+	if (mig == 0) {
+		rc = collect_device(idx, &p);
+	} else {
+		rc = collect((struct target){idx, mig}, &p);
+		total /= cfg.mig[idx];
+	}
+	if (rc != 0) {
 		free(p.v);
-		return traced(__func__, NVML_ERROR_UNKNOWN, " dev=%u", idx);
+		return traced(__func__, NVML_ERROR_UNKNOWN, "%s", whom);
 	}
 	for (size_t i = 0; !cfg.mem_unavailable && i < p.n; i++)
 		used += p.v[i].mem;
 	free(p.v);
-	if (used > cfg.total_mem)
-		used = cfg.total_mem;
-	memory->total = cfg.total_mem;
+	if (used > total)
+		used = total;
+	memory->total = total;
 	memory->used = used;
-	memory->free = cfg.total_mem - used;
-	return traced(__func__, NVML_SUCCESS, " dev=%u used=%llu", idx, used);
+	memory->free = total - used;
+	return traced(__func__, NVML_SUCCESS, "%s used=%llu", whom, used);
 }
+
+/* ---- MIG ---------------------------------------------------------------- */
+
+#ifndef FAKE_NVML_NO_MIG
+nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *currentMode, unsigned int *pendingMode)
+{
+	DEVICE_QUERY(device, pendingMode);
+	if (currentMode == NULL)
+		return traced(__func__, NVML_ERROR_INVALID_ARGUMENT, " dev=%u", idx);
+	*currentMode = *pendingMode = cfg.mig[idx] != 0 ? NVML_DEVICE_MIG_ENABLE : NVML_DEVICE_MIG_DISABLE;
+	return traced(__func__, NVML_SUCCESS, " dev=%u mode=%u", idx, *currentMode);
+}
+
+nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device, unsigned int *count)
+{
+	DEVICE_QUERY(device, count);
+	if (cfg.mig[idx] == 0)
+		return traced(__func__, NVML_ERROR_NOT_SUPPORTED, " dev=%u", idx);
+	*count = MAX_MIG;
+	return traced(__func__, NVML_SUCCESS, " dev=%u n=%u", idx, MAX_MIG);
+}
+
+nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device, unsigned int index, nvmlDevice_t *migDevice)
+{
+	DEVICE_QUERY(device, migDevice);
+	if (cfg.mig[idx] == 0)
+		return traced(__func__, NVML_ERROR_NOT_SUPPORTED, " dev=%u mig=%u", idx, index);
+	if (index >= MAX_MIG)
+		return traced(__func__, NVML_ERROR_INVALID_ARGUMENT, " dev=%u mig=%u", idx, index);
+	if (index >= cfg.mig[idx])
+		return traced(__func__, NVML_ERROR_NOT_FOUND, " dev=%u mig=%u", idx, index);
+	migDevice->handle = &mig_devices[idx * MAX_MIG + index];
+	return traced(__func__, NVML_SUCCESS, " dev=%u mig=%u", idx, index);
+}
+
+nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t device, unsigned int *isMigDevice)
+{
+	ANY_QUERY(device, isMigDevice);
+	*isMigDevice = mig != 0;
+	return traced(__func__, NVML_SUCCESS, "%s", whom);
+}
+
+nvmlReturn_t nvmlDeviceGetDeviceHandleFromMigDeviceHandle(nvmlDevice_t migDevice, nvmlDevice_t *device)
+{
+	ANY_QUERY(migDevice, device);
+	if (mig == 0)
+		return traced(__func__, NVML_ERROR_INVALID_ARGUMENT, "%s", whom);
+	device->handle = &devices[idx];
+	return traced(__func__, NVML_SUCCESS, "%s", whom);
+}
+#endif
