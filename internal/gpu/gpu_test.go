@@ -3,10 +3,12 @@ package gpu
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"os/user"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -33,6 +35,7 @@ type probeResult struct {
 	Driver  string
 	Devices []Device
 	Holders []Holder
+	Units   []Unit
 	Notes   []string
 	Persist []bool
 }
@@ -47,6 +50,9 @@ func probe() int {
 		if r.Holders, err = n.Holders(); err != nil {
 			r.Err = err.Error()
 		}
+		if r.Units, err = n.Units(); err != nil {
+			r.Err = err.Error()
+		}
 		for _, d := range n.Devices() {
 			p, _ := n.Persistence(d)
 			r.Persist = append(r.Persist, p)
@@ -54,6 +60,9 @@ func probe() int {
 		n.Close()
 		if _, err := n.Holders(); err == nil {
 			r.Err = "Holders after Close did not fail"
+		}
+		if _, err := n.Units(); err == nil {
+			r.Err = "Units after Close did not fail"
 		}
 	}
 	json.NewEncoder(os.Stdout).Encode(r)
@@ -158,6 +167,73 @@ func TestOpenDegrades(t *testing.T) {
 			t.Fatalf("calls:\n%s", calls)
 		}
 	})
+}
+
+// Units: whole GPUs, and the MIG devices of a GPU in MIG mode, each with
+// its free memory; the MIG holder is listed on its parent GPU.
+func TestUnits(t *testing.T) {
+	f := gputest.New(t, 3, gputest.Full)
+	f.AddMIG(t, 1, 2)
+	a := f.Hold(t, 0, 700)
+	b := f.Hold(t, 1, 300, "--mig", "1")
+	r := look(t, f.Env()...)
+	if r.Err != "" || len(r.Devices) != 3 || len(r.Notes) != 0 {
+		t.Fatalf("Open: %+v", r)
+	}
+	const total, name = uint64(141 << 30), "Fake NVIDIA H200"
+	gpu := func(i int) string { return fmt.Sprintf("GPU-fa4e0000-0000-0000-0000-0000000000%02x", i) }
+	mig := func(k int) string { return fmt.Sprintf("MIG-fa4e0001-%04x-0000-0000-000000000000", k) }
+	want := []Unit{
+		{Device: 0, UUID: gpu(0), Name: name, Total: total, Free: total - 700<<20},
+		{Device: 1, MIG: 1, UUID: mig(0), Name: name + " MIG 3g.70gb", Total: total / 2, Free: total / 2},
+		{Device: 1, MIG: 2, UUID: mig(1), Name: name + " MIG 3g.70gb", Total: total / 2, Free: total/2 - 300<<20},
+		{Device: 2, UUID: gpu(2), Name: name, Total: total, Free: total},
+	}
+	if !slices.Equal(r.Units, want) {
+		t.Errorf("Units:\n%+v\nwant\n%+v", r.Units, want)
+	}
+	wantHolders := []Holder{
+		{Device: 0, UUID: gpu(0), PID: a.Process.Pid, Bytes: 700 << 20},
+		{Device: 1, UUID: gpu(1), PID: b.Process.Pid, Bytes: 300 << 20},
+	}
+	if !slices.Equal(r.Holders, wantHolders) {
+		t.Errorf("Holders %+v, want %+v", r.Holders, wantHolders)
+	}
+
+	// Watching device 1 only: its MIG devices only.
+	r = look(t, append(f.Env(), "GPU_TEST_VISIBLE=1")...)
+	if r.Err != "" || !slices.Equal(r.Units, want[1:3]) {
+		t.Errorf("Units of GPU 1: %+v, %s", r.Units, r.Err)
+	}
+
+	// A MIG-mode GPU without MIG devices offers nothing.
+	r = look(t, f.Env("FAKE_NVML_MIG=1:2,2:1")...)
+	if r.Err != "" || len(r.Units) != 4 || r.Units[3].MIG != 1 || r.Units[3].Total != total {
+		t.Errorf("GPU 2 with one MIG device: %+v, %s", r.Units, r.Err)
+	}
+}
+
+// A driver before MIG: no MIG query is made (go-nvml would crash on the
+// missing symbol), every GPU is whole, and Open says so once.
+func TestUnitsWithoutMIGQueries(t *testing.T) {
+	f := gputest.New(t, 2, gputest.NoMIG)
+	f.AddMIG(t, 1, 2)
+	f.Hold(t, 1, 300, "--mig", "1")
+	r := look(t, f.Env()...)
+	const total = uint64(141 << 30)
+	if r.Err != "" || len(r.Units) != 2 || r.Units[0].Free != total || r.Units[1].MIG != 0 ||
+		r.Units[1].UUID != r.Devices[1].UUID || r.Units[1].Total != total || r.Units[1].Free != total-300<<20 {
+		t.Errorf("Units: %+v, %s", r.Units, r.Err)
+	}
+	if !slices.Equal(r.Notes, []string{"NVML without MIG queries; MIG instances are not listed"}) {
+		t.Errorf("Notes %q", r.Notes)
+	}
+	if calls := strings.Join(f.Calls(t), "\n"); strings.Contains(calls, "Mig") {
+		t.Errorf("MIG queries called:\n%s", calls)
+	}
+	if u, err := Off(errors.New("no NVML")).Units(); u != nil || err == nil {
+		t.Errorf("Off's Units = %v, %v", u, err)
+	}
 }
 
 func TestSelectVisible(t *testing.T) {
