@@ -8,6 +8,7 @@ import (
 
 	"github.com/tfgpu/tfgpu-kernel/cgroup"
 	"github.com/tfgpu/tfgpu-kernel/internal/engine"
+	"github.com/tfgpu/tfgpu-kernel/internal/gpu/place"
 	"github.com/tfgpu/tfgpu-kernel/internal/record"
 	"github.com/tfgpu/tfgpu-kernel/internal/zmtp"
 )
@@ -47,6 +48,7 @@ type Config struct {
 	MemoryLimit    int64         // bytes the kernel's tree may use; 0: no limit
 	GPUMemoryLimit int64         // bytes of GPU memory the tree may hold (all watched devices); 0: no limit
 	OOMDetails     bool          // a GPU out-of-memory explanation names other users' pids and commands (oom.View.Details)
+	GPUs           *place.Spec   // --gpus auto: the GPUs with the most free memory, at every start (place.go); nil: off
 	NVMLLibrary    string        // NVML to load; "": libnvidia-ml.so.1 through the dynamic loader
 	ConfirmTimeout time.Duration // how long to wait for NVML to release a dead tree's GPU memory
 	Limits         zmtp.Limits   // what a client's connection may make the supervisor hold; zero: defaults

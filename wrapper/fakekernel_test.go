@@ -18,6 +18,7 @@ import (
 	"github.com/go-zeromq/zmq4"
 
 	"github.com/tfgpu/tfgpu-kernel/internal/bytesize"
+	"github.com/tfgpu/tfgpu-kernel/internal/gpu/place"
 	"github.com/tfgpu/tfgpu-kernel/internal/jmsg"
 	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 	"github.com/tfgpu/tfgpu-kernel/internal/testutil/fakesystemd"
@@ -38,6 +39,9 @@ import (
 //	  code "exit N"     → os.Exit(N) without replying;
 //	  code "spawn"      → starts a setsid'd grandchild sleeping forever and
 //	                      prints its pid on iopub;
+//	  code "hold DEV MIB" → holds fake GPU DEV with MIB (gputest) for life;
+//	  code "error E: V" → an error message with ename E and evalue V;
+//	  code "env NAME"   → the variable's value on iopub, "(unset)" if unset;
 //	usage_request       → usage_reply with hostname, pid and cpu_count only
 //	                      (ipykernel 7 without psutil);
 //	shutdown_request    → shutdown_reply, exit 0 (unless the signature is bad,
@@ -55,8 +59,12 @@ func TestMain(m *testing.M) {
 		lg := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 		limit, _ := bytesize.Parse(os.Getenv("TFGPU_MEMORY_LIMIT"))
 		confirm, _ := time.ParseDuration(os.Getenv("TFGPU_CONFIRM_TIMEOUT"))
+		var gpus *place.Spec
+		if spec, on, err := place.Parse(os.Getenv("TFGPU_GPUS")); on && err == nil {
+			gpus = &spec
+		}
 		os.Exit(Run(context.Background(), Config{ConnFile: path, Cgroup: os.Getenv("TFGPU_CGROUP"), MemoryLimit: limit,
-			NVMLLibrary: os.Getenv("TFGPU_NVML_LIBRARY"), ConfirmTimeout: confirm,
+			NVMLLibrary: os.Getenv("TFGPU_NVML_LIBRARY"), ConfirmTimeout: confirm, GPUs: gpus,
 			Argv: []string{os.Args[0], "-test.run=^$", "-f", path}, Log: lg}))
 	}
 	if os.Getenv("TFGPU_FAKE_KERNEL") != "" {
@@ -225,6 +233,12 @@ func fakeKernel(connPath string) int {
 					"execution_count": 1, "ename": ename, "evalue": evalue, "traceback": []string{}})
 				send(jmsg.IOPub, topic("status"), "status", p.Header, map[string]any{"execution_state": "idle"})
 				continue
+			case strings.HasPrefix(c.Code, "env "):
+				v, ok := os.LookupEnv(strings.TrimPrefix(c.Code, "env "))
+				if !ok {
+					v = "(unset)"
+				}
+				send(jmsg.IOPub, topic("stream"), "stream", p.Header, map[string]any{"name": "stdout", "text": v})
 			case c.Code == "spawn":
 				send(jmsg.IOPub, topic("stream"), "stream", p.Header, map[string]any{"name": "stdout", "text": fmt.Sprint(spawnSleeper())})
 			default:

@@ -102,6 +102,15 @@ func startExternal(t *testing.T, path string) (*harness, *exec.Cmd) {
 // test binary copied where that user can run it.
 func startExternalAs(t *testing.T, path string, sys *syscall.SysProcAttr) (*harness, *exec.Cmd) {
 	t.Helper()
+	h, cmd := launchExternal(t, path, sys)
+	h.connect()
+	return h, cmd
+}
+
+// launchExternal is startExternalAs without the wait for the kernel: the
+// harness connects when the test calls h.connect.
+func launchExternal(t *testing.T, path string, sys *syscall.SysProcAttr) (*harness, *exec.Cmd) {
+	t.Helper()
 	h := newHarness(t, path)
 	exe := os.Args[0]
 	if sys != nil && sys.Credential != nil {
@@ -122,7 +131,6 @@ func startExternalAs(t *testing.T, path string, sys *syscall.SysProcAttr) (*harn
 		cmd.Wait()
 		h.closeClients()
 	})
-	h.connect()
 	return h, cmd
 }
 

@@ -70,15 +70,27 @@ func matchOOM(content []byte) (oom.Framework, bool) {
 	return oom.Match(c.Ename, c.Evalue, c.Traceback)
 }
 
-// oomText makes the explanation, on the loop: per device this kernel
-// uses, what its tree holds (as usage.go counts it, by pid or by
-// baseline), the user's other kernels by notebook (record.Census: the one
-// place that says which processes are a kernel), other processes by user,
-// and what no process here can be found for.
+// oomText makes the explanation, on the loop, of the GPUs the kernel
+// uses (gpuView).
 func (s *supervisor) oomText(fw oom.Framework) string {
-	hs, ok := s.gpu.holders()
+	v, ok := s.gpuView(s.usesDevice)
 	if !ok {
 		return oom.Unavailable(s.gpu.sess.Err().Error())
+	}
+	v.Framework = fw
+	return oom.Explain(v)
+}
+
+// gpuView is who holds the memory of the watched devices only chooses,
+// on the loop: per device, what the kernel's tree holds (as usage.go
+// counts it, by pid or by baseline), the user's other kernels by notebook
+// (record.Census: the one place that says which processes are a kernel),
+// other processes by user, and what no process here can be found for.
+// ok is false without NVML.
+func (s *supervisor) gpuView(only func(gpu.Device) bool) (v oom.View, ok bool) {
+	hs, ok := s.gpu.holders()
+	if !ok {
+		return v, false
 	}
 	pids, err := s.tree.Pids()
 	if err != nil && s.kpid > 0 {
@@ -104,8 +116,11 @@ func (s *supervisor) oomText(fw oom.Framework) string {
 			s.log.Debug("the user's other kernels are not known", "err", err)
 		}
 	}
-	v := oom.View{Framework: fw, Details: s.cfg.OOMDetails}
+	v = oom.View{Details: s.cfg.OOMDetails}
 	for _, d := range s.gpu.sess.Devices() {
+		if !only(d) {
+			continue
+		}
 		g := oom.GPU{Index: d.Index, Name: d.Name, UUID: d.UUID, Total: int64(d.Total), Free: -1,
 			Own: gpu.Sum(own.Held)[d.Index]}
 		if free, err := s.gpu.sess.Free(d); err == nil {
@@ -144,7 +159,7 @@ func (s *supervisor) oomText(fw oom.Framework) string {
 		slices.SortFunc(g.Processes, func(a, b oom.Process) int { return a.PID - b.PID })
 		v.GPUs = append(v.GPUs, g)
 	}
-	return oom.Explain(v)
+	return v, true
 }
 
 // hasKernel reports whether pid is one of the user's other kernels'.

@@ -212,6 +212,9 @@ func (s *supervisor) respawn(ctx context.Context) (<-chan proc.ExitStatus, int) 
 	}
 	s.gpu.takeBaseline()
 	s.watch.send(watchMsg{Baseline: s.gpu.baseline})
+	if tell := s.place(); tell != "" {
+		s.relay.WarnNextCell(s.id, tell)
+	}
 	s.enter(starting)
 	s.removeInnerSockets()
 	exited, code := s.spawn(substituteConn(s.cfg.Argv, s.cfg.ConnFile, s.innerDir+"/"+innerConnName))

@@ -90,7 +90,7 @@ func (s *supervisor) describe() (record.State, error) {
 	if s.engine.Kind == engine.Slurm {
 		st.Slurm = &record.SlurmJob{Job: s.engine.SlurmJob, Step: s.engine.SlurmStep, Cgroups: jobCgroupDirs(s.engine)}
 	}
-	st.Stub, st.Watcher = s.stubRef, s.watcherRef()
+	st.Stub, st.Watcher, st.Placement = s.stubRef, s.watcherRef(), s.placement
 	if s.kpid > 0 {
 		if kstart, err := startTime(s.kpid); err == nil { // else dead already: nothing to name
 			st.KernelPID, st.KernelStart = s.kpid, kstart

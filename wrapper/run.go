@@ -56,6 +56,7 @@ type supervisor struct {
 	marker    string                 // proc.MarkerEnv of the kernel's tree
 	genCancel context.CancelFunc     // ends the proc-mode tree tracker of the kernel now
 	selfStart uint64                 // this process's start time: the tree's processes start later
+	placement *record.Placement      // the GPUs --gpus auto gave the kernel that runs now (place.go)
 
 	inner    *jmsg.ConnInfo // the kernel's own connection file
 	innerDir string         // the 0700 directory of it and its sockets
@@ -376,7 +377,7 @@ func (s *supervisor) beforeKernel(warning string) string {
 	warning = s.takeNotice() + warning
 	s.gpu.takeBaseline()
 	s.watch.send(watchMsg{Baseline: s.gpu.baseline})
-	return warning
+	return warning + s.place()
 }
 
 // started records the kernel that runs now and attaches the relay to it.

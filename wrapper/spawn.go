@@ -91,10 +91,11 @@ func (s *supervisor) spawn(argv []string) (<-chan proc.ExitStatus, int) {
 }
 
 // kernelEnv is the kernel's environment: the supervisor's, with
-// JPY_PARENT_PID naming the supervisor and the tree's marker.
+// JPY_PARENT_PID naming the supervisor, the tree's marker, and the GPUs
+// --gpus auto chose (placedEnv; a spare gets them at adoption).
 func (s *supervisor) kernelEnv() []string {
-	return append(withoutEnv(withoutEnv(os.Environ(), "JPY_PARENT_PID"), proc.MarkerEnv),
-		"JPY_PARENT_PID="+strconv.Itoa(os.Getpid()), proc.MarkerEnv+"="+s.marker)
+	return append(append(withoutEnv(withoutEnv(os.Environ(), "JPY_PARENT_PID"), proc.MarkerEnv),
+		"JPY_PARENT_PID="+strconv.Itoa(os.Getpid()), proc.MarkerEnv+"="+s.marker), s.placedEnv()...)
 }
 
 // relaunch undoes a kernel start whose launcher (the systemd scope) did

@@ -474,7 +474,7 @@ func (b *standby) adopted(ctx context.Context, req *adoptRequest, warning string
 	err := errors.New("it holds a GPU context")
 	exited := b.exited
 	if held := s.treeHoldsGPU(); held == "" {
-		err = b.spare.Go(gctx, append([]string{"ipykernel_launcher"}, substituteConn(b.launch.Args, s.cfg.ConnFile, inner)...), req.Cwd)
+		err = b.spare.Go(gctx, append([]string{"ipykernel_launcher"}, substituteConn(b.launch.Args, s.cfg.ConnFile, inner)...), req.Cwd, s.placedEnv())
 	}
 	if err != nil {
 		s.log.Info("the spare kernel is not used; starting the kernel cold", "why", err)

@@ -103,12 +103,18 @@ func (s *supervisor) usageNow() usageFigures {
 		var total int64
 		devs := []map[string]any{}
 		for _, d := range s.gpu.sess.Devices() {
+			if !s.usesDevice(d) {
+				continue
+			}
 			used := held[d.Index] // 0 when the tree holds nothing there; -1: NVML has no figure
 			total += max(used, 0)
 			devs = append(devs, map[string]any{"index": d.Index, "uuid": d.UUID, "name": d.Name,
 				"total_bytes": d.Total, "used_bytes": used})
 		}
 		set["gpu_memory"], set["gpus"] = total, devs
+	}
+	if s.placement != nil {
+		set["gpu_placement"] = s.placement
 	}
 	if s.gpu.last != nil {
 		// The release this supervisor confirmed: after a Restart, the

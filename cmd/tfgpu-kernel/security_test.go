@@ -19,6 +19,7 @@ import (
 	"github.com/go-zeromq/zmq4"
 
 	"github.com/tfgpu/tfgpu-kernel/cgroup"
+	"github.com/tfgpu/tfgpu-kernel/internal/gpu"
 	"github.com/tfgpu/tfgpu-kernel/internal/gpu/gputest"
 	"github.com/tfgpu/tfgpu-kernel/internal/jmsg"
 	"github.com/tfgpu/tfgpu-kernel/internal/proc"
@@ -417,7 +418,10 @@ func TestSecurityRootActsOnlyOnTheUsersOwn(t *testing.T) {
 		{KernelID: "k-cg", SupervisorPID: 1 << 30, Containment: "v2", Cgroup: rootCg},
 		{KernelID: "k-inner", SupervisorPID: 1 << 30, Containment: "proc", InnerDir: rootDir},
 		{KernelID: "k-link", SupervisorPID: 1 << 30, Containment: "v2", Cgroup: linkCg,
-			Session: "nb.ipynb\x1b]0;owned\x07\x1b[2J"},
+			Session: "nb.ipynb\x1b]0;owned\x07\x1b[2J",
+			// What --gpus auto chose, as bob's record says: shown, never obeyed.
+			Placement: &record.Placement{Asked: "auto\x1b[2J", Visible: "GPU-1\x07", Why: "\x1b]0;owned\x07",
+				GPUs: []gpu.Unit{{Device: 1, UUID: "GPU-\x1b[31m", Name: "H200\x1b]0;owned\x07"}}}},
 	} {
 		bob.own(t, filepath.Join(bobsState, st.KernelID+".json"), recordJSON(t, st), 0o600)
 	}
@@ -425,6 +429,13 @@ func TestSecurityRootActsOnlyOnTheUsersOwn(t *testing.T) {
 	code, ps := runAs(t, nil, env, 60*time.Second, bin, "ps", "--state-dir", bobsState)
 	if strings.ContainsRune(ps, 0x1b) || strings.ContainsRune(ps, 0x07) || strings.Contains(ps, "secret-hash") {
 		t.Fatalf("root's ps printed what bob wrote or read through his link (exit %d):\n%q", code, ps)
+	}
+	if !strings.Contains(ps, "k-link on GPU1 (--gpus auto?[2J: ") {
+		t.Errorf("root's ps does not show bob's placement, made printable:\n%s", ps)
+	}
+	_, psJSON := runAs(t, nil, env, 60*time.Second, bin, "ps", "--json", "--state-dir", bobsState)
+	if strings.Contains(psJSON, `\u001b`) || strings.Contains(psJSON, `\u0007`) || !strings.Contains(psJSON, `"placement"`) {
+		t.Errorf("root's ps --json passes on bob's control characters, or no placement:\n%s", psJSON)
 	}
 	code, out := runAs(t, nil, env, 60*time.Second, bin, "stop", "--state-dir", bobsState, "--all")
 	t.Logf("ps:\n%s\nstop --all (exit %d):\n%s", ps, code, out)

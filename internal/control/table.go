@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tfgpu/tfgpu-kernel/internal/gpu"
+	"github.com/tfgpu/tfgpu-kernel/internal/gpu/place"
 	"github.com/tfgpu/tfgpu-kernel/internal/record"
 )
 
@@ -62,6 +63,11 @@ func Table(out io.Writer, rows []record.KernelStatus, note string, now time.Time
 				fmt.Fprintf(out, "%s %s: %s\n", record.ShortID(r.KernelID), r.State, r.Why)
 			}
 		}
+		for _, r := range rows {
+			if line := placementLine(r.Placement); line != "" {
+				fmt.Fprintf(out, "%s %s\n", record.ShortID(r.KernelID), line)
+			}
+		}
 	}
 	if note != "" {
 		fmt.Fprintf(out, "GPU memory not shown: %s\n", note)
@@ -78,4 +84,31 @@ func activity(r record.KernelStatus, now time.Time) string {
 		return r.ExecutionState
 	}
 	return r.ExecutionState + " " + max(now.Sub(*r.LastActivity), 0).Round(time.Second).String()
+}
+
+// placementLine is what ps says of the GPUs --gpus auto gave a kernel:
+// "on GPU1 (--gpus auto at 14:03: 140.0 GiB free of 141.0 GiB)".
+func placementLine(p *record.Placement) string {
+	switch {
+	case p == nil:
+		return ""
+	case p.Explicit:
+		return fmt.Sprintf("on CUDA_VISIBLE_DEVICES=%s, set before it started (--gpus %s chose nothing)", p.Visible, p.Asked)
+	case len(p.GPUs) == 0:
+		return fmt.Sprintf("on every GPU: --gpus %s chose none (%s)", p.Asked, p.Why)
+	}
+	var on, free []string
+	for _, u := range p.GPUs {
+		on = append(on, place.Label(u))
+		free = append(free, gpu.FormatBytes(int64(u.Free))+" free of "+gpu.FormatBytes(int64(u.Total)))
+	}
+	when := "" // a record without the time (planted, or of an old version)
+	if !p.At.IsZero() {
+		when = " at " + p.At.Local().Format("15:04")
+	}
+	line := fmt.Sprintf("on %s (--gpus %s%s: %s)", strings.Join(on, ", "), p.Asked, when, strings.Join(free, ", "))
+	if !p.Enough {
+		line += ": not as much free as asked"
+	}
+	return line
 }

@@ -62,6 +62,9 @@ type KernelStatus struct {
 	// Spare is the spare kernel kept for its next restart, if any
 	// (docs/design.md#spare-kernel).
 	Spare *SpareStatus `json:"spare,omitempty"`
+	// Placement is the GPUs --gpus auto gave the kernel (a claim of its
+	// supervisor's record, shown, never acted on).
+	Placement *Placement `json:"placement,omitempty"`
 }
 
 // SpareStatus is a kernel's spare, as ps shows it.
@@ -159,6 +162,7 @@ func (k Kernel) status(holders []gpu.Holder, user string) KernelStatus {
 		row.GPU = append(row.GPU, GPUUse{Index: dev, UUID: held[i].UUID, UsedBytes: used})
 	}
 	slices.SortFunc(row.GPU, func(a, b GPUUse) int { return a.Index - b.Index })
+	row.Placement = st.Placement.shown()
 	if sp := k.Spare; sp != nil {
 		row.Spare = &SpareStatus{PID: sp.PID, StandbyPID: sp.StandbyPID, Ready: sp.Ready, Preload: sp.Preload,
 			Off: Printable(sp.Off), RSSBytes: k.RSS(SpareRoles...)}

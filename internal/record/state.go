@@ -56,6 +56,8 @@ type State struct {
 	// Watcher is the supervisor's watcher. Both are named for Census.
 	Stub    *proc.Ref `json:"stub,omitempty"`
 	Watcher *proc.Ref `json:"watcher,omitempty"`
+	// Placement is what --gpus auto gave the kernel that runs now.
+	Placement *Placement `json:"placement,omitempty"`
 
 	// Owner is the uid that owns the record (its state directory's owner):
 	// what the record names is acted on only when that uid owns it too.

@@ -107,6 +107,7 @@ func Config(name string, args []string) (wrapper.Config, int, bool) {
 		NVMLLibrary:    rf.nvmlLib,
 		ConfirmTimeout: rf.confirm,
 		OOMDetails:     rf.oomDetails,
+		GPUs:           v.gpus,
 		Limits:         zmtp.Limits{MaxMessage: v.maxMessage},
 		Log:            lg,
 	}, 0, true

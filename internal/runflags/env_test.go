@@ -134,11 +134,15 @@ func TestRunConfigRefusesBadSettings(t *testing.T) {
 			refusal: `TFGPU_CONFIRM_TIMEOUT="5": want a duration such as`},
 		{name: "a value out of range", env: map[string]string{"TFGPU_MEMORY_LIMIT": "1K"}, args: []string{"-f", conn},
 			refusal: `TFGPU_MEMORY_LIMIT "1K": too small for any kernel`},
+		{name: "a bad --gpus", env: map[string]string{"TFGPU_GPUS": "0,1"}, args: []string{"-f", conn},
+			refusal: `TFGPU_GPUS "0,1": want auto, auto:N (1 to 16 GPUs), auto:min-free=SIZE or auto:N,min-free=SIZE`},
+		{name: "a bad --gpus size", args: []string{"--gpus", "auto:min-free=lots", "-f", conn},
+			refusal: `--gpus "auto:min-free=lots": bad memory size "lots"`},
 		{name: "a flag of another version, before -f", args: []string{"--bogus", "-f", conn}, refusal: "unknown flag --bogus"},
 		{name: "a bad flag value, -f= after it", args: []string{"--kill-timeout", "soon", "-f=" + conn}, refusal: `--kill-timeout "soon": want a duration`},
 		{name: "no connection file to answer on", env: map[string]string{"TFGPU_CONFIRM_TIMEOUT": "5"}, args: []string{"-f", missing}, code: 2},
 		{name: "no -f", args: []string{"--bogus"}, code: 2},
-		{name: "good settings", env: map[string]string{"TFGPU_CONFIRM_TIMEOUT": "5s", "TFGPU_MEMORY_LIMIT": "8G", "TFGPU_SPARE": "0"}, args: []string{"-f", conn}},
+		{name: "good settings", env: map[string]string{"TFGPU_CONFIRM_TIMEOUT": "5s", "TFGPU_MEMORY_LIMIT": "8G", "TFGPU_SPARE": "0", "TFGPU_GPUS": "auto:2,min-free=20G"}, args: []string{"-f", conn}},
 		{name: "internal names", env: func() map[string]string {
 			m := map[string]string{}
 			for k := range InternalEnv {

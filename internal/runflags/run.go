@@ -10,6 +10,7 @@ import (
 
 	"github.com/tfgpu/tfgpu-kernel/cgroup"
 	"github.com/tfgpu/tfgpu-kernel/internal/bytesize"
+	"github.com/tfgpu/tfgpu-kernel/internal/gpu/place"
 	"github.com/tfgpu/tfgpu-kernel/internal/zmtp"
 	"github.com/tfgpu/tfgpu-kernel/wrapper"
 )
@@ -18,10 +19,10 @@ import (
 // define and check them with the same code, so `install` refuses exactly the
 // values `run` would refuse at every kernel start.
 type Flags struct {
-	level, inner, memLimit, gpuLimit, cg, nvmlLib, maxMsg string
-	grace, killTimeout, confirm, spareMaxAge              time.Duration
-	spare, noSpare, oomDetails                            bool
-	preload                                               string
+	level, inner, memLimit, gpuLimit, cg, nvmlLib, maxMsg, gpus string
+	grace, killTimeout, confirm, spareMaxAge                    time.Duration
+	spare, noSpare, oomDetails                                  bool
+	preload                                                     string
 }
 
 // Values are Flags checked and parsed.
@@ -32,6 +33,7 @@ type Values struct {
 	maxMessage int64    // bytes
 	spare      bool     // keep a spare kernel for restarts
 	preload    []string // modules the spare imports
+	gpus       *place.Spec
 }
 
 // KernelspecFlags are the names of Flags, in the order `install`
@@ -40,7 +42,7 @@ type Values struct {
 var KernelspecFlags = []string{
 	"cgroup", "memory-limit", "gpu-memory-limit", "confirm-timeout", "shutdown-grace",
 	"kill-timeout", "inner-transport", "nvml-library", "max-message-size", "log-level",
-	"spare", "no-spare", "preload", "spare-max-age", "oom-details",
+	"spare", "no-spare", "preload", "spare-max-age", "oom-details", "gpus",
 }
 
 // define adds the flags to fs with run's defaults and help.
@@ -59,6 +61,7 @@ func (r *Flags) Define(fs *flag.FlagSet) {
 	fs.StringVar(&r.preload, "preload", "", "`MODULES` the spare kernel imports before it is needed, comma-separated, e.g. numpy,tensorflow (a module that initialises CUDA on import makes the spare useless)")
 	DurationVar(fs, &r.spareMaxAge, "spare-max-age", wrapper.DefaultSpareMaxAge, "how long a spare kernel waits before it is replaced by a fresh one (what it imported may have changed on disk)")
 	fs.BoolVar(&r.oomDetails, "oom-details", false, "when a cell runs out of GPU memory, name other users' processes holding it by pid and command too, not by user only (what /proc shows the kernel's user either way)")
+	fs.StringVar(&r.gpus, "gpus", "", "`auto[:N][,min-free=SIZE]`: at every start and restart, give the kernel the N GPUs (or MIG instances) with the most free memory, by UUID in CUDA_VISIBLE_DEVICES, e.g. auto:2,min-free=20G; a CUDA_VISIBLE_DEVICES already set wins; empty: the kernel sees every GPU")
 	fs.StringVar(&r.maxMsg, "max-message-size", "1G", "the largest message (`SIZE`) a client may send the kernel (all its frames, e.g. a comm's buffers); a client that sends a larger one is disconnected")
 }
 
@@ -114,6 +117,11 @@ func (r *Flags) Check(src Source) (v Values, err error) {
 		if len(v.preload) > 64 {
 			return v, fmt.Errorf("%s: %d modules; at most 64", n("preload"), len(v.preload))
 		}
+	}
+	if spec, on, err := place.Parse(r.gpus); err != nil {
+		return v, fmt.Errorf("%s %q: %v", n("gpus"), r.gpus, err)
+	} else if on {
+		v.gpus = &spec
 	}
 	if err := v.level.UnmarshalText([]byte(r.level)); err != nil {
 		return v, fmt.Errorf("%s %q: want debug, info, warn or error", n("log-level"), r.level)

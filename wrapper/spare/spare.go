@@ -178,13 +178,24 @@ func waitingTitle(kernel string) string {
 func (s *Spare) Pid() int { return s.pid }
 
 // Go hands the spare the kernel's argv (as sys.argv under -m: the first
-// element names the launcher) and working directory; from "going" on it
-// is the kernel, and its command line reads as the cold-started kernel's:
-// Python, its flags, -m, then argv. A stale spare exits instead
-// (ErrStale, naming what changed); the caller then starts the kernel cold.
-func (s *Spare) Go(ctx context.Context, argv []string, cwd string) error {
+// element names the launcher), working directory and the environment
+// variables chosen at adoption (env: NAME=VALUE, such as the
+// CUDA_VISIBLE_DEVICES --gpus auto chose; set before any kernel code runs,
+// so before CUDA reads them); from "going" on it is the kernel, and its
+// command line reads as the cold-started kernel's: Python, its flags, -m,
+// then argv. A stale spare exits instead (ErrStale, naming what changed);
+// the caller then starts the kernel cold.
+func (s *Spare) Go(ctx context.Context, argv []string, cwd string, env []string) error {
 	title := append(append(append([]string{s.launch.Python}, s.launch.Flags...), "-m"), argv...)
-	b, err := json.Marshal(map[string]any{"argv": argv, "cwd": cwd, "title": title})
+	vars := map[string]string{}
+	for _, kv := range env {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return fmt.Errorf("spare %d: environment entry %q is not NAME=VALUE", s.pid, kv)
+		}
+		vars[k] = v
+	}
+	b, err := json.Marshal(map[string]any{"argv": argv, "cwd": cwd, "title": title, "env": vars})
 	if err != nil {
 		return err
 	}

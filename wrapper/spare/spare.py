@@ -138,6 +138,9 @@ def _main():
         _out("stale " + json.dumps(changed))
         os._exit(3)
     os.chdir(order["cwd"])
+    # Chosen at adoption (CUDA_VISIBLE_DEVICES by --gpus auto): CUDA reads
+    # it at its first use, which no import above made.
+    os.environ.update(order.get("env") or {})
     sys.argv = list(order["argv"])
     _retitle(order["title"])
     _out("going")

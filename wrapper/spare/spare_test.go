@@ -128,7 +128,7 @@ func TestSpareBecomesTheKernel(t *testing.T) {
 	}
 	conn, ci := writeConn(t)
 	t0 := time.Now()
-	if err := s.Go(ctx, []string{"ipykernel_launcher", "-f", conn}, t.TempDir()); err != nil {
+	if err := s.Go(ctx, []string{"ipykernel_launcher", "-f", conn}, t.TempDir(), nil); err != nil {
 		t.Fatal(err)
 	}
 	answered := kernelInfo(ctx, t, ci)
@@ -168,7 +168,7 @@ func TestStaleSpareRefuses(t *testing.T) {
 		t.Fatal(err)
 	}
 	conn, _ := writeConn(t)
-	err = s.Go(ctx, []string{"ipykernel_launcher", "-f", conn}, t.TempDir())
+	err = s.Go(ctx, []string{"ipykernel_launcher", "-f", conn}, t.TempDir(), nil)
 	if !errors.Is(err, ErrStale) || !strings.Contains(err.Error(), site) {
 		t.Fatalf("Go after a pip install into %s: %v; want ErrStale naming it", site, err)
 	}

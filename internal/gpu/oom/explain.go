@@ -110,6 +110,18 @@ func Explain(v View) string {
 	return b.String()
 }
 
+// Held is who holds the memory of v's GPUs, largest first, after the
+// caller's line lead: what the first cell is told when --gpus auto found
+// no GPU with the room asked for.
+func Held(lead string, v View) string {
+	var b strings.Builder
+	b.WriteString(lead)
+	for _, g := range v.GPUs {
+		writeGPU(&b, g, v.Details)
+	}
+	return b.String()
+}
+
 // row is one holder of a GPU's memory.
 type row struct {
 	bytes int64

@@ -1,0 +1,128 @@
+package record
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tfgpu/tfgpu-kernel/internal/gpu"
+	"github.com/tfgpu/tfgpu-kernel/internal/proc"
+)
+
+// The placement ledger keeps the claims that still count: written within
+// ClaimWindow by a supervisor that runs, naming a kernel id and a UUID of
+// NVML's shape; everything else in it is dropped on reading.
+func TestPlacementClaims(t *testing.T) {
+	d, dir := openTestDir(t)
+	now := time.Now()
+	me := proc.Ref{PID: os.Getpid(), Start: 1}
+	alive := func(r proc.Ref) bool { return r == me }
+	if got, err := d.Claims(now, alive); got != nil || err != nil {
+		t.Fatalf("Claims with no ledger = %v, %v", got, err)
+	}
+	good := Claim{Kernel: noticeID, UUID: "GPU-fa4e0000-0000-0000-0000-000000000001", Bytes: 1 << 30, At: now.Add(-time.Second), By: me}
+	mig := good
+	mig.UUID = "MIG-fa4e0001-0001-0000-0000-000000000000"
+	bad := func(f func(c *Claim)) Claim { c := good; f(&c); return c }
+	all := []Claim{good, mig,
+		bad(func(c *Claim) { c.At = now.Add(-ClaimWindow - time.Second) }),  // old
+		bad(func(c *Claim) { c.At = now.Add(time.Minute) }),                 // from the future
+		bad(func(c *Claim) { c.By = proc.Ref{PID: os.Getpid(), Start: 2} }), // its supervisor is gone
+		bad(func(c *Claim) { c.By = proc.Ref{PID: 1, Start: 1} }),           // init
+		bad(func(c *Claim) { c.Kernel = "../x" }),                           // not a kernel id
+		bad(func(c *Claim) { c.UUID = "GPU-1\x1b[2J" }),                     // not NVML's shape
+		bad(func(c *Claim) { c.UUID = "0" }),                                // an index
+		bad(func(c *Claim) { c.UUID = "GPU-" + strings.Repeat("a", 100) }),  // too long
+	}
+	if err := d.WriteClaims(all); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(filepath.Join(dir, placementsName)); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("ledger: %v, %v; want mode 0600", fi, err)
+	}
+	got, err := d.Claims(now, alive)
+	if err != nil || len(got) != 2 || got[0].UUID != good.UUID || got[1].UUID != mig.UUID {
+		t.Fatalf("Claims = %+v, %v; want the two that count", got, err)
+	}
+	many := make([]Claim, maxClaims+10)
+	for i := range many {
+		many[i] = good
+	}
+	if err := d.WriteClaims(many); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := d.Claims(now, alive); len(got) != maxClaims {
+		t.Errorf("%d claims read back; want at most %d", len(got), maxClaims)
+	}
+	os.WriteFile(filepath.Join(dir, placementsName), []byte("{not json"), 0o600)
+	if _, err := d.Claims(now, alive); err == nil {
+		t.Error("a ledger that does not parse was taken")
+	}
+}
+
+// A ledger planted as a link, a FIFO or another user's file is not read.
+func TestPlantedLedgerIsRefused(t *testing.T) {
+	requireRootUser(t)
+	d, dir := openTestDir(t)
+	good, _ := json.Marshal([]Claim{{Kernel: noticeID, UUID: "GPU-1", At: time.Now(), By: proc.Ref{PID: os.Getpid()}}})
+	target := filepath.Join(t.TempDir(), "target")
+	os.WriteFile(target, good, 0o600)
+	for how, plant := range map[string]func(p string){
+		"link":  func(p string) { os.Symlink(target, p) },
+		"other": func(p string) { os.WriteFile(p, good, 0o600); os.Chown(p, nobody, nobody) },
+		"fifo":  func(p string) { syscall.Mkfifo(p, 0o600) },
+	} {
+		path := filepath.Join(dir, placementsName)
+		plant(path)
+		if got, err := d.Claims(time.Now(), func(proc.Ref) bool { return true }); got != nil || err == nil {
+			t.Errorf("%s: Claims = %v, %v; want refused", how, got, err)
+		}
+		os.Remove(path)
+	}
+}
+
+// The placement lock excludes the same user's other supervisors (their
+// own handles on the directory) until it is released, and a holder that
+// keeps it makes the others give up after the timeout, not hang.
+func TestPlacementLock(t *testing.T) {
+	d, dir := openTestDir(t)
+	other, err := OpenDir(dir, false, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	unlock, err := d.LockPlacements(time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.LockPlacements(50 * time.Millisecond); err == nil || !strings.Contains(err.Error(), "still held") {
+		t.Fatalf("a second handle took the held lock: %v", err)
+	}
+	unlock()
+	unlock2, err := other.LockPlacements(time.Second)
+	if err != nil {
+		t.Fatalf("the released lock was not taken: %v", err)
+	}
+	unlock2()
+}
+
+// What ps shows of a record's placement has no control characters and at
+// most 16 GPUs, whatever the record says.
+func TestPlacementShown(t *testing.T) {
+	p := &Placement{Asked: "auto\x1b[2J", Visible: "GPU-1\a", Why: "x\ny"}
+	for range 40 {
+		p.GPUs = append(p.GPUs, gpu.Unit{UUID: "GPU-\x1b]0;pwned\a", Name: "H200\r"})
+	}
+	s := p.shown()
+	b, _ := json.Marshal(s)
+	if strings.ContainsAny(string(b), "\x1b\a\r") || strings.Contains(string(b), `\u001b`) || strings.Contains(string(b), `\u0007`) || len(s.GPUs) != 16 {
+		t.Errorf("shown: %s (%d GPUs)", b, len(s.GPUs))
+	}
+	if (*Placement)(nil).shown() != nil {
+		t.Error("no placement shown as one")
+	}
+}

@@ -1,0 +1,279 @@
+package wrapper
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tfgpu/tfgpu-kernel/internal/gpu/gputest"
+	"github.com/tfgpu/tfgpu-kernel/internal/jmsg"
+	"github.com/tfgpu/tfgpu-kernel/internal/record"
+)
+
+// fakeGPUs is n fake GPUs of 8 GiB each for the supervisors this test
+// starts (fakeGPU's, with more devices); mig, when given, is the device to
+// put in MIG mode and how many MIG devices it has.
+func fakeGPUs(t *testing.T, n int, mig ...int) *gputest.Fake {
+	f := gputest.New(t, n, gputest.Full)
+	if len(mig) == 2 {
+		f.AddMIG(t, mig[0], mig[1])
+	}
+	for _, kv := range f.Env("FAKE_NVML_TOTAL_MEM=" + strconv.Itoa(8<<30)) {
+		k, v, _ := strings.Cut(kv, "=")
+		t.Setenv(k, v)
+	}
+	t.Setenv("TFGPU_NVML_LIBRARY", f.Library())
+	return f
+}
+
+// fakeUUID is the UUID of fake GPU n (gputest).
+func fakeUUID(n int) string { return fmt.Sprintf("GPU-fa4e0000-0000-0000-0000-0000000000%02x", n) }
+
+// kernelConn writes a connection file for kernel id (its own ports).
+func kernelConn(t *testing.T, id string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "kernel-"+id+".json")
+	if err := jmsg.WriteFile(path, &jmsg.ConnInfo{Transport: "tcp", IP: "127.0.0.1", Ports: testPorts(t),
+		Key: "5e2d", SignatureScheme: "hmac-sha256"}); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// firstCellTold is the text the supervisor told the harness's first cell
+// (connect's), on its stderr.
+func firstCellTold(h *harness) string {
+	var told string
+	for _, c := range h.firstStderr {
+		var m struct{ Text string }
+		if err := json.Unmarshal([]byte(c), &m); err != nil {
+			h.t.Fatal(err)
+		}
+		told += m.Text
+	}
+	return told
+}
+
+// placementOf reads the record of kernel id and returns its placement.
+func placementOf(t *testing.T, id string) *record.Placement {
+	t.Helper()
+	d, err := record.OpenDir(os.Getenv("TFGPU_STATE_DIR"), false, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	st, err := d.StateOf(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.Placement
+}
+
+// With --gpus auto the kernel gets the GPU with the most free memory, by
+// UUID in CUDA_VISIBLE_DEVICES; its first cell says which and why, word
+// for word; the record (ps), the usage reply (the Lab item) and the
+// explanation of an out-of-memory error show that GPU only. Fake NVML,
+// three GPUs, other processes holding two of them.
+func TestPlacementChoosesTheFreestGPU(t *testing.T) {
+	f := fakeGPUs(t, 3)
+	f.Hold(t, 0, 3072)
+	f.Hold(t, 2, 1024)
+	t.Setenv("TFGPU_GPUS", "auto")
+	h, _ := startExternal(t, "")
+
+	told := firstCellTold(h)
+	want := "tfgpu-kernel: --gpus auto chose GPU1 (Fake NVIDIA H200) with 8 GiB free of 8 GiB for this kernel: the most free memory.\n" +
+		"  not chosen: GPU2 (Fake NVIDIA H200) with 7 GiB free of 8 GiB\n" +
+		"  not chosen: GPU0 (Fake NVIDIA H200) with 5 GiB free of 8 GiB\n" +
+		"CUDA_VISIBLE_DEVICES=" + fakeUUID(1) + "\n"
+	if told != want {
+		t.Fatalf("first cell told:\n%q\nwant\n%q\nlog:\n%s", told, want, h.stderr)
+	}
+	if out := h.cellOutput("env CUDA_VISIBLE_DEVICES"); !slices.Equal(out, []string{"status:busy", "stream:stdout:" + fakeUUID(1), "status:idle"}) {
+		t.Errorf("a cell in the kernel: %q; want its CUDA_VISIBLE_DEVICES only", out)
+	}
+
+	p := placementOf(t, testKernelID)
+	if p == nil || p.Visible != fakeUUID(1) || len(p.GPUs) != 1 || p.GPUs[0].Device != 1 || !p.Enough || p.Asked != "auto" {
+		t.Fatalf("record's placement %+v; want GPU1", p)
+	}
+
+	h.send(h.control, "usage_request", nil, map[string]any{})
+	typ, c := h.reply(h.control, 5*time.Second)
+	gpus, _ := c["gpus"].([]any)
+	placed, _ := c["gpu_placement"].(map[string]any)
+	if typ != "usage_reply" || len(gpus) != 1 || gpus[0].(map[string]any)["index"] != float64(1) ||
+		placed == nil || placed["visible"] != fakeUUID(1) {
+		t.Fatalf("usage_reply %s: gpus %v, gpu_placement %v; want GPU1 only", typ, c["gpus"], c["gpu_placement"])
+	}
+
+	h.holdGPU(1, 1024)
+	out := h.cellOutput("error OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 GiB.")
+	if len(out) != 4 || !strings.Contains(out[2], "GPU1 Fake NVIDIA H200 ("+fakeUUID(1)+"): 8 GiB total, 7 GiB free\n") ||
+		strings.Contains(out[2], "GPU0") || strings.Contains(out[2], "GPU2") {
+		t.Errorf("out-of-memory explanation of a kernel on GPU1: %q", out)
+	}
+}
+
+// Kernels of the same user started at the same moment, before any of them
+// holds GPU memory (NVML shows the same free memory to all), land on
+// different GPUs: each subtracts what the others claimed in the placement
+// ledger, under the user's placement lock. Four kernels, four equal GPUs.
+func TestPlacementConcurrentStartsSpread(t *testing.T) {
+	const n = 4
+	fakeGPUs(t, n)
+	t.Setenv("TFGPU_GPUS", "auto")
+	hs := make([]*harness, n)
+	ids := make([]string, n)
+	for i := range n {
+		ids[i] = fmt.Sprintf("5a1e0000-0000-4000-8000-00000000000%d", i)
+		hs[i], _ = launchExternal(t, kernelConn(t, ids[i]), nil)
+	}
+	seen := map[string]string{}
+	for i, h := range hs {
+		h.connect()
+		out := h.cellOutput("env CUDA_VISIBLE_DEVICES")
+		got := out[len(out)-2]
+		uuid, ok := strings.CutPrefix(got, "stream:stdout:")
+		if !ok || !strings.HasPrefix(uuid, "GPU-fa4e") {
+			t.Fatalf("kernel %d: CUDA_VISIBLE_DEVICES %q; cell %q", i, got, out)
+		}
+		if other, dup := seen[uuid]; dup {
+			t.Errorf("kernels %s and %s both got %s; told %q", other, ids[i], uuid, firstCellTold(h))
+		}
+		seen[uuid] = ids[i]
+	}
+	if len(seen) != n {
+		t.Fatalf("%d kernels on %d GPUs: %v", n, len(seen), seen)
+	}
+}
+
+// A CUDA_VISIBLE_DEVICES set before the start (by the user, the
+// kernelspec's env or Slurm) wins: nothing is chosen, the kernel gets it
+// as it was, the first cell is told nothing, and the record says so.
+func TestPlacementExplicitVisibleDevicesWins(t *testing.T) {
+	fakeGPUs(t, 2)
+	t.Setenv("TFGPU_GPUS", "auto")
+	t.Setenv("CUDA_VISIBLE_DEVICES", "1")
+	h, _ := startExternal(t, "")
+	if told := firstCellTold(h); told != "" {
+		t.Errorf("first cell told %q; want nothing", told)
+	}
+	out := h.cellOutput("env CUDA_VISIBLE_DEVICES")
+	if want := []string{"status:busy", "stream:stdout:1", "status:idle"}; !slices.Equal(out, want) {
+		t.Fatalf("a cell %q; want %q", out, want)
+	}
+	if p := placementOf(t, testKernelID); p == nil || !p.Explicit || p.Visible != "1" || len(p.GPUs) != 0 {
+		t.Fatalf("record's placement %+v; want the explicit setting", p)
+	}
+}
+
+// With no GPU that has the free memory asked for, the kernel still
+// starts, on the GPU with the most, and its first cell says so and who
+// holds the memory (as an out-of-memory error's explanation does).
+func TestPlacementNoneFreeEnough(t *testing.T) {
+	f := fakeGPUs(t, 2)
+	f.Hold(t, 0, 6144)
+	f.Hold(t, 1, 5120)
+	t.Setenv("TFGPU_GPUS", "auto:min-free=4G")
+	h, _ := startExternal(t, "")
+	told := firstCellTold(h)
+	want := "tfgpu-kernel: --gpus auto:min-free=4G: no GPU has 4 GiB free; this kernel runs on GPU1 (Fake NVIDIA H200) with 3 GiB free of 8 GiB, the most free there is, and may run out of memory.\n" +
+		"  not chosen: GPU0 (Fake NVIDIA H200) with 2 GiB free of 8 GiB\n" +
+		"CUDA_VISIBLE_DEVICES=" + fakeUUID(1) + "\n" +
+		"Who holds them now, largest first:\n" +
+		"GPU1 Fake NVIDIA H200 (" + fakeUUID(1) + "): 8 GiB total, 3 GiB free\n" +
+		"  5 GiB      user root\n" +
+		"  0 B        this kernel\n"
+	if told != want {
+		t.Fatalf("first cell told:\n%q\nwant\n%q\nlog:\n%s", told, want, h.stderr)
+	}
+	if p := placementOf(t, testKernelID); p == nil || p.Enough || p.Visible != fakeUUID(1) {
+		t.Fatalf("record's placement %+v; want GPU1, not enough", p)
+	}
+}
+
+// On a GPU in MIG mode the MIG instances are what is chosen from, each
+// with its own free memory: a MIG instance with more room than a whole
+// GPU is chosen, by its MIG UUID, and the views show its GPU.
+func TestPlacementChoosesAMIGInstance(t *testing.T) {
+	f := fakeGPUs(t, 2, 1, 2) // GPU1: two MIG devices of 4 GiB
+	f.Hold(t, 0, 6144)        // GPU0: 2 GiB free
+	f.Hold(t, 1, 1024, "--mig", "0")
+	t.Setenv("TFGPU_GPUS", "auto")
+	h, _ := startExternal(t, "")
+	mig1 := "MIG-fa4e0001-0001-0000-0000-000000000000"
+	told := firstCellTold(h)
+	want := "tfgpu-kernel: --gpus auto chose GPU1 MIG 1 (Fake NVIDIA H200 MIG 3g.4gb) with 4 GiB free of 4 GiB for this kernel: the most free memory.\n" +
+		"  not chosen: GPU1 MIG 0 (Fake NVIDIA H200 MIG 3g.4gb) with 3 GiB free of 4 GiB\n" +
+		"  not chosen: GPU0 (Fake NVIDIA H200) with 2 GiB free of 8 GiB\n" +
+		"CUDA_VISIBLE_DEVICES=" + mig1 + "\n"
+	if told != want {
+		t.Fatalf("first cell told:\n%q\nwant\n%q\nlog:\n%s", told, want, h.stderr)
+	}
+	if out := h.cellOutput("env CUDA_VISIBLE_DEVICES"); !slices.Contains(out, "stream:stdout:"+mig1) {
+		t.Fatalf("the kernel's CUDA_VISIBLE_DEVICES: %q; want %s", out, mig1)
+	}
+	p := placementOf(t, testKernelID)
+	if p == nil || len(p.GPUs) != 1 || p.GPUs[0].Device != 1 || p.GPUs[0].MIG != 2 || p.GPUs[0].UUID != mig1 {
+		t.Fatalf("record's placement %+v; want GPU1's MIG device 1", p)
+	}
+	h.send(h.control, "usage_request", nil, map[string]any{})
+	_, c := h.reply(h.control, 5*time.Second)
+	if gpus, _ := c["gpus"].([]any); len(gpus) != 1 || gpus[0].(map[string]any)["index"] != float64(1) {
+		t.Errorf("usage_reply's gpus %v; want GPU1, whose MIG device the kernel has", c["gpus"])
+	}
+}
+
+// A fresh kernel after a park (`tfgpu-kernel stop` of a kernel whose
+// supervisor stays) is placed again: GPU0, the first kernel's, is fuller
+// now, and the fresh kernel gets GPU1 and says so in its first cell.
+func TestPlacementAfterPark(t *testing.T) {
+	f := fakeGPUs(t, 2)
+	t.Setenv("TFGPU_GPUS", "auto")
+	h, cmd := startExternal(t, "")
+	if told := firstCellTold(h); !strings.Contains(told, "CUDA_VISIBLE_DEVICES="+fakeUUID(0)+"\n") {
+		t.Fatalf("first kernel told %q; want GPU0 (a tie goes to the lower index)", told)
+	}
+	f.Hold(t, 0, 4096)
+	d, err := record.OpenDir(os.Getenv("TFGPU_STATE_DIR"), false, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if err := d.WriteOrder(testKernelID, record.Order{By: "operator", Why: "maintenance", At: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Process.Signal(parkSignal); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if st, err := d.StateOf(testKernelID); err == nil && st.Phase == record.PhaseParked {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not parked within 10 s; log:\n%s", h.stderr)
+		}
+	}
+	out := h.cellOutput("env CUDA_VISIBLE_DEVICES")
+	var told string
+	for _, o := range out {
+		if s, ok := strings.CutPrefix(o, "stream:stderr:"); ok {
+			told += s
+		}
+	}
+	if !slices.Contains(out, "stream:stdout:"+fakeUUID(1)) ||
+		!strings.Contains(told, "the kernel was stopped by operator (maintenance)") ||
+		!strings.Contains(told, "tfgpu-kernel: --gpus auto chose GPU1 (Fake NVIDIA H200) with 8 GiB free of 8 GiB for this kernel") {
+		t.Fatalf("the fresh kernel's first cell: %q; want GPU1, told why it stopped and where it runs now", out)
+	}
+	if p := placementOf(t, testKernelID); p == nil || p.Visible != fakeUUID(1) {
+		t.Fatalf("record's placement after the park %+v; want GPU1", p)
+	}
+}
