@@ -11,7 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tfgpu/tfgpu-kernel/internal/gpu"
 	"github.com/tfgpu/tfgpu-kernel/internal/gpu/gputest"
+	"github.com/tfgpu/tfgpu-kernel/internal/gpu/place"
 	"github.com/tfgpu/tfgpu-kernel/internal/jmsg"
 	"github.com/tfgpu/tfgpu-kernel/internal/record"
 )
@@ -275,5 +277,24 @@ func TestPlacementAfterPark(t *testing.T) {
 	}
 	if p := placementOf(t, testKernelID); p == nil || p.Visible != fakeUUID(1) {
 		t.Fatalf("record's placement after the park %+v; want GPU1", p)
+	}
+}
+
+// Without NVML nothing can be chosen: the kernel starts as without
+// --gpus, seeing every GPU, and its first cell says why none was chosen.
+func TestPlacementWithoutNVML(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), gputest.SOName)
+	spec, _, _ := place.Parse("auto")
+	h := startHarnessWith(t, func(c *Config) { c.NVMLLibrary, c.GPUs = missing, &spec })
+	why := gpu.Connect(missing, "").Err()
+	want := "tfgpu-kernel: --gpus auto chose no GPU (" + why.Error() + "); this kernel sees every GPU.\n"
+	if told := firstCellTold(h); told != want {
+		t.Fatalf("first cell told %q; want %q", told, want)
+	}
+	if out := h.cellOutput("env CUDA_VISIBLE_DEVICES"); !slices.Contains(out, "stream:stdout:(unset)") {
+		t.Errorf("the kernel's CUDA_VISIBLE_DEVICES: %q; want it unset", out)
+	}
+	if p := placementOf(t, testKernelID); p == nil || len(p.GPUs) != 0 || p.Why != why.Error() {
+		t.Errorf("record's placement %+v", p)
 	}
 }

@@ -135,7 +135,7 @@ func TestE2EGPU(t *testing.T) {
 		if !s.wrapped {
 			t.Skip("GPU confirmation is the supervisor's")
 		}
-		for _, sc := range []string{"release", "timeout", "pidoffset", "orphan", "degraded", "limit", "limitidle", "oom"} {
+		for _, sc := range []string{"release", "timeout", "pidoffset", "orphan", "degraded", "limit", "limitidle", "oom", "placement"} {
 			t.Run(sc, func(t *testing.T) {
 				f := gputest.New(t, 2, gputest.Full)
 				gs := *s

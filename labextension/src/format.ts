@@ -11,11 +11,22 @@ export interface IGPU {
   used_bytes: number; // the kernel's tree's; -1 when NVML gives no figure
 }
 
+/** The GPUs --gpus auto gave the kernel: a usage_reply's `gpu_placement`. */
+export interface IPlacement {
+  asked: string; // "auto", "auto:2,min-free=20G"
+  visible: string; // the kernel's CUDA_VISIBLE_DEVICES
+  explicit?: boolean; // CUDA_VISIBLE_DEVICES was set before the start
+  enough: boolean;
+  gpus?: { index: number; mig?: number; free_bytes: number; total_bytes: number }[];
+  why?: string;
+}
+
 /** The supervisor's fields of a usage_reply (the kernel's are ignored). */
 export interface IUsage {
   gpu_memory?: number;
   gpus?: IGPU[];
   gpu_memory_limit?: number;
+  gpu_placement?: IPlacement;
   tfgpu_release?: IRelease;
 }
 
@@ -71,8 +82,32 @@ export function statusTitle(c: IUsage): string {
   if (c.gpu_memory_limit) {
     lines.push('limit ' + formatBytes(c.gpu_memory_limit) + ' (all GPUs)');
   }
+  const p = placementLine(c.gpu_placement);
+  if (p) {
+    lines.push(p);
+  }
   lines.push("this kernel's whole process tree (tfgpu-kernel)");
   return lines.join('\n');
+}
+
+/**
+ * What --gpus auto gave the kernel, for the tooltip: "on GPU1, chosen by
+ * --gpus auto (140.0 GiB free then)"; null without a placement.
+ */
+export function placementLine(p: IPlacement | undefined): string | null {
+  if (!p) {
+    return null;
+  }
+  if (p.explicit) {
+    return `CUDA_VISIBLE_DEVICES=${p.visible}, set before the start (--gpus ${p.asked} chose nothing)`;
+  }
+  const gpus = p.gpus ?? [];
+  if (gpus.length === 0) {
+    return `--gpus ${p.asked} chose no GPU` + (p.why ? ` (${p.why})` : '');
+  }
+  const on = gpus.map(g => (g.mig ? `GPU${g.index} MIG ${g.mig - 1}` : `GPU${g.index}`)).join(', ');
+  const free = gpus.map(g => formatBytes(g.free_bytes)).join(', ');
+  return `on ${on}, chosen by --gpus ${p.asked} (${free} free then${p.enough ? '' : ', less than asked'})`;
 }
 
 /** "Restart", "Shut Down", or the event as the supervisor names it. */

@@ -23,7 +23,11 @@ kernel, on the current stack with the fake NVML:
      crash (SIGSEGV) kills the kernel; the cell says why and that the
      worker was killed with it, and it is gone; the next cell runs in the
      fresh kernel. JupyterLab is set not to
-     ask about its news, so the screenshot shows only what a user sees.
+     ask about its news, so the screenshot shows only what a user sees;
+  7. (JupyterLab) a notebook on a second kernelspec installed with
+     --gpus auto, GPU0 held by another process: the first cell says the
+     kernel got GPU1 and why, its CUDA_VISIBLE_DEVICES is GPU1's UUID, the
+     status item's tooltip lists GPU1 only and says --gpus auto chose it.
 
 The extension (labextension/, installed into the venv by the Go test)
 is checked along the way: its status item reads what the fake NVML
@@ -189,6 +193,7 @@ def quiet_lab_settings():
 def main():
     if UI == "lab":
         quiet_lab_settings()
+        install_auto_kernelspec()
     # JupyterLab's server encrypts its kernels' traffic (the supervisor speaks
     # CURVE), Notebook 7's does not: the same steps pass either way.
     srv = sh.NotebookServer(os.path.join(h.TMP, "server"), app={"lab": "jupyterlab", "notebook": "notebook"}[UI],
@@ -300,6 +305,7 @@ def steps(srv, b):
     if UI == "lab":
         stock_kernel(srv, b)
         readme_picture(srv, b)
+        placed(srv, b)
 
 
 def stock_kernel(srv, b):
@@ -341,6 +347,55 @@ def readme_picture(srv, b):
     b.do("shutdown")
     _, _ = sh.poll(lambda: sh.ps_row(BIN, kid) is None, 10, 0.1)
     assert sh.ps_row(BIN, kid) is None, "readme: ps still has a row for %s after the shutdown" % kid
+
+
+AUTO = "tfgpu-auto"
+
+
+def install_auto_kernelspec():
+    """A second kernelspec of ours with --gpus auto, where the server finds
+    it (JUPYTER_PATH, read when the server starts)."""
+    prefix = os.path.join(h.TMP, "auto-prefix")
+    out = subprocess.run([BIN, "install", "--prefix", prefix, "--name", AUTO, "--display-name", "TF-GPU (auto GPU)",
+                          "--python", h.PY, "--gpus", "auto"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, "install --gpus auto: %s%s" % (out.stdout, out.stderr)
+    path = os.path.join(prefix, "share", "jupyter")
+    os.environ["JUPYTER_PATH"] = os.pathsep.join(p for p in (path, os.environ.get("JUPYTER_PATH", "")) if p)
+
+
+def placed(srv, b):
+    """A notebook on the --gpus auto kernelspec, GPU0 held by another
+    process: the first cell's output says the kernel got GPU1, and why; its
+    CUDA_VISIBLE_DEVICES is GPU1's UUID; the status item's tooltip lists
+    GPU1 only and says it was chosen."""
+    r, w = os.pipe()
+    holder = h.spawn_helper([h.PY, "-c", "import holder, os, time\nholder.hold(0, 4096)\nos.write(%d, b'x')\ntime.sleep(600)" % w],
+                            pass_fds=(w,))
+    os.close(w)
+    with os.fdopen(r, "rb") as f:
+        assert f.read(1) == b"x", "the GPU0 holder did not hold"
+    nb = dict(README_NOTEBOOK, cells=[{"cell_type": "code", "id": "c", "metadata": {}, "outputs": [], "execution_count": None,
+                                       "source": "import os; print(os.environ['CUDA_VISIBLE_DEVICES'])"}],
+              metadata={"kernelspec": {"name": AUTO, "display_name": "TF-GPU (auto GPU)", "language": "python"}})
+    srv.curl("PUT", "/api/contents/placed.ipynb", {"type": "notebook", "format": "json", "content": nb})
+    b.do("openpath", srv.url + "/lab/tree/placed.ipynb?reset&token=" + srv.token)
+    out = b.do("runcell", "0")["output"]
+    h.note(placed_output=out)
+    uuid1 = "GPU-fa4e0000-0000-0000-0000-000000000001"
+    assert "--gpus auto chose GPU1 (Fake NVIDIA H200) with 141 GiB free of 141 GiB for this kernel" in out \
+        and "not chosen: GPU0 (Fake NVIDIA H200) with 137 GiB free" in out and out.rstrip().endswith(uuid1), \
+        "the first cell on the --gpus auto kernel shows %r" % out
+    st = check_status(b, "GPU 0 MiB", "placed")
+    h.note(placed_tooltip=st["title"])
+    lines = st["title"].splitlines()
+    assert [l for l in lines if l.startswith("GPU")] == ["GPU1 Fake NVIDIA H200: 0 MiB of 141 GiB"] \
+        and "on GPU1, chosen by --gpus auto (141 GiB free then)" in lines, "the tooltip: %r" % st["title"]
+    b.do("shot", UI + "-7-gpus-auto")
+    sess = [s for s in srv.curl("GET", "/api/sessions")[1] if s["path"] == "placed.ipynb"]
+    assert len(sess) == 1 and sess[0]["kernel"]["name"] == AUTO, "sessions: %s" % sess
+    b.do("shutdown")
+    holder.kill()
+    holder.wait()
 
 
 h.run(main)

@@ -65,6 +65,15 @@ argv[1] picks the scenario:
             the cell's stderr says who holds the GPU, word for word: this
             kernel, the user's other kernel by notebook with its stop line,
             another process by user. A ValueError is left alone.
+  placement TFGPU_GPUS=auto, two fake GPUs, a foreign holder on GPU0: the
+            kernel's CUDA_VISIBLE_DEVICES is GPU1's UUID, its first cell
+            (only the first) is told which and why, word for word, and ps
+            --json and the usage_reply (the Lab item's source) show it. Two
+            kernels started at once (both launched before either is ready)
+            land on different GPUs. A restart chooses again (GPU0, once
+            GPU1 is fuller), through the spare: the adopted spare's kernel
+            has GPU0's UUID. A CUDA_VISIBLE_DEVICES set before the
+            start wins, and nothing is said.
   degraded  no driver, an init failure, memory figures NVML cannot give, a
             driver without the _v3 process lists (E2E_NVML_NOV3_DIR): the
             kernel starts, answers, restarts and shuts down as usual, and
@@ -78,6 +87,9 @@ import re
 import subprocess
 import sys
 import time
+import uuid
+
+from jupyter_client import KernelManager
 
 import harness as h
 import nvmlcheck
@@ -673,5 +685,105 @@ def oom():
         k.shutdown_kernel(now=False)
 
 
+FIRST = "import os; print(os.environ.get('CUDA_VISIBLE_DEVICES', '(unset)'), os.getpid())"
+
+
+def uuid_of(n):
+    return "GPU-fa4e0000-0000-0000-0000-0000000000%02x" % n
+
+
+def first_cell(kc):
+    """The kernel's first cell: its CUDA_VISIBLE_DEVICES, pid and what it was told."""
+    r = h.ok(h.execute(kc, FIRST, timeout=60), "the first cell")
+    visible, pid = r["stdout"].split()
+    h.track(int(pid))
+    return visible, r["stderr"]
+
+
+def usage_reply(kc):
+    msg = kc.session.msg("usage_request", {})
+    kc.control_channel.send(msg)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            m = kc.get_control_msg(timeout=1)
+        except queue.Empty:
+            continue
+        if m["parent_header"].get("msg_id") == msg["header"]["msg_id"]:
+            return m["content"]
+    raise AssertionError("no usage_reply")
+
+
+def placement():
+    os.environ["TFGPU_GPUS"] = "auto"
+    foreign_holder(0, 4096)
+    km, kc = h.start_kernel()
+    visible, told = first_cell(kc)
+    want = ("tfgpu-kernel: --gpus auto chose GPU1 (Fake NVIDIA H200) with 141 GiB free of 141 GiB for this kernel: the most free memory.\n"
+            "  not chosen: GPU0 (Fake NVIDIA H200) with 137 GiB free of 141 GiB\n"
+            "CUDA_VISIBLE_DEVICES=%s\n" % uuid_of(1))
+    h.note(first_told=told)
+    h.check(visible == uuid_of(1), "CUDA_VISIBLE_DEVICES %r; want GPU1's UUID" % visible)
+    h.check(told == want, "the first cell was told\n%r\nwant\n%r" % (told, want))
+    again, told2 = first_cell(kc)
+    h.check(again == visible and told2 == "", "the second cell: %r, told %r" % (again, told2))
+    rows = [r for r in ps_json() if r["supervisor_pid"] == h.supervisor_pid(km)]
+    h.check(rows and (rows[0].get("placement") or {}).get("visible") == uuid_of(1),
+            "ps --json does not show the placement: %s" % (rows and rows[0].get("placement")))
+    u = usage_reply(kc)
+    h.check((u.get("gpu_placement") or {}).get("visible") == uuid_of(1) and [g["index"] for g in u.get("gpus", [])] == [1],
+            "usage_reply: gpu_placement %s, gpus %s" % (u.get("gpu_placement"), u.get("gpus")))
+
+    # Two kernels started at once: both launched before either is ready,
+    # before either holds anything (NVML shows the same to both).
+    kms = []
+    for n in range(2):
+        conn = os.path.join(h.TMP, "kernel-%s.json" % uuid.uuid4())
+        k = KernelManager(kernel_name=h.KERNEL, connection_file=conn)
+        k.e2e_log = os.path.join(h.TMP, "kernel-at-once-%d.log" % n)
+        k.e2e_logf = open(k.e2e_log, "ab")
+        kms.append(k)
+        h._KMS.append(k)  # the harness shuts it down should the scenario fail
+    for k in kms:
+        k.start_kernel(stdout=k.e2e_logf, stderr=k.e2e_logf)
+        h.track(k.provisioner.pid)
+    got = []
+    for k in kms:
+        c = h.connect(k)
+        got.append((k, c) + first_cell(c))
+    h.note(at_once=[(v, t) for _, _, v, t in got])
+    h.check(got[0][2] != got[1][2] and {got[0][2], got[1][2]} <= {uuid_of(0), uuid_of(1)},
+            "two kernels started at once got %s and %s" % (got[0][2], got[1][2]))
+    for k, c, _, t in got:
+        h.check("claimed by your kernels starting now" in t or "--gpus auto chose" in t, "told %r" % t)
+        c.stop_channels()
+        k.shutdown_kernel(now=False)
+
+    # A restart chooses again, and GPU1 is fuller now: the kernel moves to
+    # GPU0. The spare (kept since the start, its environment without
+    # CUDA_VISIBLE_DEVICES) gets it at adoption.
+    foreign_holder(1, 8192)
+    kc, _ = restart(km, kc)
+    visible, told = first_cell(kc)
+    adopted = "took over the kernel's start with a spare kernel" in supervisor_log(km)
+    h.note(restart_told=told, adopted_spare=adopted)
+    h.check(adopted, "the restart did not adopt the spare: its path is not tested")
+    h.check(visible == uuid_of(0) and told.startswith("tfgpu-kernel: --gpus auto chose GPU0 (Fake NVIDIA H200) with 137 GiB free"),
+            "after the restart: CUDA_VISIBLE_DEVICES %r, told %r; want GPU0" % (visible, told))
+    kc.stop_channels()
+    km.shutdown_kernel(now=False)
+
+    # Set before the start: it wins, nothing chosen, nothing said.
+    os.environ["CUDA_VISIBLE_DEVICES"] = "0"
+    km, kc = h.start_kernel()
+    del os.environ["CUDA_VISIBLE_DEVICES"]
+    visible, told = first_cell(kc)
+    h.check(visible == "0" and told == "", "with CUDA_VISIBLE_DEVICES=0 set: %r, told %r" % (visible, told))
+    kc.stop_channels()
+    km.shutdown_kernel(now=False)
+    del os.environ["TFGPU_GPUS"]
+
+
 h.run({"release": release, "timeout": timeout, "pidoffset": pidoffset, "orphan": orphan, "degraded": degraded,
-       "idle": idle, "limit": limit, "limitidle": limitidle, "pod": pod, "oom": oom}[SCENARIO])
+       "idle": idle, "limit": limit, "limitidle": limitidle, "pod": pod, "oom": oom,
+       "placement": placement}[SCENARIO])
