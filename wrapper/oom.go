@@ -39,19 +39,8 @@ func (s *supervisor) cellErrorHook(content []byte) string {
 		return ""
 	}
 	ask := oomAsk{fw: fw, answer: make(chan string, 1)}
-	t := time.NewTimer(oomWait)
-	defer t.Stop()
-	select {
-	case s.oomc <- ask:
-	case <-t.C:
-		return "" // the loop is stopping the kernel
-	}
-	select {
-	case text := <-ask.answer:
-		return text
-	case <-t.C:
-		return ""
-	}
+	text, _ := askLoop(s.oomc, ask, ask.answer, oomWait)
+	return text
 }
 
 // matchOOM decodes an error message's content and asks oom.Match.
@@ -98,7 +87,7 @@ func (s *supervisor) gpuView(only func(gpu.Device) bool) (v oom.View, ok bool) {
 	}
 	own := gpu.Watch(hs, pids, s.gpu.baseline)
 	byPID := own.By == gpu.ByPID
-	kernelOf := map[int]int{} // pid -> index in kernels
+	kernelOf := map[int]int{} // pid -> 1 + its index in kernels
 	var kernels []oom.Kernel
 	if byPID {
 		if states, _, err := record.Collect(s.dir.Path(), false); err == nil {
@@ -109,7 +98,7 @@ func (s *supervisor) gpuView(only func(gpu.Device) bool) (v oom.View, ok bool) {
 				kernels = append(kernels, oom.Kernel{Notebook: record.Printable(k.State.Session), ID: k.State.KernelID,
 					Idle: idleFor(k.State)})
 				for _, p := range k.Pids(record.TreeRoles...) {
-					kernelOf[p] = len(kernels) - 1
+					kernelOf[p] = len(kernels)
 				}
 			}
 		} else {
@@ -134,8 +123,8 @@ func (s *supervisor) gpuView(only func(gpu.Device) bool) (v oom.View, ok bool) {
 			case h.Device != d.Index || slices.ContainsFunc(own.Held, func(o gpu.Holder) bool { return o == h }):
 			case !byPID:
 				g.Unseen = addBytes(g.Unseen, h.Bytes)
-			case hasKernel(kernelOf, h.PID):
-				k := &ks[kernelOf[h.PID]]
+			case kernelOf[h.PID] > 0:
+				k := &ks[kernelOf[h.PID]-1]
 				k.Bytes = addBytes(k.Bytes, h.Bytes)
 			case gpu.Alive(h.PID):
 				p := procs[h.PID]
@@ -160,12 +149,6 @@ func (s *supervisor) gpuView(only func(gpu.Device) bool) (v oom.View, ok bool) {
 		v.GPUs = append(v.GPUs, g)
 	}
 	return v, true
-}
-
-// hasKernel reports whether pid is one of the user's other kernels'.
-func hasKernel(kernelOf map[int]int, pid int) bool {
-	_, ok := kernelOf[pid]
-	return ok
 }
 
 // addBytes adds an NVML figure to a sum; -1 (no figure) makes the sum -1.

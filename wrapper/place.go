@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/tfgpu/tfgpu-kernel/internal/gpu"
@@ -89,7 +90,7 @@ func (s *supervisor) place() string {
 		p.GPUs = append(p.GPUs, c.Unit)
 	}
 	text := ch.Text()
-	p.Why = firstLine(text)
+	p.Why, _, _ = strings.Cut(text, "\n")
 	s.placement = p
 	s.log.Info("GPUs chosen", "gpus", p.Visible, "asked", p.Asked, "enough", p.Enough)
 	if !ch.Enough {
@@ -121,14 +122,4 @@ func (s *supervisor) usesDevice(d gpu.Device) bool {
 		return true
 	}
 	return slices.ContainsFunc(p.GPUs, func(u gpu.Unit) bool { return u.Device == d.Index })
-}
-
-// firstLine is s up to its first line break.
-func firstLine(s string) string {
-	for i := range len(s) {
-		if s[i] == '\n' {
-			return s[:i]
-		}
-	}
-	return s
 }

@@ -62,6 +62,26 @@ func firstCellTold(h *harness) string {
 	return told
 }
 
+// usageReply asks the kernel's usage, as the Lab status item does.
+func usageReply(h *harness) map[string]any {
+	h.t.Helper()
+	h.send(h.control, "usage_request", nil, map[string]any{})
+	typ, c := h.reply(h.control, 5*time.Second)
+	if typ != "usage_reply" {
+		h.t.Fatalf("got %s, want usage_reply", typ)
+	}
+	return c
+}
+
+// usageGPUs are the device indexes of a usage reply's gpus.
+func usageGPUs(c map[string]any) []int {
+	var out []int
+	for _, g := range c["gpus"].([]any) {
+		out = append(out, int(g.(map[string]any)["index"].(float64)))
+	}
+	return out
+}
+
 // placementOf reads the record of kernel id and returns its placement.
 func placementOf(t *testing.T, id string) *record.Placement {
 	t.Helper()
@@ -106,13 +126,10 @@ func TestPlacementChoosesTheFreestGPU(t *testing.T) {
 		t.Fatalf("record's placement %+v; want GPU1", p)
 	}
 
-	h.send(h.control, "usage_request", nil, map[string]any{})
-	typ, c := h.reply(h.control, 5*time.Second)
-	gpus, _ := c["gpus"].([]any)
+	c := usageReply(h)
 	placed, _ := c["gpu_placement"].(map[string]any)
-	if typ != "usage_reply" || len(gpus) != 1 || gpus[0].(map[string]any)["index"] != float64(1) ||
-		placed == nil || placed["visible"] != fakeUUID(1) {
-		t.Fatalf("usage_reply %s: gpus %v, gpu_placement %v; want GPU1 only", typ, c["gpus"], c["gpu_placement"])
+	if !slices.Equal(usageGPUs(c), []int{1}) || placed == nil || placed["visible"] != fakeUUID(1) {
+		t.Fatalf("usage_reply: gpus %v, gpu_placement %v; want GPU1 only", c["gpus"], c["gpu_placement"])
 	}
 
 	h.holdGPU(1, 1024)
@@ -226,9 +243,7 @@ func TestPlacementChoosesAMIGInstance(t *testing.T) {
 	if p == nil || len(p.GPUs) != 1 || p.GPUs[0].Device != 1 || p.GPUs[0].MIG != 2 || p.GPUs[0].UUID != mig1 {
 		t.Fatalf("record's placement %+v; want GPU1's MIG device 1", p)
 	}
-	h.send(h.control, "usage_request", nil, map[string]any{})
-	_, c := h.reply(h.control, 5*time.Second)
-	if gpus, _ := c["gpus"].([]any); len(gpus) != 1 || gpus[0].(map[string]any)["index"] != float64(1) {
+	if c := usageReply(h); !slices.Equal(usageGPUs(c), []int{1}) {
 		t.Errorf("usage_reply's gpus %v; want GPU1, whose MIG device the kernel has", c["gpus"])
 	}
 }

@@ -39,17 +39,27 @@ type usagePoint struct {
 // asks the loop, which owns the tree and the NVML session, for the figures.
 func (s *supervisor) usageHook(content map[string]any) {
 	ask := make(chan usageFigures, 1)
-	t := time.NewTimer(usageWait)
+	if f, ok := askLoop(s.usagec, ask, ask, usageWait); ok {
+		mergeUsage(content, f)
+	}
+}
+
+// askLoop hands the loop question q on c and waits for its answer, both
+// within wait: past it (the loop is stopping the kernel, or busy) ok is
+// false and the pump goes on without.
+func askLoop[Q, A any](c chan<- Q, q Q, answer <-chan A, wait time.Duration) (a A, ok bool) {
+	t := time.NewTimer(wait)
 	defer t.Stop()
 	select {
-	case s.usagec <- ask:
+	case c <- q:
 	case <-t.C:
-		return // the loop is stopping the kernel
+		return a, false
 	}
 	select {
-	case f := <-ask:
-		mergeUsage(content, f)
+	case a = <-answer:
+		return a, true
 	case <-t.C:
+		return a, false
 	}
 }
 
