@@ -106,7 +106,9 @@ func (s *supervisor) park(c cause, old *gpu.Old, killed int, cell relay.Cell) in
 	if c.gpuOver != nil {
 		why = "over its GPU memory limit"
 	}
-	s.st.Phase, s.st.KernelPID, s.st.KernelStart, s.st.Tree = record.PhaseParked, 0, 0, nil
+	// No kernel, so no GPUs of its: the fresh one is placed again (respawn).
+	s.placement = nil
+	s.st.Phase, s.st.KernelPID, s.st.KernelStart, s.st.Tree, s.st.Placement = record.PhaseParked, 0, 0, nil, nil
 	s.st.Parked = &record.Parked{At: at.UTC(), By: by, Why: why, Killed: killed, Released: released,
 		Held: strings.TrimSpace(held), GPU: freed}
 	s.applyHold(c.park)

@@ -272,6 +272,9 @@ func TestPlacementAfterPark(t *testing.T) {
 	}
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		if st, err := d.StateOf(testKernelID); err == nil && st.Phase == record.PhaseParked {
+			if st.Placement != nil {
+				t.Errorf("the parked kernel's record still names GPUs: %+v", st.Placement)
+			}
 			break
 		}
 		if time.Now().After(deadline) {
