@@ -6,7 +6,10 @@ package main
 // once by SIGTERM and once by the supervisor itself over an 8 GiB GPU
 // memory limit; nvidia-smi before, during and after shows the memory taken
 // and given back, and the supervisor's own NVML check says so in its log.
-// It also times NVML's start and one listing of the GPU's processes.
+// It also times NVML's start and one listing of the GPU's processes. For
+// issue 37: PyTorch's own out-of-memory error is recognised (oom.Match),
+// with another holder NVML lists, and two kernels started at once with
+// --gpus auto get GPUs NVML lists, different ones where there is a choice.
 //
 // It needs neither Go nor Jupyter on the GPU host: build the test binary
 // here and carry it with testdata/gpu/torch_load.py (PyTorch only):
@@ -39,6 +42,7 @@ import (
 
 	"github.com/tfgpu/tfgpu-kernel/internal/gpu"
 	"github.com/tfgpu/tfgpu-kernel/internal/gpu/gputest"
+	"github.com/tfgpu/tfgpu-kernel/internal/gpu/oom"
 	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
 
@@ -105,8 +109,8 @@ func realRig(t *testing.T) *gpuRig {
 }
 
 func fakeRig(t *testing.T) *gpuRig {
-	testutil.Integration(t) // a Python load and the supervisor
-	f := gputest.New(t, 1, gputest.Full)
+	testutil.Integration(t)              // a Python load and the supervisor
+	f := gputest.New(t, 2, gputest.Full) // two: --gpus auto has a choice
 	env := f.Env("FAKE_NVML_RELEASE_MS=700")
 	for _, kv := range env {
 		k, v, _ := strings.Cut(kv, "=")
@@ -241,6 +245,134 @@ func TestRealGPU(t *testing.T) {
 		}
 		load.checkGone(t, rig, f)
 	})
+
+	// PyTorch's own out-of-memory error, with another process holding
+	// memory (issue 37): oom.Match recognises what PyTorch raises, and
+	// NVML lists the other holder, whom the cell's explanation names.
+	t.Run("oom", func(t *testing.T) {
+		f := map[string]any{}
+		figures["oom"] = f
+		ready := filepath.Join(t.TempDir(), "holder.json")
+		args := []string{"--main", "2", "--children", "0"}
+		if !rig.real {
+			args = []string{"--fake", "--main", "0.25", "--children", "0"}
+		}
+		holder := exec.Command(rig.python, append([]string{testdataFile(t, "gpu/torch_load.py"), "--ready", ready}, args...)...)
+		holder.Env = append(os.Environ(), rig.env...)
+		if err := holder.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { holder.Process.Kill(); holder.Wait() })
+		testutil.WaitFor(t, 5*time.Minute, "the holder to hold its memory", func() bool { _, err := os.Stat(ready); return err == nil })
+		out := filepath.Join(t.TempDir(), "oom.json")
+		cmd := exec.Command(rig.python, testdataFile(t, "gpu/oom_torch.py"), out)
+		if !rig.real {
+			cmd.Args = append(cmd.Args, "--fake")
+		}
+		cmd.Env = holder.Env
+		if b, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("oom_torch.py: %v\n%s", err, b)
+		}
+		var e struct {
+			Ename, Evalue, Module string
+			Traceback             []string
+		}
+		if b, err := os.ReadFile(out); err != nil || json.Unmarshal(b, &e) != nil {
+			t.Fatalf("oom_torch.py wrote %q (%v)", b, err)
+		}
+		fw, ok := oom.Match(e.Ename, e.Evalue, e.Traceback)
+		f["ename"], f["module"], f["evalue"], f["matched"] = e.Ename, e.Module, e.Evalue, string(fw)
+		if !ok || fw != oom.PyTorch {
+			t.Fatalf("PyTorch's %s.%s (%q) was not recognised: %q, %v", e.Module, e.Ename, e.Evalue, fw, ok)
+		}
+		n, err := gpu.Open(rig.library, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer n.Close()
+		hs, err := n.Holders()
+		if err != nil {
+			t.Fatal(err)
+		}
+		listed := slices.ContainsFunc(hs, func(h gpu.Holder) bool { return h.PID == holder.Process.Pid })
+		f["holder_listed"] = listed
+		if !listed {
+			t.Errorf("NVML does not list the holder %d: %+v", holder.Process.Pid, hs)
+		}
+	})
+
+	// Two kernels started at once with --gpus auto (issue 37): each one's
+	// CUDA_VISIBLE_DEVICES is a UUID NVML lists, and with more than one
+	// GPU (or MIG instance) to choose from they differ.
+	t.Run("placement", func(t *testing.T) {
+		f := map[string]any{}
+		figures["placement"] = f
+		dir := t.TempDir()
+		self, err := os.Executable()
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, err := gpu.Open(rig.library, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		units, err := n.Units()
+		n.Close()
+		if err != nil || len(units) == 0 {
+			t.Fatalf("NVML's units: %v, %v", units, err)
+		}
+		var uuids []string
+		for _, u := range units {
+			uuids = append(uuids, u.UUID)
+		}
+		f["units"] = uuids
+		var sups []*exec.Cmd
+		var outs []string
+		for i := range 2 {
+			out := filepath.Join(dir, fmt.Sprintf("visible-%d", i))
+			conn := writeTCPConn(t, dir, fmt.Sprintf("placement%d", i), "realgpu-check")
+			sup := exec.Command(self, "run", "-f", conn, "--gpus", "auto", "--", rig.python, "-c",
+				"import os, sys, time\nopen(sys.argv[1], 'w').write(os.environ.get('CUDA_VISIBLE_DEVICES', '(unset)'))\ntime.sleep(600)", out)
+			// Not rig.env: its CUDA_VISIBLE_DEVICES would win.
+			sup.Env = append(os.Environ(), "TFGPU_TEST_AS_COMMAND=1", "TFGPU_STATE_DIR="+filepath.Join(dir, "state"), "XDG_RUNTIME_DIR="+dir)
+			var log testutil.Buffer
+			sup.Stdout, sup.Stderr = &log, &log
+			if err := sup.Start(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { sup.Process.Signal(syscall.SIGTERM); sup.Wait(); logTo(fmt.Sprintf("placement%d", i), &log) })
+			sups, outs = append(sups, sup), append(outs, out)
+		}
+		var got []string
+		for _, out := range outs {
+			var b []byte
+			testutil.WaitFor(t, time.Minute, "a kernel's CUDA_VISIBLE_DEVICES", func() bool { b, _ = os.ReadFile(out); return len(b) > 0 })
+			got = append(got, string(b))
+		}
+		f["visible"] = got
+		for _, v := range got {
+			if !slices.Contains(uuids, v) {
+				t.Errorf("a kernel's CUDA_VISIBLE_DEVICES %q is none of NVML's %v", v, uuids)
+			}
+		}
+		if len(uuids) > 1 && got[0] == got[1] {
+			t.Errorf("two kernels started at once with %d GPUs to choose from both got %s", len(uuids), got[0])
+		}
+	})
+}
+
+// testdataFile is the path of testdata/NAME, from the repository's root
+// (where realgpu.sh runs the binary) or from this package's directory.
+func testdataFile(t *testing.T, name string) string {
+	t.Helper()
+	for _, p := range []string{filepath.Join("cmd/tfgpu-kernel/testdata", name), filepath.Join("testdata", name)} {
+		if _, err := os.Stat(p); err == nil {
+			abs, _ := filepath.Abs(p)
+			return abs
+		}
+	}
+	t.Fatalf("testdata/%s not found from the working directory", name)
+	return ""
 }
 
 // gpuLoad is testdata/gpu/torch_load.py run by the supervisor as its
