@@ -15,6 +15,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -62,12 +63,9 @@ func run(args []string) error {
 			return fmt.Errorf("%s: %w", p, err)
 		}
 		lns = append(lns, ln)
-		free, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
+		if inner[p], err = innerPort(); err != nil {
 			return err
 		}
-		inner[p] = free.Addr().(*net.TCPAddr).Port
-		free.Close()
 	}
 	inner["ip"] = "127.0.0.1"
 	dir, err := os.MkdirTemp("", "benchproxy-")
@@ -106,6 +104,34 @@ func run(args []string) error {
 	_ = cmd.Wait()
 	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // the kernel's children
 	return nil
+}
+
+// innerPort is a free port for the kernel, below the ephemeral range: a
+// port taken from that range (port 0) and closed again for the kernel to
+// bind could be any outgoing connection's local port, or another :0
+// listener's, by then (a CI run failed so: the kernel's bind found it in
+// use). Below it only a process that picks its port by number can collide.
+func innerPort() (int, error) {
+	lo := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		fmt.Sscan(string(b), &lo)
+	}
+	for range 1000 {
+		if lo <= 10001 {
+			break
+		}
+		port := 10000 + rand.IntN(lo-10000)
+		if ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", fmt.Sprint(port))); err == nil {
+			ln.Close()
+			return port, nil
+		}
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
 // serve copies bytes both ways between each client of ln and its own
