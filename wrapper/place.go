@@ -56,10 +56,7 @@ func (s *supervisor) place() string {
 	}
 	defer unlock()
 	now = time.Now() // after the wait: a claim made meanwhile is not from the future
-	claims, err := s.dir.Claims(now, func(r proc.Ref) bool {
-		start, err := proc.StartTime(r.PID)
-		return err == nil && start == r.Start
-	})
+	claims, err := s.dir.Claims(now)
 	if err != nil {
 		s.log.Warn("placement ledger not read; starting it again", "err", err)
 	}

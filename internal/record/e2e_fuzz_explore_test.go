@@ -10,5 +10,5 @@ import (
 
 // The full suite explores the fuzz targets beyond their seeds.
 func TestFuzzExplore(t *testing.T) {
-	testutil.ExploreFuzz(t, "FuzzParseActivity", "FuzzParseNotice", "FuzzParseSpare", "FuzzParseIdentities")
+	testutil.ExploreFuzz(t, "FuzzParseActivity", "FuzzParseNotice", "FuzzParseSpare", "FuzzParseIdentities", "FuzzParseClaims")
 }

@@ -96,11 +96,9 @@ func (d *Dir) LockPlacements(timeout time.Duration) (unlock func(), err error) {
 	}
 }
 
-// Claims reads the ledger and returns the claims that still count at now:
-// made within ClaimWindow (and not after now) by a supervisor that runs
-// (alive). No ledger is no claims; an entry that does not check out is
-// dropped, and a ledger that does not parse is an error.
-func (d *Dir) Claims(now time.Time, alive func(proc.Ref) bool) ([]Claim, error) {
+// Claims reads the ledger and returns the claims that still count at now
+// (parseClaims). No ledger is no claims.
+func (d *Dir) Claims(now time.Time) ([]Claim, error) {
 	b, err := d.read(placementsName)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -108,6 +106,15 @@ func (d *Dir) Claims(now time.Time, alive func(proc.Ref) bool) ([]Claim, error) 
 	if err != nil {
 		return nil, fmt.Errorf("placement ledger: %w", err)
 	}
+	return parseClaims(b, now, aliveSince)
+}
+
+// parseClaims returns the claims of a ledger's content that count at now:
+// made within ClaimWindow (and not after now) by a supervisor that runs
+// (alive: its pid, not a zombie, with its start time), at most maxClaims.
+// An entry that does not check out is dropped; content that does not
+// parse is an error.
+func parseClaims(b []byte, now time.Time, alive func(pid int, start uint64) bool) ([]Claim, error) {
 	var all []Claim
 	if err := json.Unmarshal(b, &all); err != nil {
 		return nil, fmt.Errorf("placement ledger: %w", err)
@@ -116,7 +123,7 @@ func (d *Dir) Claims(now time.Time, alive func(proc.Ref) bool) ([]Claim, error) 
 	for _, c := range all {
 		age := now.Sub(c.At)
 		if len(out) == maxClaims || !ValidKernelID(c.Kernel) || !unitUUID.MatchString(c.UUID) ||
-			age < 0 || age > ClaimWindow || c.By.PID <= 1 || !alive(c.By) {
+			age < 0 || age > ClaimWindow || c.By.PID <= 1 || !alive(c.By.PID, c.By.Start) {
 			continue
 		}
 		out = append(out, c)

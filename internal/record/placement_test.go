@@ -19,9 +19,12 @@ import (
 func TestPlacementClaims(t *testing.T) {
 	d, dir := openTestDir(t)
 	now := time.Now()
-	me := proc.Ref{PID: os.Getpid(), Start: 1}
-	alive := func(r proc.Ref) bool { return r == me }
-	if got, err := d.Claims(now, alive); got != nil || err != nil {
+	start, err := proc.StartTime(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	me := proc.Ref{PID: os.Getpid(), Start: start}
+	if got, err := d.Claims(now); got != nil || err != nil {
 		t.Fatalf("Claims with no ledger = %v, %v", got, err)
 	}
 	good := Claim{Kernel: noticeID, UUID: "GPU-fa4e0000-0000-0000-0000-000000000001", Bytes: 1 << 30, At: now.Add(-time.Second), By: me}
@@ -44,7 +47,7 @@ func TestPlacementClaims(t *testing.T) {
 	if fi, err := os.Stat(filepath.Join(dir, placementsName)); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("ledger: %v, %v; want mode 0600", fi, err)
 	}
-	got, err := d.Claims(now, alive)
+	got, err := d.Claims(now)
 	if err != nil || len(got) != 2 || got[0].UUID != good.UUID || got[1].UUID != mig.UUID {
 		t.Fatalf("Claims = %+v, %v; want the two that count", got, err)
 	}
@@ -55,11 +58,11 @@ func TestPlacementClaims(t *testing.T) {
 	if err := d.WriteClaims(many); err != nil {
 		t.Fatal(err)
 	}
-	if got, _ := d.Claims(now, alive); len(got) != maxClaims {
+	if got, _ := d.Claims(now); len(got) != maxClaims {
 		t.Errorf("%d claims read back; want at most %d", len(got), maxClaims)
 	}
 	os.WriteFile(filepath.Join(dir, placementsName), []byte("{not json"), 0o600)
-	if _, err := d.Claims(now, alive); err == nil {
+	if _, err := d.Claims(now); err == nil {
 		t.Error("a ledger that does not parse was taken")
 	}
 }
@@ -78,7 +81,7 @@ func TestPlantedLedgerIsRefused(t *testing.T) {
 	} {
 		path := filepath.Join(dir, placementsName)
 		plant(path)
-		if got, err := d.Claims(time.Now(), func(proc.Ref) bool { return true }); got != nil || err == nil {
+		if got, err := d.Claims(time.Now()); got != nil || err == nil {
 			t.Errorf("%s: Claims = %v, %v; want refused", how, got, err)
 		}
 		os.Remove(path)
@@ -125,4 +128,30 @@ func TestPlacementShown(t *testing.T) {
 	if (*Placement)(nil).shown() != nil {
 		t.Error("no placement shown as one")
 	}
+}
+
+// FuzzParseClaims: any bytes of a ledger are refused or give at most
+// maxClaims claims, each of which checks out, never a panic.
+func FuzzParseClaims(f *testing.F) {
+	now := time.Date(2026, 12, 6, 23, 0, 0, 0, time.UTC)
+	good, _ := json.Marshal([]Claim{{Kernel: noticeID, UUID: "GPU-fa4e0000-0000-0000-0000-000000000001", Bytes: 1 << 30,
+		At: now.Add(-time.Second), By: proc.Ref{PID: 4242, Start: 7}}})
+	f.Add(good)
+	f.Add([]byte(`[{"kernel":"../x","uuid":"GPU-1\u001b","at":"2026-12-06T23:00:00Z","by":{"pid":1,"start":0}}]`))
+	f.Add([]byte(`[]`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		got, err := parseClaims(b, now, func(pid int, start uint64) bool { return pid%2 == 0 })
+		if err != nil {
+			return
+		}
+		if len(got) > maxClaims {
+			t.Fatalf("%d claims from %q", len(got), b)
+		}
+		for _, c := range got {
+			if !ValidKernelID(c.Kernel) || !unitUUID.MatchString(c.UUID) || c.By.PID <= 1 || c.By.PID%2 != 0 ||
+				now.Sub(c.At) < 0 || now.Sub(c.At) > ClaimWindow {
+				t.Fatalf("accepted %+v from %q", c, b)
+			}
+		}
+	})
 }

@@ -139,3 +139,26 @@ func TestText(t *testing.T) {
 		t.Errorf("a device name's control characters reached the cell: %q", got)
 	}
 }
+
+// FuzzParse: any --gpus value is refused with an error that names no more
+// than a line, or gives a setting within bounds that reads back the same.
+func FuzzParse(f *testing.F) {
+	for _, s := range []string{"", "auto", "auto:2", "auto:min-free=20G", "auto:2,min-free=1.5G", "auto:0", "auto:\x1b[2J"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		spec, on, err := Parse(s)
+		switch {
+		case err != nil:
+			if on || strings.Contains(err.Error(), "\n") && !strings.Contains(s, "\n") {
+				t.Fatalf("Parse(%q): %v, on %v", s, err, on)
+			}
+		case !on:
+			if s != "" {
+				t.Fatalf("Parse(%q) is off", s)
+			}
+		case spec.Count < 1 || spec.Count > MaxCount || spec.MinFree < 0 || spec.String() != s:
+			t.Fatalf("Parse(%q) = %+v", s, spec)
+		}
+	})
+}
