@@ -271,7 +271,9 @@ func TestPlacementAfterPark(t *testing.T) {
 		t.Fatal(err)
 	}
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if st, err := d.StateOf(testKernelID); err == nil && st.Phase == record.PhaseParked {
+		// Parked, and the park recorded (the phase is written first, as
+		// the loop enters it: harness.park waits for the same).
+		if st, err := d.StateOf(testKernelID); err == nil && st.Phase == record.PhaseParked && st.Parked != nil {
 			if st.Placement != nil {
 				t.Errorf("the parked kernel's record still names GPUs: %+v", st.Placement)
 			}
