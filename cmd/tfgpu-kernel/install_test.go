@@ -278,9 +278,3 @@ func installArgvHas(xs []string, x string) bool {
 	}
 	return false
 }
-
-// executable reports whether path is a regular file someone may execute.
-func executable(path string) bool {
-	fi, err := os.Stat(path)
-	return err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0
-}

@@ -14,11 +14,6 @@ import (
 // SetChildSubreaper is Linux-only.
 func SetChildSubreaper() error { return fmt.Errorf("set child subreaper: %w", ErrUnsupported) }
 
-// IsChildSubreaper is Linux-only.
-func IsChildSubreaper() (bool, error) {
-	return false, fmt.Errorf("get child subreaper: %w", ErrUnsupported)
-}
-
 // ExitStatus is how one child ended.
 type ExitStatus struct {
 	Pid    int

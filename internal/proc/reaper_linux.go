@@ -13,7 +13,6 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -27,15 +26,6 @@ func SetChildSubreaper() error {
 		return fmt.Errorf("set child subreaper: %w", err)
 	}
 	return nil
-}
-
-// IsChildSubreaper reports whether the calling process is a child subreaper.
-func IsChildSubreaper() (bool, error) {
-	var v int32
-	if err := unix.Prctl(unix.PR_GET_CHILD_SUBREAPER, uintptr(unsafe.Pointer(&v)), 0, 0, 0); err != nil {
-		return false, fmt.Errorf("get child subreaper: %w", err)
-	}
-	return v != 0, nil
 }
 
 // ExitStatus is how one child ended, as wait4(2) reported it.

@@ -55,12 +55,6 @@ func TestExitStatus(t *testing.T) {
 	}
 }
 
-func TestIsChildSubreaper(t *testing.T) {
-	if ok, err := IsChildSubreaper(); !ok || err != nil {
-		t.Errorf("IsChildSubreaper = %v, %v; TestMain set it", ok, err)
-	}
-}
-
 // TestReaperDeliversFastExits: children that exit at once still get their
 // status delivered, exactly once, to the right channel.
 func TestReaperDeliversFastExits(t *testing.T) {
