@@ -80,9 +80,9 @@ type watcher struct {
 // startSessionChild starts path (argv, env) through the reaper, in a
 // session of its own (a killpg of the supervisor's group, Jupyter's
 // interrupt, does not reach it), outside the kernel's tree, in the
-// supervisor's working directory, with the read end of a new pipe at fd
-// pipeFD (0, or 3 after /dev/null, stdout and stderr) and the
-// supervisor's stderr. It returns the pipe's write end.
+// supervisor's working directory (inherited; a chdir could only fail),
+// with the read end of a new pipe at fd pipeFD (0, or 3 after /dev/null,
+// stdout and stderr) and the supervisor's stderr. It returns the pipe's write end.
 func (s *supervisor) startSessionChild(path string, argv, env []string, pipeFD int) (int, <-chan proc.ExitStatus, *os.File, error) {
 	pr, pw, err := os.Pipe()
 	if err != nil {
@@ -100,9 +100,6 @@ func (s *supervisor) startSessionChild(path string, argv, env []string, pipeFD i
 		files = []uintptr{devnull.Fd(), os.Stdout.Fd(), os.Stderr.Fd(), pr.Fd()}
 	}
 	attr := &syscall.ProcAttr{Env: env, Files: files, Sys: &syscall.SysProcAttr{Setsid: true}}
-	if wd, err := os.Getwd(); err == nil {
-		attr.Dir = wd
-	}
 	pid, exited, err := s.reaper.StartProcess(path, argv, attr)
 	if err != nil {
 		pw.Close()
