@@ -233,9 +233,7 @@ func TestV2MemoryFake(t *testing.T) {
 	dir := filepath.Join(parent, "tfgpu-k")
 	write := func(path, s string) {
 		t.Helper()
-		if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, os.WriteFile(path, []byte(s), 0o644))
 	}
 	os.Mkdir(dir, 0o755)
 	write(filepath.Join(parent, "cgroup.controllers"), "cpu io\n")

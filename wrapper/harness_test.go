@@ -518,30 +518,20 @@ func copyForUser(t *testing.T, exe string, uid int, h *harness) string {
 	// The test's temporary directories are 0700: let uid through the
 	// per-test root and into dir; the connection file is chowned below.
 	for _, d := range []string{filepath.Dir(dir), dir} {
-		if err := os.Chmod(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, os.Chmod(d, 0o755))
 	}
 	b, err := os.ReadFile(exe)
 	if err != nil {
 		t.Fatal(err)
 	}
 	dst := filepath.Join(dir, "supervisor.test")
-	if err := os.WriteFile(dst, b, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, os.WriteFile(dst, b, 0o755))
 	for _, p := range []string{filepath.Dir(h.path), h.path} {
-		if err := os.Chown(p, uid, uid); err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, os.Chown(p, uid, uid))
 	}
 	state := filepath.Join(dir, "state")
-	if err := os.Mkdir(state, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chown(state, uid, uid); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, os.Mkdir(state, 0o700))
+	testutil.NoErr(t, os.Chown(state, uid, uid))
 	t.Setenv("TFGPU_STATE_DIR", state)
 	return dst
 }

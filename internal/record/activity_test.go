@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
 
 // A supervisor publishes its kernel's execution state through the mapped
@@ -71,9 +73,7 @@ func TestActivityIsPublished(t *testing.T) {
 func TestActivityOfAnotherSupervisorStays(t *testing.T) {
 	d, dir := openTestDir(t)
 	b := activityBytes(os.Getpid()+1, time.Now())
-	if err := os.WriteFile(filepath.Join(dir, "k1.activity"), b, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, os.WriteFile(filepath.Join(dir, "k1.activity"), b, 0o600))
 	d.Remove("k1")
 	if _, err := os.Lstat(filepath.Join(dir, "k1.activity")); err != nil {
 		t.Fatalf("another supervisor's activity file was removed: %v", err)

@@ -54,6 +54,15 @@ func PrivateDir(t testing.TB) string {
 	return d
 }
 
+// NoErr ends the test (t.Fatal) with err unless it is nil: a setup step's
+// `if err := os.WriteFile(…); err != nil { t.Fatal(err) }` on one line.
+func NoErr(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 // RequireOrSkip is the one rule for a dependency a test lacks (the
 // Python stack, root, a cgroup hierarchy, a tool): it fails the test in
 // CI (CI=true), where .ci/run installs everything the tests need, so
