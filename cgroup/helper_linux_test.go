@@ -259,7 +259,11 @@ func (tr *tree) spawn(t *testing.T, useFD *bool, noStarted bool, mode string, ex
 		t.Fatal(err)
 	}
 	if sys.Pdeathsig != syscall.SIGKILL || !sys.Setpgid || useFD != nil && sys.UseCgroupFD != *useFD {
-		t.Fatalf("Configure: Pdeathsig=%v Setpgid=%v UseCgroupFD=%v, want SIGKILL, true and %v", sys.Pdeathsig, sys.Setpgid, sys.UseCgroupFD, useFD)
+		want := "either"
+		if useFD != nil {
+			want = strconv.FormatBool(*useFD)
+		}
+		t.Fatalf("Configure: Pdeathsig=%v Setpgid=%v UseCgroupFD=%v, want SIGKILL, true and %s", sys.Pdeathsig, sys.Setpgid, sys.UseCgroupFD, want)
 	}
 	attr := &syscall.ProcAttr{Env: helperEnv(mode, append(extra, envPidfile+"="+tr.pidfile)...),
 		Files: []uintptr{0, 1, 2}, Sys: sys}
