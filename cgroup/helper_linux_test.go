@@ -231,31 +231,8 @@ func startTree(t *testing.T, mode string, extra ...string) *tree {
 // supervisor starts a kernel (wrapper's spawn).
 func startTreeIn(t *testing.T, in Tree, mode string, extra ...string) *tree {
 	t.Helper()
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
 	tr := &tree{Tree: in, pidfile: filepath.Join(t.TempDir(), "pids")}
-	sys := &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // backstop if the test binary dies
-	if err := tr.Configure(sys); err != nil {
-		t.Fatal(err)
-	}
-	if sys.Pdeathsig != syscall.SIGKILL || !sys.Setpgid {
-		t.Fatalf("Configure: Pdeathsig=%v Setpgid=%v, want SIGKILL and true", sys.Pdeathsig, sys.Setpgid)
-	}
-	attr := &syscall.ProcAttr{Env: helperEnv(mode, append(extra, envPidfile+"="+tr.pidfile)...),
-		Files: []uintptr{0, 1, 2}, Sys: sys}
-	path, argv := exe, []string{exe, "-test.run=^$"}
-	if l, ok := in.(Launcher); ok {
-		if path, argv, attr.Files, err = l.Launch(path, argv, attr.Files); err != nil {
-			t.Fatal(err)
-		}
-	}
-	tr.leader, tr.exited, err = testReaper.StartProcess(path, argv, attr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr.Started(tr.leader)
+	tr.spawn(t, nil, false, mode, extra...)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -265,6 +242,70 @@ func startTreeIn(t *testing.T, in Tree, mode string, extra ...string) *tree {
 		tr.Close()
 	})
 	return tr
+}
+
+// spawn starts tr's leader, the helper in mode, as Configure prepares it
+// (keeping Pdeathsig, setting Setpgid, and UseCgroupFD as *useFD says
+// where useFD is not nil), through tr's Launch where tr is a Launcher;
+// it calls Started unless noStarted (the test calls it).
+func (tr *tree) spawn(t *testing.T, useFD *bool, noStarted bool, mode string, extra ...string) {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sys := &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // backstop if the test binary dies
+	if err := tr.Configure(sys); err != nil {
+		t.Fatal(err)
+	}
+	if sys.Pdeathsig != syscall.SIGKILL || !sys.Setpgid || useFD != nil && sys.UseCgroupFD != *useFD {
+		want := "either"
+		if useFD != nil {
+			want = strconv.FormatBool(*useFD)
+		}
+		t.Fatalf("Configure: Pdeathsig=%v Setpgid=%v UseCgroupFD=%v, want SIGKILL, true and %s", sys.Pdeathsig, sys.Setpgid, sys.UseCgroupFD, want)
+	}
+	attr := &syscall.ProcAttr{Env: helperEnv(mode, append(extra, envPidfile+"="+tr.pidfile)...),
+		Files: []uintptr{0, 1, 2}, Sys: sys}
+	path, argv := exe, []string{exe, "-test.run=^$"}
+	if l, ok := tr.Tree.(Launcher); ok {
+		if path, argv, attr.Files, err = l.Launch(path, argv, attr.Files); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tr.leader, tr.exited, err = testReaper.StartProcess(path, argv, attr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !noStarted {
+		tr.Started(tr.leader)
+	}
+}
+
+// cleanupCgroups is the cleanup of a tree of a cgroup mode: it kills the
+// tree and closes it, kills (as an error) any process of the helpers'
+// pidfile that survived, and checks that dirs (a "" is skipped) are gone.
+func (tr *tree) cleanupCgroups(t *testing.T, dirs ...string) {
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if _, err := tr.Kill(ctx); err != nil && !errors.Is(err, ErrClosed) {
+			t.Errorf("cleanup: %v", err)
+		}
+		if err := tr.Close(); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+		// Backstop: whatever escaped (a bug) must not outlive the test.
+		for _, id := range aliveIDs(t, readPidfile(t, tr.pidfile)) {
+			t.Errorf("cleanup: process %d survived; killing it", id.pid)
+			syscall.Kill(id.pid, syscall.SIGKILL)
+		}
+		for _, d := range dirs {
+			if _, err := os.Stat(d); d != "" && !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("cgroup %s left after Close: %v", d, err)
+			}
+		}
+	})
 }
 
 // exitStatus waits for the leader's exit status.

@@ -103,29 +103,9 @@ func killedBySIGKILL(es proc.ExitStatus) bool {
 	return es.Status.Signaled() && es.Status.Signal() == unix.SIGKILL
 }
 
-// requireV1Memory returns the test process's own v1 memory cgroup. It
-// skips where no v1 memory hierarchy is mounted (pure v2 hosts), and fails
-// in CI where one is but is not usable.
-func requireV1Memory(t *testing.T) string {
-	t.Helper()
-	requireRoot(t)
-	l, err := DetectLayout()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if l.V1["memory"] == "" {
-		testutil.RequireOrSkip(t, "no v1 memory hierarchy (layout %q)", l.Kind)
-	}
-	parent, err := V1SelfDir(l, "memory")
-	if err != nil {
-		testutil.RequireOrSkip(t, "own v1 memory cgroup: %v", err)
-	}
-	return parent
-}
-
 func newTestV1Memory(t *testing.T, limit int64) *V1Memory {
 	t.Helper()
-	parent := requireV1Memory(t)
+	_, parent := requireV1(t, "memory")
 	m, err := NewV1Memory(parent, fmt.Sprintf("mem-%d-%d", os.Getpid(), treeSeq.Add(1)), limit)
 	if err != nil {
 		testutil.RequireOrSkip(t, "needs a writable v1 memory cgroup: %v", err)
@@ -180,7 +160,7 @@ func TestV1MemoryUnderLimit(t *testing.T) {
 
 // An empty leftover cgroup of the same name is replaced.
 func TestV1MemoryLeftover(t *testing.T) {
-	parent := requireV1Memory(t)
+	_, parent := requireV1(t, "memory")
 	name := fmt.Sprintf("mem-%d-%d", os.Getpid(), treeSeq.Add(1))
 	dir := filepath.Join(parent, "tfgpu-"+name)
 	if err := os.Mkdir(dir, 0o755); err != nil {
@@ -202,11 +182,7 @@ func TestV1MemoryLeftover(t *testing.T) {
 // NewMemoryLimit picks what the host offers; on the test machine (hybrid,
 // memory on v1) that is v1.
 func TestNewMemoryLimit(t *testing.T) {
-	requireRoot(t)
-	l, err := DetectLayout()
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := rootLayout(t)
 	name := fmt.Sprintf("mem-%d-%d", os.Getpid(), treeSeq.Add(1))
 	m, how, err := NewMemoryLimit(l, name, 300<<20)
 	if err != nil {
@@ -257,9 +233,7 @@ func TestV2MemoryFake(t *testing.T) {
 	dir := filepath.Join(parent, "tfgpu-k")
 	write := func(path, s string) {
 		t.Helper()
-		if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, os.WriteFile(path, []byte(s), 0o644))
 	}
 	os.Mkdir(dir, 0o755)
 	write(filepath.Join(parent, "cgroup.controllers"), "cpu io\n")
@@ -312,11 +286,7 @@ func TestV2MemoryFake(t *testing.T) {
 // memory on v1); in CI it fails when the controller is offered but cannot
 // be used.
 func TestV2MemoryOOMKill(t *testing.T) {
-	requireRoot(t)
-	l, err := DetectLayout()
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := rootLayout(t)
 	if l.V2Self == "" {
 		testutil.RequireOrSkip(t, "no cgroup v2 tree of our own (layout %q)", l.Kind)
 	}

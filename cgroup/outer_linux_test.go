@@ -4,6 +4,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
 
 // OuterMemory finds the smallest limit over the supervisor's cgroup and
@@ -14,14 +16,10 @@ func TestOuterMemory(t *testing.T) {
 	root := t.TempDir()
 	job := filepath.Join(root, "slurm", "job_12")
 	self := filepath.Join(job, "step_batch", "task_0")
-	if err := os.MkdirAll(self, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, os.MkdirAll(self, 0o755))
 	write := func(dir, file, text string) {
 		t.Helper()
-		if err := os.WriteFile(filepath.Join(dir, file), []byte(text), 0o644); err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, os.WriteFile(filepath.Join(dir, file), []byte(text), 0o644))
 	}
 	write(root, "memory.max", "max\n") // not the root's: a delegated mount's top
 	write(filepath.Dir(job), "memory.max", "max\n")

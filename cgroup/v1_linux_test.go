@@ -2,7 +2,6 @@ package cgroup
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -21,18 +20,8 @@ import (
 // and skips elsewhere.
 func requireFreezer(t *testing.T) (freezer, pids string) {
 	t.Helper()
-	requireRoot(t)
-	l, err := DetectLayout()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if l.V1["freezer"] == "" {
-		testutil.RequireOrSkip(t, "needs the cgroup v1 freezer: layout %q, v1 controllers %v", l.Kind, l.V1)
-	}
-	freezer, err = V1SelfDir(l, "freezer")
-	if err != nil {
-		testutil.RequireOrSkip(t, "needs the cgroup v1 freezer: %v", err)
-	}
+	l, freezer := requireV1(t, "freezer")
+	var err error
 	if l.V1["pids"] != "" {
 		if pids, err = V1SelfDir(l, "pids"); err != nil {
 			t.Logf("no pids cgroup: %v", err)
@@ -61,45 +50,8 @@ func startV1Tree(t *testing.T, freezer, pids string, noStarted bool, mode string
 		t.Errorf("no pids cgroup under %s", pids)
 	}
 	tr := &tree{Tree: v1, pidfile: filepath.Join(t.TempDir(), "pids")}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if _, err := v1.Kill(ctx); err != nil && !errors.Is(err, ErrClosed) {
-			t.Errorf("cleanup: %v", err)
-		}
-		if err := v1.Close(); err != nil {
-			t.Errorf("cleanup: %v", err)
-		}
-		for _, id := range aliveIDs(t, readPidfile(t, tr.pidfile)) {
-			t.Errorf("cleanup: process %d survived; killing it", id.pid)
-			syscall.Kill(id.pid, syscall.SIGKILL)
-		}
-		for _, d := range []string{v1.Dir(), v1.PidsDir()} {
-			if _, err := os.Stat(d); d != "" && !errors.Is(err, os.ErrNotExist) {
-				t.Errorf("cgroup %s left after Close: %v", d, err)
-			}
-		}
-	})
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	sys := &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := v1.Configure(sys); err != nil {
-		t.Fatal(err)
-	}
-	if sys.Pdeathsig != syscall.SIGKILL || !sys.Setpgid || sys.UseCgroupFD {
-		t.Fatalf("Configure: Pdeathsig=%v Setpgid=%v UseCgroupFD=%v", sys.Pdeathsig, sys.Setpgid, sys.UseCgroupFD)
-	}
-	env := helperEnv(mode, append(extra, envPidfile+"="+tr.pidfile)...)
-	attr := &syscall.ProcAttr{Env: env, Files: []uintptr{0, 1, 2}, Sys: sys}
-	tr.leader, tr.exited, err = testReaper.StartProcess(exe, []string{exe, "-test.run=^$"}, attr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !noStarted {
-		tr.Started(tr.leader)
-	}
+	tr.cleanupCgroups(t, v1.Dir(), v1.PidsDir())
+	tr.spawn(t, new(false), noStarted, mode, extra...)
 	return tr, v1
 }
 

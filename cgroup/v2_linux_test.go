@@ -3,7 +3,6 @@ package cgroup
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -55,15 +54,38 @@ func requireRoot(t *testing.T) {
 	}
 }
 
-// requireCgroupV2 returns the directory of the test process's own v2
-// cgroup, which must be writable and support cgroup.kill (Linux 5.14).
-func requireCgroupV2(t *testing.T) string {
+// rootLayout is the host's cgroup layout, for a test that needs root.
+func rootLayout(t *testing.T) Layout {
 	t.Helper()
 	requireRoot(t)
 	l, err := DetectLayout()
 	if err != nil {
 		t.Fatal(err)
 	}
+	return l
+}
+
+// requireV1 returns the layout and the test process's own cgroup in the
+// v1 hierarchy of controller: it fails in CI (CI=true) where there is
+// none (a pure v2 host), and skips elsewhere.
+func requireV1(t *testing.T, controller string) (Layout, string) {
+	t.Helper()
+	l := rootLayout(t)
+	if l.V1[controller] == "" {
+		testutil.RequireOrSkip(t, "needs the cgroup v1 %s hierarchy: layout %q, v1 controllers %v", controller, l.Kind, l.V1)
+	}
+	dir, err := V1SelfDir(l, controller)
+	if err != nil {
+		testutil.RequireOrSkip(t, "needs its own cgroup v1 %s cgroup: %v", controller, err)
+	}
+	return l, dir
+}
+
+// requireCgroupV2 returns the directory of the test process's own v2
+// cgroup, which must be writable and support cgroup.kill (Linux 5.14).
+func requireCgroupV2(t *testing.T) string {
+	t.Helper()
+	l := rootLayout(t)
 	if l.V2Self == "" {
 		testutil.RequireOrSkip(t, "needs cgroup v2: layout %q, v2 mount %q", l.Kind, l.V2Mount)
 	}
@@ -106,44 +128,8 @@ func startV2Tree(t *testing.T, parent string, sp v2Spawn, mode string, extra ...
 	dir := t.TempDir()
 	tr := &tree{Tree: v2, pidfile: filepath.Join(dir, "pids")}
 	cgfile := filepath.Join(dir, "cgroups")
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if _, err := v2.Kill(ctx); err != nil && !errors.Is(err, ErrClosed) {
-			t.Errorf("cleanup: %v", err)
-		}
-		if err := v2.Close(); err != nil {
-			t.Errorf("cleanup: %v", err)
-		}
-		// Backstop: whatever escaped (a bug) must not outlive the test.
-		for _, id := range aliveIDs(t, readPidfile(t, tr.pidfile)) {
-			t.Errorf("cleanup: process %d survived; killing it", id.pid)
-			syscall.Kill(id.pid, syscall.SIGKILL)
-		}
-		if _, err := os.Stat(v2.Dir()); !errors.Is(err, os.ErrNotExist) {
-			t.Errorf("cgroup %s left after Close: %v", v2.Dir(), err)
-		}
-	})
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	sys := &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := v2.Configure(sys); err != nil {
-		t.Fatal(err)
-	}
-	if sys.Pdeathsig != syscall.SIGKILL || !sys.Setpgid || sys.UseCgroupFD != sp.cloneInto {
-		t.Fatalf("Configure: Pdeathsig=%v Setpgid=%v UseCgroupFD=%v", sys.Pdeathsig, sys.Setpgid, sys.UseCgroupFD)
-	}
-	env := helperEnv(mode, append(extra, envPidfile+"="+tr.pidfile, envCgfile+"="+cgfile)...)
-	attr := &syscall.ProcAttr{Env: env, Files: []uintptr{0, 1, 2}, Sys: sys}
-	tr.leader, tr.exited, err = testReaper.StartProcess(exe, []string{exe, "-test.run=^$"}, attr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !sp.noStarted {
-		tr.Started(tr.leader)
-	}
+	tr.cleanupCgroups(t, v2.Dir())
+	tr.spawn(t, &sp.cloneInto, sp.noStarted, mode, append(extra, envCgfile+"="+cgfile)...)
 	return tr, v2, cgfile
 }
 

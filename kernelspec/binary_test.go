@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
 
 // RunsBinary finds the kernelspecs of ours whose argv[0] is the binary, by
@@ -17,16 +19,10 @@ func TestRunsBinary(t *testing.T) {
 	home := isolate(t)
 	tmp := t.TempDir()
 	bin := filepath.Join(tmp, "bin", "tfgpu-kernel")
-	if err := os.MkdirAll(filepath.Dir(bin), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(bin, []byte("#!/bin/sh\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, os.MkdirAll(filepath.Dir(bin), 0o755))
+	testutil.NoErr(t, os.WriteFile(bin, []byte("#!/bin/sh\n"), 0o755))
 	link := filepath.Join(tmp, "link")
-	if err := os.Symlink(bin, link); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, os.Symlink(bin, link))
 	old := SystemDataDir
 	SystemDataDir = filepath.Join(tmp, "system")
 	t.Cleanup(func() { SystemDataDir = old })
@@ -43,18 +39,12 @@ func TestRunsBinary(t *testing.T) {
 		filepath.Join(user, "theirs"):                     `{"argv": ["` + bin + `", "-f", "{connection_file}"]}`,
 		filepath.Join(SystemDataDir, "kernels", "broken"): `{"argv": [`,
 	} {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, "kernel.json"), []byte(kj), 0o644); err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, os.MkdirAll(dir, 0o755))
+		testutil.NoErr(t, os.WriteFile(filepath.Join(dir, "kernel.json"), []byte(kj), 0o644))
 	}
 	// jp twice, and the user's data directory through a link, searched
 	// first: each kernelspec once, where Jupyter would find it first.
-	if err := os.Symlink(filepath.Dir(user), filepath.Join(tmp, "again")); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, os.Symlink(filepath.Dir(user), filepath.Join(tmp, "again")))
 	t.Setenv("JUPYTER_PATH", strings.Join([]string{jp, filepath.Join(tmp, "again"), jp}, string(os.PathListSeparator)))
 
 	var got []string

@@ -14,9 +14,7 @@ func TestDirUser(t *testing.T) {
 	home := isolate(t)
 	realHome := t.TempDir()
 	linkHome := filepath.Join(t.TempDir(), "home-link")
-	if err := os.Symlink(realHome, linkHome); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, os.Symlink(realHome, linkHome))
 	tests := []struct {
 		name, home, jupyterData, xdg, want string
 	}{

@@ -26,9 +26,7 @@ func systemPython(t *testing.T) Python {
 func fakePython(t *testing.T, dir, name, body string) string {
 	t.Helper()
 	p := filepath.Join(dir, name)
-	if err := os.WriteFile(p, []byte("#!/bin/sh\n"+body+"\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, os.WriteFile(p, []byte("#!/bin/sh\n"+body+"\n"), 0o755))
 	return p
 }
 

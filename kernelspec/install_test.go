@@ -71,9 +71,7 @@ func TestInstallReplace(t *testing.T) {
 		t.Fatal(err)
 	}
 	stale := filepath.Join(res.Dir, "stale.txt")
-	if err := os.WriteFile(stale, nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, os.WriteFile(stale, nil, 0o644))
 	o.DisplayName = "second"
 	if _, err := Install(o); !errors.Is(err, ErrExists) || !bytes.Contains([]byte(err.Error()), []byte("--replace")) {
 		t.Fatalf("second Install err = %v, want ErrExists mentioning --replace", err)
@@ -108,9 +106,7 @@ func TestInstallUninstallSafety(t *testing.T) {
 	}
 
 	foreign := filepath.Join(kernels, "python3")
-	if err := os.MkdirAll(foreign, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, os.MkdirAll(foreign, 0o755))
 	if err := os.WriteFile(filepath.Join(foreign, "kernel.json"),
 		[]byte(`{"argv":["python3","-m","ipykernel_launcher","-f","{connection_file}"],"display_name":"Python 3","language":"python"}`), 0o644); err != nil {
 		t.Fatal(err)
@@ -120,9 +116,7 @@ func TestInstallUninstallSafety(t *testing.T) {
 	if _, err := Uninstall(oo); !errors.Is(err, ErrNotOurs) {
 		t.Errorf("Uninstall of a foreign spec: %v, want ErrNotOurs", err)
 	}
-	if err := os.Remove(filepath.Join(foreign, "kernel.json")); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, os.Remove(filepath.Join(foreign, "kernel.json")))
 	if _, err := Uninstall(oo); !errors.Is(err, ErrNotOurs) {
 		t.Errorf("Uninstall of a dir without kernel.json: %v, want a refusal", err)
 	}

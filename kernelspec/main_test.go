@@ -1,7 +1,6 @@
 package kernelspec
 
 import (
-	"os"
 	"testing"
 
 	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
@@ -11,7 +10,4 @@ import (
 // real jupyter_client, which would find a system-wide kernelspec of the
 // machine's (IRkernel's "ir", a "julia-1.10", root's "tfgpu") or one of
 // JUPYTER_PATH's (docs/testing.md#hermetic, TestHostKernelspecsUnseen).
-func TestMain(m *testing.M) {
-	testutil.Hermetic(testutil.HostJupyterDirs(), nil)
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { testutil.MainHermetic(m) }

@@ -7,6 +7,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
 
 // What Install writes, ReadPrevious reads back: an upgrade keeps it.
@@ -14,12 +16,8 @@ func TestReadPrevious(t *testing.T) {
 	py := Python{Executable: "/v/bin/python3", IPykernel: "7.4.0", Args: []string{"-Xfrozen_modules=off"}}
 	write := func(t *testing.T, data []byte) string {
 		dir := filepath.Join(t.TempDir(), "tfgpu")
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, "kernel.json"), data, 0o644); err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, os.MkdirAll(dir, 0o755))
+		testutil.NoErr(t, os.WriteFile(filepath.Join(dir, "kernel.json"), data, 0o644))
 		return dir
 	}
 	// A boolean is one word, --flag=value, as install writes it: an upgrade
@@ -50,9 +48,7 @@ func TestReadPrevious(t *testing.T) {
 
 	// A wrapper: what --env added is what differs from theirs.
 	theirs := filepath.Join(t.TempDir(), "condaenv")
-	if err := os.MkdirAll(theirs, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, os.MkdirAll(theirs, 0o755))
 	if err := os.WriteFile(filepath.Join(theirs, "kernel.json"), []byte(`{"argv":["/c/bin/python","-m","ipykernel_launcher","-f","{connection_file}"],
 		"display_name":"Conda TF","language":"python","env":{"A":"1","B":"2"}}`), 0o644); err != nil {
 		t.Fatal(err)

@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files in testdata/")
@@ -48,9 +50,7 @@ func TestSpecGolden(t *testing.T) {
 			}
 			path := filepath.Join("testdata", tc.golden)
 			if *update {
-				if err := os.WriteFile(path, got, 0o644); err != nil {
-					t.Fatal(err)
-				}
+				testutil.NoErr(t, os.WriteFile(path, got, 0o644))
 			}
 			if want := readFile(t, path); !bytes.Equal(got, want) {
 				t.Errorf("kernel.json differs from %s (go test -update to rewrite):\n%s", path, got)

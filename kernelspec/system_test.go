@@ -17,52 +17,32 @@ func TestCheckSystemWide(t *testing.T) {
 		testutil.RequireOrSkip(t, "needs root: the files must be root's, and others' made with chown")
 	}
 	top := t.TempDir()
-	if err := os.Chmod(top, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, os.Chmod(top, 0o755))
 	mk := func(rel string, mode os.FileMode, uid int) string {
 		p := filepath.Join(top, rel)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte("#!/bin/sh\n"), mode); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Chmod(p, mode); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Lchown(p, uid, uid); err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, os.MkdirAll(filepath.Dir(p), 0o755))
+		testutil.NoErr(t, os.WriteFile(p, []byte("#!/bin/sh\n"), mode))
+		testutil.NoErr(t, os.Chmod(p, mode))
+		testutil.NoErr(t, os.Lchown(p, uid, uid))
 		return p
 	}
 	good := mk("ok/bin/python3", 0o755, 0)
 	link := filepath.Join(top, "ok/bin/python")
-	if err := os.Symlink("python3", link); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, os.Symlink("python3", link))
 	users := mk("venv/bin/python3", 0o755, 65534)
 	groupW := mk("gw/bin/python3", 0o775, 0)
 	private := mk("priv/bin/python3", 0o750, 0)
 	openDir := filepath.Join(top, "open/bin/python3")
 	mk("open/bin/python3", 0o755, 0)
-	if err := os.Chmod(filepath.Dir(openDir), 0o777); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, os.Chmod(filepath.Dir(openDir), 0o777))
 	closedDir := filepath.Join(top, "closed/bin/python3")
 	mk("closed/bin/python3", 0o755, 0)
-	if err := os.Chmod(filepath.Join(top, "closed"), 0o700); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, os.Chmod(filepath.Join(top, "closed"), 0o700))
 	usersDir := filepath.Join(top, "home/alice/python3")
 	mk("home/alice/python3", 0o755, 0)
-	if err := os.Chown(filepath.Join(top, "home/alice"), 65534, 65534); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, os.Chown(filepath.Join(top, "home/alice"), 65534, 65534))
 	toUsers := filepath.Join(top, "ok/bin/python-user")
-	if err := os.Symlink(usersDir, toUsers); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, os.Symlink(usersDir, toUsers))
 	for _, tc := range []struct {
 		name, path, want string // want: "" for accepted, else part of the error
 	}{
@@ -171,16 +151,10 @@ func TestStickyDirectoryModeIsTold(t *testing.T) {
 		testutil.RequireOrSkip(t, "needs root: the directories must be root's")
 	}
 	top := t.TempDir()
-	if err := os.Chmod(top, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, os.Chmod(top, 0o755))
 	tmp := filepath.Join(top, "tmp")
-	if err := os.Mkdir(tmp, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(tmp, 0o777|os.ModeSticky); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, os.Mkdir(tmp, 0o755))
+	testutil.NoErr(t, os.Chmod(tmp, 0o777|os.ModeSticky))
 	err := checkRootsAlone(filepath.Join(tmp, "venv", "bin", "python3"))
 	if err == nil || !strings.Contains(err.Error(), tmp+" is writable by its group and everyone (mode 1777)") {
 		t.Fatalf("a sticky directory: %v; want its mode told as 1777", err)

@@ -54,9 +54,7 @@ func TestWrapGolden(t *testing.T) {
 			}
 			path := filepath.Join("testdata", "wrap-"+tc.name+".kernel.json")
 			if *update {
-				if err := os.WriteFile(path, got, 0o644); err != nil {
-					t.Fatal(err)
-				}
+				testutil.NoErr(t, os.WriteFile(path, got, 0o644))
 			}
 			if want := readFile(t, path); !bytes.Equal(got, want) {
 				t.Errorf("kernel.json differs from %s (go test -update to rewrite):\n%s", path, got)
@@ -125,14 +123,10 @@ func TestWrapName(t *testing.T) {
 func writeForeign(t *testing.T, kernels, name, kernelJSON string, files map[string]string) string {
 	t.Helper()
 	dir := filepath.Join(kernels, name)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, os.MkdirAll(dir, 0o755))
 	files["kernel.json"] = kernelJSON
 	for n, b := range files {
-		if err := os.WriteFile(filepath.Join(dir, n), []byte(b), 0o644); err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, os.WriteFile(filepath.Join(dir, n), []byte(b), 0o644))
 	}
 	return dir
 }
@@ -233,9 +227,7 @@ func TestWrapKeepsTheirs(t *testing.T) {
 	kernels := filepath.Join(prefix, "share/jupyter/kernels")
 	theirs := writeForeign(t, kernels, "foo", condaJSON, map[string]string{})
 	link := filepath.Join(t.TempDir(), "bar")
-	if err := os.Symlink(theirs, link); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, os.Symlink(theirs, link))
 	before := treeSum(t, theirs)
 	tests := []struct {
 		name string

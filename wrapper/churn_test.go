@@ -59,9 +59,7 @@ func TestClientChurnLeavesNothingBehind(t *testing.T) {
 	}
 	h := startHarness(t)
 	script := filepath.Join(t.TempDir(), "churn.py")
-	if err := os.WriteFile(script, []byte(churnClient), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, os.WriteFile(script, []byte(churnClient), 0o600))
 	run := func(n int) {
 		t.Helper()
 		cmd := exec.Command(py, script, h.path, fmt.Sprint(n))

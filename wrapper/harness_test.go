@@ -156,31 +156,38 @@ func newHarness(t *testing.T, path string) *harness {
 		done: make(chan int, 1), iopubMsgs: make(chan zmq4.Msg, 100000)}
 }
 
+// awaitKernelInfo sends kernel_info_requests until the shell answers one
+// (failing with what and the supervisor's log after 20 s); every request
+// sent is answered eventually (the relay queues them until the kernel is
+// up), so the replies to the others are consumed here: a stray one would
+// be taken for the test's own.
+func (h *harness) awaitKernelInfo(what string) {
+	h.t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for sent := 1; ; sent++ {
+		h.send(h.shell, "kernel_info_request", nil, map[string]any{})
+		if _, err := recvTimeout(h.shell, 500*time.Millisecond); err == nil {
+			h.discardReplies(h.shell, sent-1)
+			return
+		}
+		if time.Now().After(deadline) {
+			h.t.Fatalf("%s; supervisor log:\n%s", what, h.stderr)
+		}
+	}
+}
+
 // connect connects the clients and waits until the kernel answers.
 func (h *harness) connect() {
 	t := h.t
 	t.Helper()
 	h.dial()
 	// Wait until the kernel answers and iopub is subscribed end to end.
-	// Every request sent here is answered eventually (the relay queues them
-	// until the kernel is up), so every reply is consumed before the test
-	// starts: a stray one would be taken for the test's own.
-	deadline := time.Now().Add(20 * time.Second)
-	for sent := 1; ; sent++ {
-		h.send(h.shell, "kernel_info_request", nil, map[string]any{})
-		if _, err := recvTimeout(h.shell, 500*time.Millisecond); err == nil {
-			h.discardReplies(h.shell, sent-1)
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("kernel never answered; supervisor log:\n%s", h.stderr)
-		}
-	}
+	h.awaitKernelInfo("kernel never answered")
 	// The supervisor tells the first cell its notices once, on iopub; a
 	// SUB's subscription travels on its own, so under load it could reach
 	// the door after that cell's stderr was published (to no one). A
 	// status on iopub (the kernel's for a kernel_info) says it is in place.
-	deadline = time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(20 * time.Second)
 	for sent := 0; ; {
 		select {
 		case <-h.iopubMsgs:
@@ -511,30 +518,20 @@ func copyForUser(t *testing.T, exe string, uid int, h *harness) string {
 	// The test's temporary directories are 0700: let uid through the
 	// per-test root and into dir; the connection file is chowned below.
 	for _, d := range []string{filepath.Dir(dir), dir} {
-		if err := os.Chmod(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, os.Chmod(d, 0o755))
 	}
 	b, err := os.ReadFile(exe)
 	if err != nil {
 		t.Fatal(err)
 	}
 	dst := filepath.Join(dir, "supervisor.test")
-	if err := os.WriteFile(dst, b, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, os.WriteFile(dst, b, 0o755))
 	for _, p := range []string{filepath.Dir(h.path), h.path} {
-		if err := os.Chown(p, uid, uid); err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, os.Chown(p, uid, uid))
 	}
 	state := filepath.Join(dir, "state")
-	if err := os.Mkdir(state, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chown(state, uid, uid); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, os.Mkdir(state, 0o700))
+	testutil.NoErr(t, os.Chown(state, uid, uid))
 	t.Setenv("TFGPU_STATE_DIR", state)
 	return dst
 }

@@ -15,9 +15,7 @@ import (
 func longDir(t *testing.T) string {
 	t.Helper()
 	d := filepath.Join(t.TempDir(), strings.Repeat("x", 60), strings.Repeat("y", 60))
-	if err := os.MkdirAll(d, 0o700); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, os.MkdirAll(d, 0o700))
 	return d
 }
 

@@ -183,13 +183,9 @@ type heldBy struct {
 func holdAs(t *testing.T, f *gputest.Fake, u testutil.User, dev, mib int) heldBy {
 	t.Helper()
 	for _, d := range []string{filepath.Dir(f.Root), f.Root, f.HolderDir} {
-		if err := os.Chmod(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, os.Chmod(d, 0o755))
 	}
-	if err := os.Chmod(filepath.Join(f.Root, "ctx"), 0o1777); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, os.Chmod(filepath.Join(f.Root, "ctx"), 0o1777))
 	if err := os.Chmod(f.Device(dev), 0o666); err != nil { // a GPU's device file, as /dev/nvidiaN is
 		t.Fatal(err)
 	}

@@ -62,6 +62,14 @@ func firstCellTold(h *harness) string {
 	return told
 }
 
+// wantTold fails the test unless the first cell was told want.
+func wantTold(h *harness, want string) {
+	h.t.Helper()
+	if told := firstCellTold(h); told != want {
+		h.t.Fatalf("first cell told:\n%q\nwant\n%q\nlog:\n%s", told, want, h.stderr)
+	}
+}
+
 // usageReply asks the kernel's usage, as the Lab status item does.
 func usageReply(h *harness) map[string]any {
 	h.t.Helper()
@@ -109,14 +117,10 @@ func TestPlacementChoosesTheFreestGPU(t *testing.T) {
 	t.Setenv("TFGPU_GPUS", "auto")
 	h, _ := startExternal(t, "")
 
-	told := firstCellTold(h)
-	want := "tfgpu-kernel: --gpus auto chose GPU1 (Fake NVIDIA H200) with 8 GiB free of 8 GiB for this kernel: the most free memory.\n" +
-		"  not chosen: GPU2 (Fake NVIDIA H200) with 7 GiB free of 8 GiB\n" +
-		"  not chosen: GPU0 (Fake NVIDIA H200) with 5 GiB free of 8 GiB\n" +
-		"CUDA_VISIBLE_DEVICES=" + fakeUUID(1) + "\n"
-	if told != want {
-		t.Fatalf("first cell told:\n%q\nwant\n%q\nlog:\n%s", told, want, h.stderr)
-	}
+	wantTold(h, "tfgpu-kernel: --gpus auto chose GPU1 (Fake NVIDIA H200) with 8 GiB free of 8 GiB for this kernel: the most free memory.\n"+
+		"  not chosen: GPU2 (Fake NVIDIA H200) with 7 GiB free of 8 GiB\n"+
+		"  not chosen: GPU0 (Fake NVIDIA H200) with 5 GiB free of 8 GiB\n"+
+		"CUDA_VISIBLE_DEVICES="+fakeUUID(1)+"\n")
 	if out := h.cellOutput("env CUDA_VISIBLE_DEVICES"); !slices.Equal(out, []string{"status:busy", "stream:stdout:" + fakeUUID(1), "status:idle"}) {
 		t.Errorf("a cell in the kernel: %q; want its CUDA_VISIBLE_DEVICES only", out)
 	}
@@ -202,17 +206,13 @@ func TestPlacementNoneFreeEnough(t *testing.T) {
 	f.Hold(t, 1, 5120)
 	t.Setenv("TFGPU_GPUS", "auto:min-free=4G")
 	h, _ := startExternal(t, "")
-	told := firstCellTold(h)
-	want := "tfgpu-kernel: --gpus auto:min-free=4G: no GPU has 4 GiB free; this kernel runs on GPU1 (Fake NVIDIA H200) with 3 GiB free of 8 GiB, the most free there is, and may run out of memory.\n" +
-		"  not chosen: GPU0 (Fake NVIDIA H200) with 2 GiB free of 8 GiB\n" +
-		"CUDA_VISIBLE_DEVICES=" + fakeUUID(1) + "\n" +
-		"Who holds them now, largest first:\n" +
-		"GPU1 Fake NVIDIA H200 (" + fakeUUID(1) + "): 8 GiB total, 3 GiB free\n" +
-		"  5 GiB      user root\n" +
-		"  0 B        this kernel\n"
-	if told != want {
-		t.Fatalf("first cell told:\n%q\nwant\n%q\nlog:\n%s", told, want, h.stderr)
-	}
+	wantTold(h, "tfgpu-kernel: --gpus auto:min-free=4G: no GPU has 4 GiB free; this kernel runs on GPU1 (Fake NVIDIA H200) with 3 GiB free of 8 GiB, the most free there is, and may run out of memory.\n"+
+		"  not chosen: GPU0 (Fake NVIDIA H200) with 2 GiB free of 8 GiB\n"+
+		"CUDA_VISIBLE_DEVICES="+fakeUUID(1)+"\n"+
+		"Who holds them now, largest first:\n"+
+		"GPU1 Fake NVIDIA H200 ("+fakeUUID(1)+"): 8 GiB total, 3 GiB free\n"+
+		"  5 GiB      user root\n"+
+		"  0 B        this kernel\n")
 	if p := placementOf(t, testKernelID); p == nil || p.Enough || p.Visible != fakeUUID(1) {
 		t.Fatalf("record's placement %+v; want GPU1, not enough", p)
 	}
@@ -228,14 +228,10 @@ func TestPlacementChoosesAMIGInstance(t *testing.T) {
 	t.Setenv("TFGPU_GPUS", "auto")
 	h, _ := startExternal(t, "")
 	mig1 := "MIG-fa4e0001-0001-0000-0000-000000000000"
-	told := firstCellTold(h)
-	want := "tfgpu-kernel: --gpus auto chose GPU1 MIG 1 (Fake NVIDIA H200 MIG 3g.4gb) with 4 GiB free of 4 GiB for this kernel: the most free memory.\n" +
-		"  not chosen: GPU1 MIG 0 (Fake NVIDIA H200 MIG 3g.4gb) with 3 GiB free of 4 GiB\n" +
-		"  not chosen: GPU0 (Fake NVIDIA H200) with 2 GiB free of 8 GiB\n" +
-		"CUDA_VISIBLE_DEVICES=" + mig1 + "\n"
-	if told != want {
-		t.Fatalf("first cell told:\n%q\nwant\n%q\nlog:\n%s", told, want, h.stderr)
-	}
+	wantTold(h, "tfgpu-kernel: --gpus auto chose GPU1 MIG 1 (Fake NVIDIA H200 MIG 3g.4gb) with 4 GiB free of 4 GiB for this kernel: the most free memory.\n"+
+		"  not chosen: GPU1 MIG 0 (Fake NVIDIA H200 MIG 3g.4gb) with 3 GiB free of 4 GiB\n"+
+		"  not chosen: GPU0 (Fake NVIDIA H200) with 2 GiB free of 8 GiB\n"+
+		"CUDA_VISIBLE_DEVICES="+mig1+"\n")
 	if out := h.cellOutput("env CUDA_VISIBLE_DEVICES"); !slices.Contains(out, "stream:stdout:"+mig1) {
 		t.Fatalf("the kernel's CUDA_VISIBLE_DEVICES: %q; want %s", out, mig1)
 	}
@@ -308,9 +304,7 @@ func TestPlacementWithoutNVML(t *testing.T) {
 	h := startHarnessWith(t, func(c *Config) { c.NVMLLibrary, c.GPUs = missing, &spec })
 	why := gpu.Connect(missing, "").Err()
 	want := "tfgpu-kernel: --gpus auto chose no GPU (" + why.Error() + "); this kernel sees every GPU.\n"
-	if told := firstCellTold(h); told != want {
-		t.Fatalf("first cell told %q; want %q", told, want)
-	}
+	wantTold(h, want)
 	if out := h.cellOutput("env CUDA_VISIBLE_DEVICES"); !slices.Contains(out, "stream:stdout:(unset)") {
 		t.Errorf("the kernel's CUDA_VISIBLE_DEVICES: %q; want it unset", out)
 	}

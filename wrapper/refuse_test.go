@@ -33,17 +33,7 @@ func TestRefusingSupervisorAnswersEveryCellWithTheSettingsError(t *testing.T) {
 	h.dial()
 
 	// kernel_info, until the shell connection is up.
-	deadline := time.Now().Add(20 * time.Second)
-	for sent := 1; ; sent++ {
-		h.send(h.shell, "kernel_info_request", nil, map[string]any{})
-		if _, err := recvTimeout(h.shell, 500*time.Millisecond); err == nil {
-			h.discardReplies(h.shell, sent-1)
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no kernel_info_reply; supervisor log:\n%s", h.stderr)
-		}
-	}
+	h.awaitKernelInfo("no kernel_info_reply")
 	h.send(h.shell, "kernel_info_request", nil, map[string]any{})
 	typ, info := h.reply(h.shell, 5*time.Second)
 	if banner, _ := info["banner"].(string); typ != "kernel_info_reply" || info["status"] != "ok" || !strings.Contains(banner, line) {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 	"golang.org/x/sys/unix"
 )
 
@@ -20,9 +21,7 @@ const nobody = 65534
 func TestUnprivilegedSupervisorUsesItsDelegatedSubtree(t *testing.T) {
 	parent := requireCgroupV2(t)
 	deleg := filepath.Join(parent, "tfgpu-delegated-test")
-	if err := os.Mkdir(deleg, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, os.Mkdir(deleg, 0o755))
 	t.Cleanup(func() {
 		// The supervisor is gone by now; its child cgroup too.
 		for i := 0; i < 50 && os.Remove(deleg) != nil; i++ {
@@ -33,9 +32,7 @@ func TestUnprivilegedSupervisorUsesItsDelegatedSubtree(t *testing.T) {
 	// "Delegation Containment"): the directory, cgroup.procs,
 	// cgroup.threads and cgroup.subtree_control.
 	for _, p := range []string{deleg, deleg + "/cgroup.procs", deleg + "/cgroup.threads", deleg + "/cgroup.subtree_control"} {
-		if err := os.Chown(p, nobody, nobody); err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, os.Chown(p, nobody, nobody))
 	}
 	fd, err := unix.Open(deleg, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {

@@ -36,9 +36,7 @@ func TestDoctorAndStopOfAStaleKernel(t *testing.T) {
 	}
 	st, _ := json.Marshal(map[string]any{"kernel_id": "dead-1", "supervisor_pid": gone.Process.Pid,
 		"supervisor_start": 1, "kernel_pid": gone.Process.Pid, "containment": "proc"})
-	if err := os.WriteFile(filepath.Join(stateDir, "dead-1.json"), st, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, os.WriteFile(filepath.Join(stateDir, "dead-1.json"), st, 0o600))
 	r = runInstallBin(t, env, bin, "doctor")
 	if r.code != 1 || !strings.Contains(r.stdout, "!! stale kernel: dead-1") ||
 		!strings.Contains(r.stdout, "fix:          tfgpu-kernel stop dead-1") {
@@ -79,17 +77,13 @@ func TestDoctorKernelspecs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(other, b, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, os.WriteFile(other, b, 0o755))
 	for _, c := range [][]string{{bin, "--name", "tfgpu"}, {other, "--name", "tfgpu-old"}} {
 		if r := runInstallBin(t, env, c[0], "install", "--prefix", prefix, "--python", "/usr/bin/python3", c[1], c[2]); r.code != 0 {
 			t.Fatalf("install %v: exit %d\n%s", c, r.code, r.stderr)
 		}
 	}
-	if err := os.Remove(other); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, os.Remove(other))
 	env = append(env, "JUPYTER_PATH="+filepath.Join(prefix, "share", "jupyter"))
 	r = runInstallBin(t, env, bin, "doctor")
 	ok := "ok kernelspec:   tfgpu in " + filepath.Join(prefix, "share", "jupyter", "kernels", "tfgpu") + ", Python 3."

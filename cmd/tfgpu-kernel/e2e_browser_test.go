@@ -42,9 +42,7 @@ func TestE2EBrowser(t *testing.T) {
 	artifacts := t.TempDir()
 	if d := os.Getenv("TFGPU_ARTIFACTS"); d != "" {
 		artifacts = filepath.Join(d, "browser")
-		if err := os.MkdirAll(artifacts, 0o755); err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, os.MkdirAll(artifacts, 0o755))
 	}
 	for _, ui := range []string{"lab", "notebook"} {
 		t.Run(ui, func(t *testing.T) {

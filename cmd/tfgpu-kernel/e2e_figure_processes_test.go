@@ -141,9 +141,7 @@ func TestE2EFigureProcesses(t *testing.T) {
 		dirs = append(dirs, out)
 	}
 	for _, dir := range dirs {
-		if err := os.WriteFile(filepath.Join(dir, "processes.json"), data, 0o644); err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, os.WriteFile(filepath.Join(dir, "processes.json"), data, 0o644))
 	}
 	t.Logf("processes written to %s", strings.Join(dirs, ", "))
 	if cerr != nil {

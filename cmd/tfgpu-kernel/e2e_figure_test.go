@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/tfgpu/tfgpu-kernel/internal/gpu/gputest"
+	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
 
 // figure.py's sizes (KERNEL_MIB, WORKER_MIB) and the driver's release
@@ -131,9 +132,7 @@ func TestE2EFigureGPURestart(t *testing.T) {
 		dirs = append(dirs, out)
 	}
 	for _, dir := range dirs {
-		if err := os.WriteFile(filepath.Join(dir, "gpu-restart.json"), data, 0o644); err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, os.WriteFile(filepath.Join(dir, "gpu-restart.json"), data, 0o644))
 	}
 	t.Logf("samples written to %s", strings.Join(dirs, ", "))
 }

@@ -236,9 +236,7 @@ type jupyterServer struct {
 func startJupyter(t *testing.T, name, dir, ready string, env []string, token string, argv func(port int) []string) *jupyterServer {
 	t.Helper()
 	for _, d := range []string{"runtime", "config", "data"} {
-		if err := os.MkdirAll(filepath.Join(dir, d), 0o700); err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, os.MkdirAll(filepath.Join(dir, d), 0o700))
 	}
 	env = envWith(env, "JUPYTER_RUNTIME_DIR="+filepath.Join(dir, "runtime"),
 		"JUPYTER_CONFIG_DIR="+filepath.Join(dir, "config"), "JUPYTER_DATA_DIR="+filepath.Join(dir, "data"))

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
 
 // Hostile local peers: a user of the same host who can reach the kernel's
@@ -101,9 +103,7 @@ func TestE2EKeylessPeers(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := os.WriteFile(filepath.Join(shared, name), src, 0o644); err != nil {
-				t.Fatal(err)
-			}
+			testutil.NoErr(t, os.WriteFile(filepath.Join(shared, name), src, 0o644))
 		}
 		script := filepath.Join(shared, "peers_attack.py")
 		for _, mode := range []string{"budget", "claim", "slowsub"} {

@@ -71,9 +71,7 @@ func TestE2EHub(t *testing.T) {
 	// alone as t.TempDir makes them.
 	for _, d := range []string{h.dir, cl.dir} {
 		for p := d; strings.HasPrefix(p, os.TempDir()+"/"); p = filepath.Dir(p) {
-			if err := os.Chmod(p, 0o755); err != nil {
-				t.Fatal(err)
-			}
+			testutil.NoErr(t, os.Chmod(p, 0o755))
 		}
 	}
 

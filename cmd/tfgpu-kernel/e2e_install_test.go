@@ -26,6 +26,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
 
 // installUser is a local user who installs for themselves.
@@ -404,12 +406,8 @@ exec sleep 3600`, scratch)
 	// A Python the user could change is refused before it ever runs.
 	marker := filepath.Join(u.home, "ran-as-root")
 	fake := filepath.Join(u.home, "venvs", "evil", "bin", "python3")
-	if err := os.MkdirAll(filepath.Dir(fake), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(fake, []byte("#!/bin/sh\ntouch "+marker+"\nexec /usr/bin/python3 \"$@\"\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, os.MkdirAll(filepath.Dir(fake), 0o755))
+	testutil.NoErr(t, os.WriteFile(fake, []byte("#!/bin/sh\ntouch "+marker+"\nexec /usr/bin/python3 \"$@\"\n"), 0o755))
 	exec.Command("chown", "-R", fmt.Sprintf("%d:%d", u.uid, u.gid), filepath.Join(u.home, "venvs")).Run()
 	code, stdout, stderr = root(rootEnv, "./install.sh", "--system", "--python", fake, "--no-deps")
 	if _, err := os.Stat(marker); err == nil || code == 0 || !strings.Contains(stderr, "cannot serve every user") {

@@ -62,9 +62,7 @@ func e2eLabExtension(t *testing.T, py string) {
 	for _, o := range old {
 		os.Remove(o)
 	}
-	if err := os.WriteFile(mark, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, os.WriteFile(mark, nil, 0o600))
 	t.Logf("labextension: built and installed into %s in %v", venv, time.Since(start).Round(time.Second))
 }
 

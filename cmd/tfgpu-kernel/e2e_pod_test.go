@@ -67,9 +67,7 @@ func TestE2EPod(t *testing.T) {
 	name := fmt.Sprintf("tfgpu-e2epod-%d", os.Getpid())
 	pod := [2]string{filepath.Join(l.V2Self, name), filepath.Join(l.V1["memory"], memSelf, name)}
 	for _, d := range pod {
-		if err := os.Mkdir(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, os.Mkdir(d, 0o755))
 		t.Cleanup(func() { os.Remove(d) })
 	}
 	if _, err := os.Stat(filepath.Join(pod[0], "cgroup.kill")); err != nil {

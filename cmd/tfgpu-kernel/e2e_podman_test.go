@@ -259,9 +259,7 @@ func (e *podmanEnv) startNamespace(t *testing.T) {
 	ctl, err := os.ReadFile(podmanHybridCtl)
 	e.masked = err == nil && len(bytes.TrimSpace(ctl)) > 0
 	empty := filepath.Join(t.TempDir(), "cgroup.controllers")
-	if err := os.WriteFile(empty, nil, 0o444); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, os.WriteFile(empty, nil, 0o444))
 	script := `set -e
 if [ "$2" = 1 ]; then mount --bind "$1" ` + podmanHybridCtl + `; fi
 echo ready
@@ -836,9 +834,7 @@ func (u *podmanUser) scratch(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Chown(d, u.uid, u.gid); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, os.Chown(d, u.uid, u.gid))
 	return d
 }
 
@@ -858,16 +854,10 @@ func (e *podmanEnv) rootless(t *testing.T, s *e2eSuite) *podmanEnv {
 	u.run = filepath.Join("/run/user", strconv.Itoa(u.uid))
 	os.RemoveAll(u.run) // a uid that was another test's user
 	for _, d := range []string{"/run/user", u.run} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, os.MkdirAll(d, 0o755))
 	}
-	if err := os.Chmod(u.run, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chown(u.run, u.uid, u.gid); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, os.Chmod(u.run, 0o700))
+	testutil.NoErr(t, os.Chown(u.run, u.uid, u.gid))
 	t.Cleanup(func() { os.RemoveAll(u.run) })
 	t.Cleanup(func() { podmanEndUser(t, u.uid) })
 	podmanSubIDs(t, u.name)
@@ -902,9 +892,7 @@ func (e *podmanEnv) loadImage(t *testing.T, root *podmanEnv) {
 		t.Fatalf("podman save %s (root's): %v %s", root.image, err, out)
 	}
 	defer os.Remove(archive)
-	if err := os.Chmod(archive, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, os.Chmod(archive, 0o644))
 	if out, err := e.run(5*time.Minute, "load", "-i", archive); err != nil {
 		t.Fatalf("podman load as %s: %v %s", e.user.name, err, out)
 	}

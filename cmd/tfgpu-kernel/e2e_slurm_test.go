@@ -398,9 +398,7 @@ func slurmNodeSpec(t *testing.T, slurmd string) (string, int, int) {
 func (h *slurmHost) startMunge(t *testing.T) {
 	t.Helper()
 	dir := filepath.Join(h.dir, "munge")
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, os.Mkdir(dir, 0o755))
 	key := filepath.Join(dir, "munge.key")
 	rnd := make([]byte, 1024)
 	f, err := os.Open("/dev/urandom")
@@ -461,9 +459,7 @@ func (h *slurmHost) newCluster(t *testing.T, c slurmConf) *slurmCluster {
 	cl.out = filepath.Join(cl.dir, "out")
 	cl.state = testutil.PrivateDir(t)
 	for _, d := range []string{"state", "spool", "log", "out", "tmp"} {
-		if err := os.MkdirAll(filepath.Join(cl.dir, d), 0o755); err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, os.MkdirAll(filepath.Join(cl.dir, d), 0o755))
 	}
 	ports := slurmFreePorts(t, 2)
 	slurmNextJobID += 100
@@ -481,9 +477,7 @@ func (h *slurmHost) newCluster(t *testing.T, c slurmConf) *slurmCluster {
 		if err := tmpl.Execute(&b, vars); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(filepath.Join(cl.dir, name), b.Bytes(), 0o644); err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, os.WriteFile(filepath.Join(cl.dir, name), b.Bytes(), 0o644))
 	}
 
 	// The jobs' environment: sbatch exports its own (--export=ALL).

@@ -74,9 +74,7 @@ func TestE2EWheel(t *testing.T) {
 		root := bullseyeRoot(t)
 		wh := bullseyeWheelhouse(t)
 		work := t.TempDir()
-		if err := os.Chmod(work, 0o755); err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, os.Chmod(work, 0o755))
 		for src, dst := range map[string]string{
 			filepath.Join("testdata", "install", "wheel_user.sh"):  "wheel_user.sh",
 			filepath.Join("testdata", "install", "wheel_check.py"): "wheel_check.py",
@@ -86,9 +84,7 @@ func TestE2EWheel(t *testing.T) {
 			copyFile(t, src, filepath.Join(work, dst))
 		}
 		for _, d := range []string{"home", "root"} {
-			if err := os.Mkdir(filepath.Join(work, d), 0o755); err != nil {
-				t.Fatal(err)
-			}
+			testutil.NoErr(t, os.Mkdir(filepath.Join(work, d), 0o755))
 		}
 		// The root is the cached debootstrap, unchanged: the run's files
 		// are in work, bind-mounted at /work, and /tmp is a tmpfs; in a
@@ -134,9 +130,7 @@ exec chroot %[1]s /usr/bin/env -i HOME=/work/home PATH=/usr/local/bin:/usr/bin:/
 		// version is the build's, and doctor runs through (NVML looked
 		// for through the dynamic loader, cgroups read).
 		run := filepath.Join(t.TempDir(), "tfgpu-kernel")
-		if err := os.WriteFile(run, bin, 0o755); err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, os.WriteFile(run, bin, 0o755))
 		qemu, sysroot := "/usr/bin/qemu-aarch64-static", "/usr/aarch64-linux-gnu"
 		if _, err := os.Stat(filepath.Join(sysroot, "lib", "ld-linux-aarch64.so.1")); err != nil || !executable(qemu) {
 			if out, err := exec.Command("apt-get", "install", "-y", "-qq", "qemu-user-static", "libc6-arm64-cross").CombinedOutput(); err != nil {
@@ -190,15 +184,11 @@ func e2eWheel(t *testing.T, arch string) string {
 		t.Fatal(err)
 	}
 	for name, target := range map[string]string{"python3": realPython(t, py), "git": "/usr/bin/git", "sh": "/bin/sh"} {
-		if err := os.Symlink(target, filepath.Join(tools, name)); err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, os.Symlink(target, filepath.Join(tools, name)))
 	}
 	tmp := dir + ".tmp"
 	os.RemoveAll(tmp)
-	if err := os.MkdirAll(tmp, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, os.MkdirAll(tmp, 0o755))
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
@@ -226,9 +216,7 @@ func e2eWheel(t *testing.T, arch string) string {
 	if len(m) != 1 {
 		t.Fatalf("pip wheel made %v", m)
 	}
-	if err := os.Rename(tmp, dir); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, os.Rename(tmp, dir))
 	t.Logf("wheel %s: built in %v", filepath.Base(m[0]), time.Since(start).Round(time.Second))
 	return filepath.Join(dir, filepath.Base(m[0]))
 }
@@ -482,9 +470,7 @@ func toolVenv(t *testing.T, name string, pkgs ...string) string {
 	if out, err := exec.Command(filepath.Join(venv, "bin", "python"), args...).CombinedOutput(); err != nil {
 		t.Fatalf("pip install %v: %v\n%s", pkgs, err, out)
 	}
-	if err := os.WriteFile(filepath.Join(venv, ".complete"), nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, os.WriteFile(filepath.Join(venv, ".complete"), nil, 0o644))
 	return venv
 }
 
@@ -554,9 +540,7 @@ func copyFile(t *testing.T, src, dst string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(dst, data, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, os.WriteFile(dst, data, 0o644))
 }
 
 // bullseyeRoot is a debootstrap of Debian 11 (minbase, python3 and
@@ -619,18 +603,14 @@ func cachedBuild(t *testing.T, name, from string, build func(dir string)) string
 	os.RemoveAll(dir)
 	start := time.Now()
 	build(dir)
-	if err := os.WriteFile(dir+".complete", nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, os.WriteFile(dir+".complete", nil, 0o644))
 	t.Logf("%s: made in %v", dir, time.Since(start).Round(time.Second))
 	return dir
 }
 
 func lockFile(t *testing.T, path string) func() {
 	t.Helper()
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, os.MkdirAll(filepath.Dir(path), 0o755))
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
 		t.Fatal(err)

@@ -89,9 +89,7 @@ func TestPs(t *testing.T) {
 	st, _ := json.Marshal(record.State{KernelID: "5b2c1e7a-ps", SupervisorPID: 1 << 30, KernelPID: holder.Process.Pid,
 		KernelStart: kernelStart, Containment: "proc", Session: "train.ipynb",
 		Started: time.Now().Add(-time.Minute)})
-	if err := os.WriteFile(filepath.Join(stateDir, "5b2c1e7a-ps.json"), st, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, os.WriteFile(filepath.Join(stateDir, "5b2c1e7a-ps.json"), st, 0o600))
 	env := append(append(os.Environ(), "TFGPU_STATE_DIR="+stateDir), f.Env()...)
 	r := runInstallBin(t, env, bin, "ps", "--json")
 	var rows []record.KernelStatus
@@ -159,9 +157,7 @@ func TestStopConfirmsGPU(t *testing.T) {
 		stateDir := testutil.PrivateDir(t)
 		st, _ := json.Marshal(record.State{KernelID: "dead-gpu", SupervisorPID: 1 << 30, KernelPID: holder.Process.Pid,
 			KernelStart: start, Containment: "proc"})
-		if err := os.WriteFile(filepath.Join(stateDir, "dead-gpu.json"), st, 0o600); err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, os.WriteFile(filepath.Join(stateDir, "dead-gpu.json"), st, 0o600))
 		env := append(append(os.Environ(), "TFGPU_STATE_DIR="+stateDir), f.Env("FAKE_NVML_RELEASE_MS="+c.release)...)
 		r := runInstallBin(t, env, bin, "stop", "--confirm-timeout", c.timeout, "dead-gpu")
 		out := r.stdout + r.stderr
@@ -221,9 +217,7 @@ func TestDoctorUnfinishedGPUCheck(t *testing.T) {
 	stateDir := testutil.PrivateDir(t)
 	for id, pid := range map[string]int{"held": h.Process.Pid, "released": 1 << 30} {
 		b, _ := json.Marshal(gpu.Old{PIDs: []int{pid}, By: gpu.ByPID})
-		if err := os.WriteFile(filepath.Join(stateDir, id+".gpu"), b, 0o600); err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, os.WriteFile(filepath.Join(stateDir, id+".gpu"), b, 0o600))
 	}
 	env := append(append(os.Environ(), "TFGPU_STATE_DIR="+stateDir), f.Env("FAKE_NVML_RELEASE_MS=-1")...)
 	r := runInstallBin(t, env, bin, "doctor")

@@ -66,14 +66,10 @@ func installListSpecs(t *testing.T, env []string, py string) installSpecList {
 
 func installWriteSpec(t *testing.T, dir, kernelJSON string, files map[string]string) {
 	t.Helper()
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, os.MkdirAll(dir, 0o755))
 	files["kernel.json"] = kernelJSON
 	for n, b := range files {
-		if err := os.WriteFile(filepath.Join(dir, n), []byte(b), 0o644); err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, os.WriteFile(filepath.Join(dir, n), []byte(b), 0o644))
 	}
 }
 
@@ -288,9 +284,7 @@ func TestInstallWrap(t *testing.T) {
 	got = bytes.ReplaceAll(got, []byte(py), []byte("@PYTHON@"))
 	golden := filepath.Join("testdata", "install", "wrap.kernel.json")
 	if *updateInstallGolden {
-		if err := os.WriteFile(golden, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, os.WriteFile(golden, got, 0o644))
 	}
 	if want := readInstallFile(t, golden); !bytes.Equal(got, want) {
 		t.Errorf("kernel.json differs from %s (go test -update-install to rewrite):\n%s", golden, got)

@@ -124,9 +124,7 @@ func TestInstallUpgradeKeepsWhatWasConfigured(t *testing.T) {
 
 	// A kept value run would now refuse is said, naming where it came from.
 	edited := strings.Replace(string(s.raw), `"30G"`, `"1K"`, 1)
-	if err := os.WriteFile(filepath.Join(dir, "kernel.json"), []byte(edited), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, os.WriteFile(filepath.Join(dir, "kernel.json"), []byte(edited), 0o644))
 	r = install("--replace")
 	if r.code != 2 || !isInstallErrLine(r.stderr, `tfgpu-kernel install: the installed kernelspec's --gpu-memory-limit "1K": too small`) {
 		t.Errorf("a bad kept value: exit %d, stderr %q", r.code, r.stderr)

@@ -153,9 +153,7 @@ func TestInstallScript(t *testing.T) {
 	if code, out, errOut = sh.run("--prefix", prefix, "--python", py, "--no-deps"); code != 0 {
 		t.Fatalf("install.sh: exit %d\n%s%s", code, out, errOut)
 	}
-	if err := os.Remove(bin); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, os.Remove(bin))
 	code, out, errOut = sh.run("--uninstall", "--prefix", prefix)
 	if _, err := os.Lstat(spec); code != 0 || !os.IsNotExist(err) || !strings.Contains(out, "was gone already") {
 		t.Errorf("--uninstall without the binary: exit %d, kernelspec %v\n%s%s", code, err, out, errOut)
@@ -179,9 +177,7 @@ func TestInstallScriptChecksBeforeReplacing(t *testing.T) {
 	// A second link holds the old file's inode: its number cannot be
 	// reused for a new file, so SameFile tells the old file from a new one.
 	old := filepath.Join(tmp, "old-binary")
-	if err := os.Link(bin, old); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, os.Link(bin, old))
 	s := readInstalledSpec(t, spec)
 
 	code, out, errOut := sh.run("--prefix", prefix, "--no-deps", "--", "--memory-limit", "1K")
@@ -279,16 +275,12 @@ func copyRepo(t *testing.T, dst string) {
 			continue // deleted in the work tree, or a link
 		}
 		p := filepath.Join(dst, rel)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, os.MkdirAll(filepath.Dir(p), 0o755))
 		b, err := os.ReadFile(src)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(p, b, fi.Mode().Perm()|0o444); err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, os.WriteFile(p, b, fi.Mode().Perm()|0o444))
 	}
 }
 
@@ -324,9 +316,7 @@ func TestInstallScriptAsRootSaysUserOrSystem(t *testing.T) {
 		t.Fatalf("install.sh --system: exit %d\n%s%s", code, out, errOut)
 	}
 	old := filepath.Join(tmp, "old-binary") // holds the inode: see TestInstallScriptChecksBeforeReplacing
-	if err := os.Link(filepath.Join(binDir, "tfgpu-kernel"), old); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, os.Link(filepath.Join(binDir, "tfgpu-kernel"), old))
 	sysSpec := readInstalledSpec(t, filepath.Join(share, "jupyter", "kernels", "tfgpu"))
 	untouched := func(what string) {
 		t.Helper()
@@ -454,13 +444,9 @@ func TestInstallScriptSuggestsAJupyterYouHave(t *testing.T) {
 	venvBin := filepath.Dir(vpy)
 	console := filepath.Join(tmp, "console")
 	for dir, progs := range map[string][]string{venvBin: {"jupyter", "jupyter-lab"}, console: {"jupyter", "jupyter-console"}} {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, os.MkdirAll(dir, 0o755))
 		for _, p := range progs { // never run: install.sh only looks for them
-			if err := os.WriteFile(filepath.Join(dir, p), []byte("#!/bin/sh\nexit 1\n"), 0o755); err != nil {
-				t.Fatal(err)
-			}
+			testutil.NoErr(t, os.WriteFile(filepath.Join(dir, p), []byte("#!/bin/sh\nexit 1\n"), 0o755))
 		}
 	}
 	debians, _ := filepath.Glob("/usr/bin/jupyter*")

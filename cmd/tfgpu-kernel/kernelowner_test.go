@@ -89,18 +89,14 @@ func delegateMemoryV1(t *testing.T, u localUser) string {
 		testutil.RequireOrSkip(t, "needs a v1 memory hierarchy: %v", err)
 	}
 	dir := filepath.Join(parent, "tfgpu-deleg-mem-"+u.name)
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, os.Mkdir(dir, 0o755))
 	t.Cleanup(func() {
 		for i := 0; i < 100 && os.Remove(dir) != nil; i++ {
 			time.Sleep(20 * time.Millisecond)
 		}
 	})
 	for _, p := range []string{dir, dir + "/cgroup.procs", dir + "/tasks"} {
-		if err := os.Chown(p, u.uid, u.gid); err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, os.Chown(p, u.uid, u.gid))
 	}
 	return dir
 }
@@ -256,9 +252,7 @@ func (o *kernelOwner) startDriver(t *testing.T, id string) *stateDriver {
 			t.Fatal(err)
 		}
 		os.MkdirAll(filepath.Dir(filepath.Join(scripts, name)), 0o755)
-		if err := os.WriteFile(filepath.Join(scripts, name), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, os.WriteFile(filepath.Join(scripts, name), b, 0o644))
 	}
 	d := &stateDriver{o: o, id: id, tag: e2eTag(t), answers: make(chan string, 1), errLog: &testutil.Buffer{}}
 	d.tmp = o.mkdir(t, filepath.Join(o.home, "e2e-"+id[:8]), 0o700)

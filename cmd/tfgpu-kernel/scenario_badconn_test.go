@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
 
 // Item 8: bad connection files. `tfgpu-kernel run` is started directly, as
@@ -64,9 +66,7 @@ func TestE2EBadConnectionFile(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "kernel-e2e-"+tc.name+".json")
 			if tc.content != nil {
-				if err := os.WriteFile(path, tc.content, 0o600); err != nil {
-					t.Fatal(err)
-				}
+				testutil.NoErr(t, os.WriteFile(path, tc.content, 0o600))
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()

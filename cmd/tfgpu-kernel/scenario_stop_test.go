@@ -133,8 +133,6 @@ func writeTCPConn(t *testing.T, dir, id, key string) string {
 	}
 	b, _ := json.Marshal(c)
 	path := filepath.Join(dir, "kernel-"+id+".json")
-	if err := os.WriteFile(path, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, os.WriteFile(path, b, 0o600))
 	return path
 }

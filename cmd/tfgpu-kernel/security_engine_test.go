@@ -47,9 +47,7 @@ func TestSecurityEngineClaimsAreChecked(t *testing.T) {
 		testutil.RequireOrSkip(t, "needs a v1 freezer hierarchy: %v", err)
 	}
 	rootCg := filepath.Join(freezer, "tfgpu-k-rootfrozen-"+strconv.Itoa(dead))
-	if err := os.Mkdir(rootCg, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, os.Mkdir(rootCg, 0o755))
 	rootPid, _ := sleeper(t, nil)
 	os.WriteFile(filepath.Join(rootCg, "cgroup.procs"), []byte(strconv.Itoa(rootPid)), 0)
 	os.WriteFile(filepath.Join(rootCg, "freezer.state"), []byte("FROZEN"), 0)

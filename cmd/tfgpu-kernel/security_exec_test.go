@@ -20,6 +20,7 @@ import (
 
 	"github.com/tfgpu/tfgpu-kernel/internal/proc"
 	"github.com/tfgpu/tfgpu-kernel/internal/record"
+	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
 
 // Issue 22, class 3: privileged code never runs what a user controls. Root's
@@ -109,9 +110,7 @@ func TestSecurityWrapCopiesNoSecrets(t *testing.T) {
 		[]byte(`{"argv":["/usr/bin/python3","-m","ipykernel_launcher","-f","{connection_file}"],"display_name":"Bob's","language":"python"}`), 0o644)
 	bob.own(t, filepath.Join(spec, "kernel.js"), []byte("// bob's own, for bob only\n"), 0o600)
 	for _, n := range []string{"logo-64x64.png", "kernel.css"} {
-		if err := os.Symlink(secret, filepath.Join(spec, n)); err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, os.Symlink(secret, filepath.Join(spec, n)))
 		os.Lchown(filepath.Join(spec, n), bob.uid, bob.gid)
 	}
 	prefix := t.TempDir()

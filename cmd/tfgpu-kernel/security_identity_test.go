@@ -56,9 +56,7 @@ func TestSecurityIdentitySurvivesRestart(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(filepath.Join(scripts, name), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, os.WriteFile(filepath.Join(scripts, name), b, 0o644))
 	}
 	for _, c := range []struct {
 		name, how string

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
 
 // Issue 33, finding A: what root's ./install.sh builds, and then runs as
@@ -28,9 +30,7 @@ func bobsSys(t *testing.T, bob localUser, dir, marker string) string {
 	}
 	orig := strings.TrimSpace(string(out))
 	sys := filepath.Join(dir, "bobsys")
-	if err := os.Mkdir(sys, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, os.Mkdir(sys, 0o755))
 	// The packages the binary imports (unix, cpu) and the module's go.mod.
 	if out, err := exec.Command("cp", "-r", filepath.Join(orig, "go.mod"), filepath.Join(orig, "unix"), filepath.Join(orig, "cpu"), sys).CombinedOutput(); err != nil {
 		t.Fatalf("cp: %v\n%s", err, out)
@@ -57,9 +57,7 @@ func init() {
 	syscall.Close(fd)
 }
 `, marker)
-	if err := os.WriteFile(filepath.Join(sys, "unix", "zz_bob.go"), []byte(plant), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, os.WriteFile(filepath.Join(sys, "unix", "zz_bob.go"), []byte(plant), 0o644))
 	if out, err := exec.Command("chmod", "-R", "u+w,a+rX", sys).CombinedOutput(); err != nil {
 		t.Fatalf("chmod: %v\n%s", err, out)
 	}
@@ -176,9 +174,7 @@ func goVersion(goMod []byte) string {
 func TestSecurityInstallShRefusesWhatUsersCanChange(t *testing.T) {
 	bob := newLocalUser(t, "bob")
 	parent := filepath.Join(sharedDir(t), "projects")
-	if err := os.Mkdir(parent, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, os.Mkdir(parent, 0o755))
 	src := filepath.Join(parent, "tfgpu-kernel")
 	copyRepo(t, src)
 	bobsMods := bob.mkdir(t, filepath.Join(bob.home, "gomod"), 0o755)

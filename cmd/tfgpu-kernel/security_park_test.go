@@ -13,6 +13,7 @@ import (
 
 	"github.com/tfgpu/tfgpu-kernel/internal/proc"
 	"github.com/tfgpu/tfgpu-kernel/internal/record"
+	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
 
 // The stop order (stop, stop --hold, start) is a new thing root writes
@@ -82,13 +83,9 @@ func TestSecurityStopOrders(t *testing.T) {
 
 	// bob's link where root writes his order.
 	victim := filepath.Join(t.TempDir(), "root-only")
-	if err := os.WriteFile(victim, []byte("root's\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, os.WriteFile(victim, []byte("root's\n"), 0o600))
 	os.Chmod(filepath.Dir(victim), 0o755)
-	if err := os.Symlink(victim, filepath.Join(bobState, bobID+".stop")); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, os.Symlink(victim, filepath.Join(bobState, bobID+".stop")))
 	os.Lchown(filepath.Join(bobState, bobID+".stop"), bob.uid, bob.gid)
 	code, out := runAs(t, nil, env, time.Minute, bin, "stop", "--message", "maintenance", bob.name+":"+bobID) // ids are public: root names whose
 	if code != 0 || !strings.Contains(out, "parked by its supervisor") {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/tfgpu/tfgpu-kernel/internal/proc"
 	"github.com/tfgpu/tfgpu-kernel/internal/record"
+	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
 
 // The spare kernel's adoption is a new surface: a unix socket in the state
@@ -85,9 +86,7 @@ while True:
 				}
 				// Root moves alice's socket to where bob's run looks.
 				at := filepath.Join(state, record.StandbyName(bobID))
-				if err := os.Rename(sock, at); err != nil {
-					t.Fatal(err)
-				}
+				testutil.NoErr(t, os.Rename(sock, at))
 				if owner == "bob" {
 					os.Lchown(at, bob.uid, bob.gid)
 				}

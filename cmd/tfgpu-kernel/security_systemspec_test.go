@@ -42,16 +42,12 @@ func newSystemInstaller(t *testing.T) *systemInstaller {
 	}
 	srv := sharedDir(t)
 	bin := filepath.Join(srv, "bin", "tfgpu-kernel")
-	if err := os.Mkdir(filepath.Dir(bin), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, os.Mkdir(filepath.Dir(bin), 0o755))
 	b, err := os.ReadFile(buildInstallTestBinary(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(bin, b, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, os.WriteFile(bin, b, 0o755))
 	share := sharedDir(t)
 	env := append(e2eCleanEnv(), "HOME="+t.TempDir(), "PATH=/usr/bin:/bin", "XDG_DATA_HOME=")
 	return &systemInstaller{t: t, srv: srv, share: share, env: env}
@@ -77,17 +73,13 @@ func (s *systemInstaller) installed(name string) string {
 // /srv/<name> when dir is under srv.
 func writeSpec(t *testing.T, dir string, env map[string]string) {
 	t.Helper()
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, os.MkdirAll(dir, 0o755))
 	kj, _ := json.Marshal(map[string]any{
 		"argv":         []string{"/usr/bin/python3", "-m", "ipykernel_launcher", "-f", "{connection_file}"},
 		"display_name": filepath.Base(dir), "language": "python", "env": env,
 	})
 	for n, b := range map[string][]byte{"kernel.json": kj, "kernel.js": []byte("// the kernel's own\n"), "logo-64x64.png": []byte("png")} {
-		if err := os.WriteFile(filepath.Join(dir, n), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, os.WriteFile(filepath.Join(dir, n), b, 0o644))
 	}
 }
 

@@ -46,12 +46,8 @@ func newLocalUser(t *testing.T, role string) localUser {
 	shared := sharedDir(t)
 	u := testutil.NewUser(t, role, func(name string) string { return filepath.Join(shared, name) })
 	home := filepath.Join(shared, u.Name)
-	if err := os.Mkdir(home, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chown(home, u.UID, u.GID); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, os.Mkdir(home, 0o700))
+	testutil.NoErr(t, os.Chown(home, u.UID, u.GID))
 	return localUser{name: u.Name, uid: u.UID, gid: u.GID, home: home, credential: u.Cred}
 }
 
@@ -77,35 +73,25 @@ func sharedBinary(t *testing.T) string {
 		t.Fatal(err)
 	}
 	dst := filepath.Join(sharedDir(t), "tfgpu-kernel")
-	if err := os.WriteFile(dst, b, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, os.WriteFile(dst, b, 0o755))
 	return dst
 }
 
 // own writes content to path as u's file (mode) and returns path.
 func (u localUser) own(t *testing.T, path string, content []byte, mode os.FileMode) string {
 	t.Helper()
-	if err := os.WriteFile(path, content, mode); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, os.WriteFile(path, content, mode))
 	os.Chmod(path, mode)
-	if err := os.Lchown(path, u.uid, u.gid); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, os.Lchown(path, u.uid, u.gid))
 	return path
 }
 
 // mkdir makes dir (mode) as u's.
 func (u localUser) mkdir(t *testing.T, dir string, mode os.FileMode) string {
 	t.Helper()
-	if err := os.MkdirAll(dir, mode); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, os.MkdirAll(dir, mode))
 	os.Chmod(dir, mode)
-	if err := os.Chown(dir, u.uid, u.gid); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, os.Chown(dir, u.uid, u.gid))
 	return dir
 }
 
@@ -399,9 +385,7 @@ func TestSecurityRootActsOnlyOnTheUsersOwn(t *testing.T) {
 	os.WriteFile(filepath.Join(rootDir, "keep"), []byte("x"), 0o600)
 	t.Cleanup(func() { os.RemoveAll(rootDir) })
 	rootCg := filepath.Join(parent, "tfgpu-k-cg-1073741824")
-	if err := os.Mkdir(rootCg, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, os.Mkdir(rootCg, 0o755))
 	cgPid, _ := sleeper(t, nil)
 	os.WriteFile(filepath.Join(rootCg, "cgroup.procs"), []byte(strconv.Itoa(cgPid)), 0o644)
 	t.Cleanup(func() {
@@ -601,18 +585,14 @@ func TestSecurityHandoffLink(t *testing.T) {
 func delegateCgroup(t *testing.T, u localUser) string {
 	t.Helper()
 	deleg := filepath.Join(cgroupV2Parent(t), "tfgpu-deleg-"+u.name)
-	if err := os.Mkdir(deleg, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, os.Mkdir(deleg, 0o755))
 	t.Cleanup(func() {
 		for i := 0; i < 100 && os.Remove(deleg) != nil; i++ {
 			time.Sleep(20 * time.Millisecond)
 		}
 	})
 	for _, p := range []string{deleg, deleg + "/cgroup.procs", deleg + "/cgroup.threads", deleg + "/cgroup.subtree_control"} {
-		if err := os.Chown(p, u.uid, u.gid); err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, os.Chown(p, u.uid, u.gid))
 	}
 	return deleg
 }

@@ -28,15 +28,11 @@ func TestStandbyGivesUpTheSpareWhenItsSupervisorEnds(t *testing.T) {
 	bin := buildInstallTestBinary(t)
 	dir := t.TempDir()
 	mods := filepath.Join(dir, "mods")
-	if err := os.Mkdir(mods, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, os.Mkdir(mods, 0o755))
 	started, finished := filepath.Join(dir, "started"), filepath.Join(dir, "finished")
 	slow := "import os, time\nopen(" + strconv.Quote(started) + ", 'w').write(str(os.getpid()))\ntime.sleep(60)\nopen(" +
 		strconv.Quote(finished) + ", 'w').close()\n"
-	if err := os.WriteFile(filepath.Join(mods, "tfgpuslowimport.py"), []byte(slow), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, os.WriteFile(filepath.Join(mods, "tfgpuslowimport.py"), []byte(slow), 0o644))
 	id := "leash-0123"
 	conn := filepath.Join(dir, "kernel-"+id+".json")
 	if err := jmsg.WriteFile(conn, &jmsg.ConnInfo{Transport: "tcp", IP: "127.0.0.1", Ports: [5]int{1, 2, 3, 4, 5},

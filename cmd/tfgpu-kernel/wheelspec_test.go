@@ -107,12 +107,8 @@ func TestInstallConfiguresTheWheelsKernelspec(t *testing.T) {
 	}
 	mallory := testutil.NewUser(t, "mallory", nil)
 	os.RemoveAll(filepath.Join(prefix, "etc"))
-	if err := os.Chmod(filepath.Dir(prefix), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chown(prefix, mallory.UID, mallory.GID); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, os.Chmod(filepath.Dir(prefix), 0o755))
+	testutil.NoErr(t, os.Chown(prefix, mallory.UID, mallory.GID))
 	elsewhere := t.TempDir()
 	ln := exec.Command("ln", "-s", elsewhere, filepath.Join(prefix, "etc"))
 	ln.SysProcAttr = &syscall.SysProcAttr{Credential: mallory.Cred}
@@ -138,12 +134,8 @@ func TestDoctorKnowsTheWheelsKernelspec(t *testing.T) {
 	if err := kernelspec.WriteLauncherSpec(dir, "v9"); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.MkdirAll(filepath.Join(prefix, "bin"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Symlink("/usr/bin/python3", filepath.Join(prefix, "bin", "python")); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, os.MkdirAll(filepath.Join(prefix, "bin"), 0o755))
+	testutil.NoErr(t, os.Symlink("/usr/bin/python3", filepath.Join(prefix, "bin", "python")))
 	settings := kernelspec.SettingsPath(dir)
 	if err := kernelspec.WriteSettings(settings, kernelspec.Settings{RunFlags: []string{"--no-spare=true"}, Env: map[string]string{"CUDA_VISIBLE_DEVICES": "1"}}); err != nil {
 		t.Fatal(err)
@@ -157,18 +149,14 @@ func TestDoctorKnowsTheWheelsKernelspec(t *testing.T) {
 		!strings.Contains(r.stdout, "fix:          pip install --force-reinstall tfgpu-kernel") {
 		t.Fatalf("doctor, the wheel's binary missing: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
-	if err := os.Symlink(bin, filepath.Join(prefix, "bin", "tfgpu-kernel")); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, os.Symlink(bin, filepath.Join(prefix, "bin", "tfgpu-kernel")))
 	r = runInstallBin(t, env, bin, "doctor")
 	want := "ok " + line + ", " + filepath.Join(prefix, "bin", "tfgpu-kernel") + "), the server's Python: 3."
 	if !strings.Contains(r.stdout, want) || !strings.Contains(r.stdout, "with ipykernel 6.") ||
 		!strings.Contains(r.stdout, "settings in "+settings+": --no-spare=true --env CUDA_VISIBLE_DEVICES=1, no spare kernel (--no-spare=true)") {
 		t.Fatalf("doctor, want %q:\n%s%s", want, r.stdout, r.stderr)
 	}
-	if err := os.WriteFile(settings, []byte(`{"run_flags": ["--memory-limit"]}`), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, os.WriteFile(settings, []byte(`{"run_flags": ["--memory-limit"]}`), 0o644))
 	r = runInstallBin(t, env, bin, "doctor")
 	if r.code != 1 || !strings.Contains(r.stdout, "!! "+line) || !strings.Contains(r.stdout, "are not --flag value pairs") {
 		t.Fatalf("doctor, a bad settings file: exit %d\n%s%s", r.code, r.stdout, r.stderr)

@@ -1,7 +1,6 @@
 package control
 
 import (
-	"os"
 	"testing"
 
 	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
@@ -9,7 +8,4 @@ import (
 
 // The shell's TFGPU_STATE_DIR, XDG's and Slurm's variables must not change
 // which kernels a test's stop or ps sees (docs/testing.md#hermetic).
-func TestMain(m *testing.M) {
-	testutil.CleanEnv()
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { testutil.MainClean(m) }

@@ -12,6 +12,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
 
 // testKey is the key in the hand-written testdata/conn files.
@@ -258,9 +260,7 @@ func TestWriteFile(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "kernel-inner.json")
 	// A world-readable file already there must end up 0600, not keep its mode.
-	if err := os.WriteFile(path, []byte("old"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, os.WriteFile(path, []byte("old"), 0o644))
 	c, err := Load(filepath.Join("testdata", "conn", "valid-tcp.json"))
 	if err != nil {
 		t.Fatal(err)

@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -17,12 +16,7 @@ import (
 // activity file; ps reads each change at once, and the file goes with the
 // record.
 func TestActivityIsPublished(t *testing.T) {
-	dir := testutil.PrivateDir(t)
-	d, err := OpenDir(dir, false, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	d, dir := openTestDir(t)
 	start := time.Now().Add(-time.Hour).Truncate(time.Millisecond)
 	a, err := d.PublishActivity("k1", start)
 	if err != nil {
@@ -77,16 +71,9 @@ func TestActivityIsPublished(t *testing.T) {
 // Remove takes only this process's activity file: the next supervisor of
 // the kernel may have published its own.
 func TestActivityOfAnotherSupervisorStays(t *testing.T) {
-	dir := testutil.PrivateDir(t)
-	d, err := OpenDir(dir, false, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	d, dir := openTestDir(t)
 	b := activityBytes(os.Getpid()+1, time.Now())
-	if err := os.WriteFile(filepath.Join(dir, "k1.activity"), b, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, os.WriteFile(filepath.Join(dir, "k1.activity"), b, 0o600))
 	d.Remove("k1")
 	if _, err := os.Lstat(filepath.Join(dir, "k1.activity")); err != nil {
 		t.Fatalf("another supervisor's activity file was removed: %v", err)
@@ -97,22 +84,11 @@ func TestActivityOfAnotherSupervisorStays(t *testing.T) {
 // malformed one leave the kernel's state unknown, and nothing is followed.
 func TestActivityFilesAreChecked(t *testing.T) {
 	requireRootUser(t)
-	dir := testutil.PrivateDir(t)
-	d, err := OpenDir(dir, false, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	d, dir := openTestDir(t)
 	good := activityBytes(os.Getpid(), time.Now())
-	target := filepath.Join(t.TempDir(), "target")
-	os.WriteFile(target, good, 0o600)
-	plant := map[string]func(path string){
-		"link":     func(p string) { os.Symlink(target, p) },
-		"other":    func(p string) { os.WriteFile(p, good, 0o600); os.Chown(p, nobody, nobody) },
-		"fifo":     func(p string) { syscall.Mkfifo(p, 0o600) },
-		"short":    func(p string) { os.WriteFile(p, good[:20], 0o600) },
-		"oversize": func(p string) { os.WriteFile(p, append(good, 0), 0o600) },
-	}
+	plant, _ := plantings(t, good)
+	plant["short"] = func(p string) { os.WriteFile(p, good[:20], 0o600) }
+	plant["oversize"] = func(p string) { os.WriteFile(p, append(good, 0), 0o600) }
 	for name, f := range plant {
 		f(filepath.Join(dir, name+".activity"))
 		st := State{KernelID: name, SupervisorPID: os.Getpid(), Phase: PhaseRunning}

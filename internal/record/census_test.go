@@ -72,9 +72,7 @@ func TestCensusNamesEveryProcessInItsRole(t *testing.T) {
 		t.Fatal(err)
 	}
 	cg := filepath.Join(parent, "tfgpu-"+id+"-"+strconv.Itoa(self))
-	if err := os.Mkdir(cg, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, os.Mkdir(cg, 0o755))
 	t.Cleanup(func() { os.Remove(cg) })
 	twoSleeps := []string{"/bin/sh", "-c", "sleep 600 & exec sleep 600"}
 	watcher, watcherStart := startProc(t, &syscall.SysProcAttr{Setsid: true}, "sleep", "600")
@@ -84,14 +82,10 @@ func TestCensusNamesEveryProcessInItsRole(t *testing.T) {
 	sparePid := childOf(t, standby)
 	spareStart, _ := proc.StartTime(sparePid)
 	for _, p := range []int{kernel, worker} {
-		if err := os.WriteFile(filepath.Join(cg, "cgroup.procs"), []byte(strconv.Itoa(p)), 0o644); err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, os.WriteFile(filepath.Join(cg, "cgroup.procs"), []byte(strconv.Itoa(p)), 0o644))
 	}
 	// The worker leaves the kernel's cgroup (a delegated cgroup lets it).
-	if err := os.WriteFile(filepath.Join(parent, "cgroup.procs"), []byte(strconv.Itoa(worker)), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, os.WriteFile(filepath.Join(parent, "cgroup.procs"), []byte(strconv.Itoa(worker)), 0o644))
 
 	dir := testutil.PrivateDir(t)
 	st := State{KernelID: id, SupervisorPID: self, SupervisorStart: selfStart, KernelPID: kernel, KernelStart: kernelStart,
@@ -162,9 +156,7 @@ func TestCollectFindsKernelsThroughHeldDirectories(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(bin, b, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, os.WriteFile(bin, b, 0o755))
 	holder := func() (int, uint64) {
 		f, err := os.Open(held)
 		if err != nil {

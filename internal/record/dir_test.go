@@ -20,9 +20,7 @@ func TestStateDirMustBeTheUsersOwn(t *testing.T) {
 	base := testutil.PrivateDir(t)
 	mk := func(name string, mode os.FileMode, uid int) string {
 		d := filepath.Join(base, name)
-		if err := os.Mkdir(d, mode); err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, os.Mkdir(d, mode))
 		os.Chmod(d, mode)
 		os.Chown(d, uid, uid)
 		return d
@@ -68,9 +66,7 @@ func TestStateDirFilesAreNeverFollowed(t *testing.T) {
 	requireRootUser(t)
 	dir := testutil.PrivateDir(t)
 	victim := filepath.Join(t.TempDir(), "bashrc")
-	if err := os.WriteFile(victim, []byte("export PS1=mine\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, os.WriteFile(victim, []byte("export PS1=mine\n"), 0o600))
 	d, err := OpenDir(dir, false, false)
 	if err != nil {
 		t.Fatal(err)
@@ -142,9 +138,7 @@ func TestRecordFieldsAreChecked(t *testing.T) {
 	st := State{KernelID: id, SupervisorPID: 4242, Owner: 0}
 
 	real := filepath.Join(parent, "tfgpu-"+id+"-4242")
-	if err := os.Mkdir(real, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, os.Mkdir(real, 0o755))
 	t.Cleanup(func() { os.Remove(real) })
 	fake := filepath.Join(tmp, "tfgpu-"+id+"-4242")
 	os.Mkdir(fake, 0o755)

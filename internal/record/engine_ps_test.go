@@ -94,9 +94,7 @@ func TestPSSaysTheTreeIsFrozen(t *testing.T) {
 			time.Sleep(10 * time.Millisecond)
 		}
 	})
-	if err := os.WriteFile(filepath.Join(cg, "cgroup.procs"), []byte(strconv.Itoa(sleep.Process.Pid)), 0); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, os.WriteFile(filepath.Join(cg, "cgroup.procs"), []byte(strconv.Itoa(sleep.Process.Pid)), 0))
 	st := State{KernelID: id, SupervisorPID: gone, KernelPID: sleep.Process.Pid, Containment: cgroup.ModeV1, Cgroup: cg,
 		Started: time.Now(), Phase: PhaseStopping, BootID: BootID}
 	dir := testutil.PrivateDir(t)
@@ -108,9 +106,7 @@ func TestPSSaysTheTreeIsFrozen(t *testing.T) {
 	if rows, _ := PS(sts, ""); rows[0].State != StateDirty {
 		t.Fatalf("thawed: ps state %q; want dirty", rows[0].State)
 	}
-	if err := os.WriteFile(filepath.Join(cg, "freezer.state"), []byte("FROZEN"), 0); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, os.WriteFile(filepath.Join(cg, "freezer.state"), []byte("FROZEN"), 0))
 	// The freezer passes through FREEZING until every task has stopped.
 	testutil.WaitFor(t, 30*time.Second, "the freezer to read FROZEN", func() bool {
 		b, err := os.ReadFile(filepath.Join(cg, "freezer.state"))

@@ -6,25 +6,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
-
-	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
 
 const noticeID = "5f1c7a0e-0b7e-4d1e-9c55-3d2b1f7a9e01"
-
-func openTestDir(t *testing.T) (*Dir, string) {
-	t.Helper()
-	dir := testutil.PrivateDir(t)
-	d, err := OpenDir(dir, false, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Close() })
-	return d, dir
-}
 
 // A notice is taken once, by the next supervisor of the same kernel, and
 // removed; what it shows cannot carry escape sequences.
@@ -91,27 +77,11 @@ func TestPlantedNoticesAreRefused(t *testing.T) {
 	d, dir := openTestDir(t)
 	now := time.Now()
 	good, _ := json.Marshal(notice{At: now, Text: "planted"})
-	target := filepath.Join(t.TempDir(), "target")
-	os.WriteFile(target, good, 0o600)
-	plant := map[string]func(path string){
-		"link":  func(p string) { os.Symlink(target, p) },
-		"other": func(p string) { os.WriteFile(p, good, 0o600); os.Chown(p, nobody, nobody) },
-		"fifo":  func(p string) { syscall.Mkfifo(p, 0o600) },
-	}
-	for how, f := range plant {
-		path := filepath.Join(dir, noticeID+".notice")
-		f(path)
+	checkPlanted(t, filepath.Join(dir, noticeID+".notice"), good, nil, true, func(how string) {
 		if got, err := d.TakeNotice(noticeID, now); got != "" || err == nil {
 			t.Errorf("%s: TakeNotice = %q, %v; want refused", how, got, err)
 		}
-		if _, err := os.Lstat(path); !errors.Is(err, os.ErrNotExist) {
-			t.Errorf("%s: the planted notice was left: %v", how, err)
-			os.Remove(path)
-		}
-	}
-	if b, err := os.ReadFile(target); err != nil || string(b) != string(good) {
-		t.Errorf("the link's target was touched: %q, %v", b, err)
-	}
+	})
 }
 
 func TestParseNotice(t *testing.T) {

@@ -5,7 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -72,20 +71,11 @@ func TestPlantedLedgerIsRefused(t *testing.T) {
 	requireRootUser(t)
 	d, dir := openTestDir(t)
 	good, _ := json.Marshal([]Claim{{Kernel: noticeID, UUID: "GPU-1", At: time.Now(), By: proc.Ref{PID: os.Getpid()}}})
-	target := filepath.Join(t.TempDir(), "target")
-	os.WriteFile(target, good, 0o600)
-	for how, plant := range map[string]func(p string){
-		"link":  func(p string) { os.Symlink(target, p) },
-		"other": func(p string) { os.WriteFile(p, good, 0o600); os.Chown(p, nobody, nobody) },
-		"fifo":  func(p string) { syscall.Mkfifo(p, 0o600) },
-	} {
-		path := filepath.Join(dir, placementsName)
-		plant(path)
+	checkPlanted(t, filepath.Join(dir, placementsName), good, nil, false, func(how string) {
 		if got, err := d.Claims(time.Now()); got != nil || err == nil {
 			t.Errorf("%s: Claims = %v, %v; want refused", how, got, err)
 		}
-		os.Remove(path)
-	}
+	})
 }
 
 // The placement lock excludes the same user's other supervisors (their

@@ -91,16 +91,10 @@ func TestUniqueDirs(t *testing.T) {
 	a := filepath.Join(root, "alice", "state")
 	b := filepath.Join(root, "bob", "state")
 	for _, d := range []string{a, b} {
-		if err := os.MkdirAll(d, 0o700); err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, os.MkdirAll(d, 0o700))
 	}
-	if err := os.Symlink(filepath.Join(root, "alice"), filepath.Join(root, "mallory")); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Symlink(b, filepath.Join(root, "linked")); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, os.Symlink(filepath.Join(root, "alice"), filepath.Join(root, "mallory")))
+	testutil.NoErr(t, os.Symlink(b, filepath.Join(root, "linked")))
 	own := filepath.Join(root, "own")
 	os.Mkdir(own, 0o700)
 	got := uniqueDirs(own, []string{a, filepath.Join(root, "mallory", "state"), b, filepath.Join(root, "linked"), a, filepath.Join(root, "none"), own})

@@ -17,9 +17,7 @@ func TestCheck(t *testing.T) {
 	dir := t.TempDir()
 	os.Chmod(dir, 0o755)
 	mk := func(path string, mode os.FileMode, uid int) string {
-		if err := os.WriteFile(path, []byte("x"), mode); err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, os.WriteFile(path, []byte("x"), mode))
 		os.Chmod(path, mode)
 		os.Lchown(path, uid, uid)
 		return path
@@ -72,9 +70,7 @@ func TestCheck(t *testing.T) {
 // world-writable directory (/tmp) is 1777, not 0777 (#36 item 4).
 func TestOctalTellsTheSpecialBits(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "tmp")
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, os.Mkdir(dir, 0o755))
 	for _, c := range []struct {
 		mode os.FileMode
 		want string
@@ -84,9 +80,7 @@ func TestOctalTellsTheSpecialBits(t *testing.T) {
 		{0o755, "0755"},
 		{0o700 | os.ModeSticky | os.ModeSetgid, "3700"},
 	} {
-		if err := os.Chmod(dir, c.mode); err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, os.Chmod(dir, c.mode))
 		fi, err := os.Lstat(dir)
 		if err != nil {
 			t.Fatal(err)

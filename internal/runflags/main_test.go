@@ -1,7 +1,6 @@
 package runflags
 
 import (
-	"os"
 	"testing"
 
 	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
@@ -9,7 +8,4 @@ import (
 
 // Nothing of the host's may change an outcome: the TFGPU_ variables of
 // the shell that runs go test, Jupyter's, Slurm's (docs/testing.md#hermetic).
-func TestMain(m *testing.M) {
-	testutil.Hermetic(testutil.HostJupyterDirs(), nil)
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { testutil.MainHermetic(m) }

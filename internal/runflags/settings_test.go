@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/tfgpu/tfgpu-kernel/internal/jmsg"
+	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
 
 // run --settings FILE (the wheel's launcher gives it first): the file's
@@ -25,9 +26,7 @@ func TestRunSettingsFile(t *testing.T) {
 	kernel := []string{"-f", conn, "--", "/usr/bin/python3", "-m", "ipykernel_launcher", "-f", conn}
 	write := func(name, content string) string {
 		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, os.WriteFile(p, []byte(content), 0o644))
 		return p
 	}
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))

@@ -66,13 +66,9 @@ func TestQuickTestsOnAPlantedHost(t *testing.T) {
 				argv = `["/opt/julia-1.10/bin/julia", "-i", "--color=yes", "/root/.julia/packages/IJulia/kernel.jl", "{connection_file}"]`
 			}
 			d := filepath.Join(kernels, name)
-			if err := os.MkdirAll(d, 0o755); err != nil {
-				t.Fatal(err)
-			}
+			NoErr(t, os.MkdirAll(d, 0o755))
 			kj := `{"argv": ` + argv + `, "display_name": "host's ` + name + `", "language": "x", "metadata": {}}`
-			if err := os.WriteFile(filepath.Join(d, "kernel.json"), []byte(kj), 0o644); err != nil {
-				t.Fatal(err)
-			}
+			NoErr(t, os.WriteFile(filepath.Join(d, "kernel.json"), []byte(kj), 0o644))
 		}
 		return kernels
 	}
@@ -90,18 +86,12 @@ func TestQuickTestsOnAPlantedHost(t *testing.T) {
 	plant(filepath.Join(home, ".local/share/jupyter/kernels"), all...)
 	plant(filepath.Join(tmp, "xdg", "jupyter", "kernels"), "from-xdg")
 	state := filepath.Join(tmp, "state")
-	if err := os.Mkdir(state, 0o700); err != nil {
-		t.Fatal(err)
-	}
+	NoErr(t, os.Mkdir(state, 0o700))
 	// slurmstepd, as proctrack/linuxproc has it, the parent of the job's
 	// processes (a script's comm is its name), waiting for them.
 	stepd := filepath.Join(tmp, "bin", "slurmstepd")
-	if err := os.MkdirAll(filepath.Dir(stepd), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(stepd, []byte("#!/bin/sh\n\"$@\"\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	NoErr(t, os.MkdirAll(filepath.Dir(stepd), 0o755))
+	NoErr(t, os.WriteFile(stepd, []byte("#!/bin/sh\n\"$@\"\n"), 0o755))
 	env := []string{
 		"HOME=" + home,
 		// go's own, which HOME would otherwise move (a cold build cache)

@@ -28,6 +28,21 @@ func (l *Buffer) String() string {
 	return l.b.String()
 }
 
+// MainHermetic is the whole TestMain of a package whose tests need the
+// host's Jupyter directories hidden and nothing else: Hermetic (which
+// clears the environment, CleanEnv), then the tests.
+func MainHermetic(m *testing.M) {
+	Hermetic(HostJupyterDirs(), nil)
+	os.Exit(m.Run())
+}
+
+// MainClean is the whole TestMain of a package whose tests need only the
+// environment cleared (CleanEnv), then the tests.
+func MainClean(m *testing.M) {
+	CleanEnv()
+	os.Exit(m.Run())
+}
+
 // PrivateDir is a t.TempDir of mode 0700, as state directories must be
 // (testing makes them 0755).
 func PrivateDir(t testing.TB) string {
@@ -37,6 +52,15 @@ func PrivateDir(t testing.TB) string {
 		t.Fatal(err)
 	}
 	return d
+}
+
+// NoErr ends the test (t.Fatal) with err unless it is nil: a setup step's
+// `if err := os.WriteFile(…); err != nil { t.Fatal(err) }` on one line.
+func NoErr(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
 }
 
 // RequireOrSkip is the one rule for a dependency a test lacks (the

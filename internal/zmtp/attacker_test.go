@@ -73,9 +73,7 @@ func startAttack(t *testing.T, u testutil.User, mode string, args ...string) *at
 			t.Fatal(err)
 		}
 		attackBinary.path = dir + "/zmtp.test"
-		if err := os.WriteFile(attackBinary.path, b, 0o755); err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, os.WriteFile(attackBinary.path, b, 0o755))
 	})
 	a := &attacker{out: &testutil.Buffer{}, done: make(chan struct{})}
 	a.cmd = exec.Command(attackBinary.path, args...)

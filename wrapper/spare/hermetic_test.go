@@ -28,12 +28,8 @@ with open(os.environ["SPARE_HOST_STARTUP_MARK"], "a") as f:
 	home, ipython := filepath.Join(tmp, "home"), filepath.Join(tmp, "ipython")
 	for _, d := range []string{filepath.Join(home, ".ipython"), ipython} {
 		dir := filepath.Join(d, "profile_default", "startup")
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, "00-host.py"), []byte(startup), 0o644); err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, os.MkdirAll(dir, 0o755))
+		testutil.NoErr(t, os.WriteFile(filepath.Join(dir, "00-host.py"), []byte(startup), 0o644))
 	}
 	host := testutil.Host{Env: []string{"HOME=" + home, "IPYTHONDIR=" + ipython, "SPARE_HOST_STARTUP_MARK=" + mark}}
 	run := "-test.run=^TestSpareBecomesTheKernel$"
@@ -43,9 +39,7 @@ with open(os.environ["SPARE_HOST_STARTUP_MARK"], "a") as f:
 	if rerr != nil || !strings.Contains(string(b), filepath.Join(home, ".ipython")) {
 		t.Fatalf("control, the host not hidden: the home's IPython startup file did not run (%v, %q):\n%v\n%s", rerr, b, err, out)
 	}
-	if err := os.Remove(mark); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, os.Remove(mark))
 
 	out, err = host.Run(t, true, run, "-test.v", "-test.timeout=2m")
 	if err != nil || !strings.Contains(out, "--- PASS: TestSpareBecomesTheKernel ") {

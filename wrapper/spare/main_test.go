@@ -1,7 +1,6 @@
 package spare
 
 import (
-	"os"
 	"testing"
 
 	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
@@ -11,7 +10,4 @@ import (
 // host's IPython profile (its startup files, ipython_kernel_config.py)
 // and Jupyter config, and write root's IPython history: hidden
 // (docs/testing.md#hermetic, TestHostIPythonUnseen).
-func TestMain(m *testing.M) {
-	testutil.Hermetic(testutil.HostJupyterDirs(), nil)
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { testutil.MainHermetic(m) }

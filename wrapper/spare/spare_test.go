@@ -164,9 +164,7 @@ func TestStaleSpareRefuses(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(20 * time.Millisecond) // a new mtime, whatever the file system's granularity
-	if err := os.Mkdir(filepath.Join(site, "newpkg"), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, os.Mkdir(filepath.Join(site, "newpkg"), 0o755))
 	conn, _ := writeConn(t)
 	err = s.Go(ctx, []string{"ipykernel_launcher", "-f", conn}, t.TempDir(), nil)
 	if !errors.Is(err, ErrStale) || !strings.Contains(err.Error(), site) {
@@ -341,9 +339,7 @@ func pgrep(t *testing.T, pattern string) []int {
 func TestRetitle(t *testing.T) {
 	requirePython(t)
 	script := filepath.Join(t.TempDir(), "spare.py")
-	if err := os.WriteFile(script, []byte(program), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, os.WriteFile(script, []byte(program), 0o644))
 	const code = `import json, os, sys
 g = {"__name__": "retitle"}
 exec(open(sys.argv[1]).read(), g)

@@ -111,13 +111,9 @@ func look(lib nvml.Interface) (snapshot, error) {
 		}
 		return ret == nvml.SUCCESS
 	}
-	var ret nvml.Return
-	s.Driver, ret = lib.SystemGetDriverVersion()
-	ok("SystemGetDriverVersion", ret)
-	s.NVML, ret = lib.SystemGetNVMLVersion()
-	ok("SystemGetNVMLVersion", ret)
-	s.CUDA, ret = lib.SystemGetCudaDriverVersion_v2()
-	ok("SystemGetCudaDriverVersion_v2", ret)
+	set(ok, "SystemGetDriverVersion", &s.Driver)(lib.SystemGetDriverVersion())
+	set(ok, "SystemGetNVMLVersion", &s.NVML)(lib.SystemGetNVMLVersion())
+	set(ok, "SystemGetCudaDriverVersion_v2", &s.CUDA)(lib.SystemGetCudaDriverVersion_v2())
 	n, ret := lib.DeviceGetCount()
 	ok("DeviceGetCount", ret)
 	for i := range n {
@@ -126,28 +122,18 @@ func look(lib nvml.Interface) (snapshot, error) {
 			continue
 		}
 		var d device
-		d.Index, ret = h.GetIndex()
-		ok("GetIndex", ret)
-		d.Minor, ret = h.GetMinorNumber()
-		ok("GetMinorNumber", ret)
-		d.UUID, ret = h.GetUUID()
-		ok("GetUUID", ret)
-		d.Name, ret = h.GetName()
-		ok("GetName", ret)
+		set(ok, "GetIndex", &d.Index)(h.GetIndex())
+		set(ok, "GetMinorNumber", &d.Minor)(h.GetMinorNumber())
+		set(ok, "GetUUID", &d.UUID)(h.GetUUID())
+		set(ok, "GetName", &d.Name)(h.GetName())
 		if byUUID, ret := lib.DeviceGetHandleByUUID(d.UUID); ok("DeviceGetHandleByUUID", ret) {
-			d.ByUUID, ret = byUUID.GetIndex()
-			ok("GetIndex by UUID", ret)
+			set(ok, "GetIndex by UUID", &d.ByUUID)(byUUID.GetIndex())
 		}
-		d.Persistence, ret = h.GetPersistenceMode()
-		ok("GetPersistenceMode", ret)
-		d.Memory, ret = h.GetMemoryInfo()
-		ok("GetMemoryInfo", ret)
-		d.Compute, ret = h.GetComputeRunningProcesses()
-		ok("GetComputeRunningProcesses", ret)
-		d.Graphics, ret = h.GetGraphicsRunningProcesses()
-		ok("GetGraphicsRunningProcesses", ret)
-		d.MPS, ret = h.GetMPSComputeRunningProcesses()
-		ok("GetMPSComputeRunningProcesses", ret)
+		set(ok, "GetPersistenceMode", &d.Persistence)(h.GetPersistenceMode())
+		set(ok, "GetMemoryInfo", &d.Memory)(h.GetMemoryInfo())
+		set(ok, "GetComputeRunningProcesses", &d.Compute)(h.GetComputeRunningProcesses())
+		set(ok, "GetGraphicsRunningProcesses", &d.Graphics)(h.GetGraphicsRunningProcesses())
+		set(ok, "GetMPSComputeRunningProcesses", &d.MPS)(h.GetMPSComputeRunningProcesses())
 		s.Devices = append(s.Devices, d)
 		if lib.Extensions().LookupSymbol("nvmlDeviceGetMigMode") == nil {
 			s.MIG = append(s.MIG, lookMIG(h, ok))
@@ -171,21 +157,21 @@ func lookMIG(h nvml.Device, ok func(string, nvml.Return) bool) migInfo {
 			continue
 		}
 		var d migDevice
-		d.UUID, ret = mh.GetUUID()
-		ok("MIG GetUUID", ret)
-		d.Name, ret = mh.GetName()
-		ok("MIG GetName", ret)
-		d.Memory, ret = mh.GetMemoryInfo()
-		ok("MIG GetMemoryInfo", ret)
-		d.IsMIG, ret = mh.IsMigDeviceHandle()
-		ok("IsMigDeviceHandle", ret)
+		set(ok, "MIG GetUUID", &d.UUID)(mh.GetUUID())
+		set(ok, "MIG GetName", &d.Name)(mh.GetName())
+		set(ok, "MIG GetMemoryInfo", &d.Memory)(mh.GetMemoryInfo())
+		set(ok, "IsMigDeviceHandle", &d.IsMIG)(mh.IsMigDeviceHandle())
 		if parent, ret := mh.GetDeviceHandleFromMigDeviceHandle(); ok("GetDeviceHandleFromMigDeviceHandle", ret) {
-			d.Parent, ret = parent.GetIndex()
-			ok("parent GetIndex", ret)
+			set(ok, "parent GetIndex", &d.Parent)(parent.GetIndex())
 		}
 		m.Devices = append(m.Devices, d)
 	}
 	return m
+}
+
+// set stores a query's value in *dst and notes its failure (ok).
+func set[T any](ok func(string, nvml.Return) bool, what string, dst *T) func(T, nvml.Return) {
+	return func(v T, ret nvml.Return) { *dst = v; ok(what, ret) }
 }
 
 // observe runs a probe with f's environment plus knobs: a fresh process, so

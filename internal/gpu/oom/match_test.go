@@ -311,35 +311,30 @@ func TestMatchQualified(t *testing.T) {
 // later is not.
 func TestMatchBudget(t *testing.T) {
 	const phrase = "CUDA out of memory"
-	t.Run("evalue", func(t *testing.T) {
-		in := strings.Repeat("x", Budget-len(phrase)) + phrase
-		if _, ok := Match("RuntimeError", in, nil); !ok {
-			t.Error("OOM ending at the budget not seen")
-		}
-		if _, ok := Match("RuntimeError", "x"+in, nil); ok {
-			t.Error("OOM one byte past the budget seen")
-		}
-	})
-	t.Run("evalue and traceback share it", func(t *testing.T) {
-		tb := []string{"OutOfMemoryError: " + phrase}
-		if _, ok := Match("ValueError", strings.Repeat("x", Budget-1-len(tb[0])), tb); !ok {
-			t.Error("OOM ending at the budget not seen")
-		}
-		if _, ok := Match("ValueError", strings.Repeat("x", Budget-len(tb[0])), tb); ok {
-			t.Error("OOM one byte past the budget seen")
-		}
-	})
-	t.Run("each entry costs a byte", func(t *testing.T) {
-		line := "OutOfMemoryError: " + phrase
-		tb := append(make([]string, Budget-1-len(line)), line)
-		if _, ok := Match("ValueError", "", tb); !ok {
-			t.Error("OOM ending at the budget not seen")
-		}
-		tb = append(make([]string, Budget-len(line)), line)
-		if _, ok := Match("ValueError", "", tb); ok {
-			t.Error("OOM one byte past the budget seen")
-		}
-	})
+	const line = "OutOfMemoryError: " + phrase
+	for _, c := range []struct {
+		name string
+		in   func(past int) (ename, evalue string, tb []string) // the OOM ends past bytes after the budget
+	}{
+		{"evalue", func(past int) (string, string, []string) {
+			return "RuntimeError", strings.Repeat("x", Budget-len(phrase)+past) + phrase, nil
+		}},
+		{"evalue and traceback share it", func(past int) (string, string, []string) {
+			return "ValueError", strings.Repeat("x", Budget-1-len(line)+past), []string{line}
+		}},
+		{"each entry costs a byte", func(past int) (string, string, []string) {
+			return "ValueError", "", append(make([]string, Budget-1-len(line)+past), line)
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if _, ok := Match(c.in(0)); !ok {
+				t.Error("OOM ending at the budget not seen")
+			}
+			if _, ok := Match(c.in(1)); ok {
+				t.Error("OOM one byte past the budget seen")
+			}
+		})
+	}
 }
 
 // An attacker-sized traceback costs what Budget does. Measured in bytes
