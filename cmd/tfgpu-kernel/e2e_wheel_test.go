@@ -659,3 +659,9 @@ var (
 	e2eWheelVenvPy   string
 	e2eWheelVenvErr  error
 )
+
+// executable reports whether path is a regular file someone may execute.
+func executable(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0
+}
