@@ -70,7 +70,8 @@ import (
 // cgroups and its init's descendants), the container's cgroups removed in
 // every hierarchy, and no tfgpu-* cgroup of its kernels anywhere.
 //
-// Host quirks handled here (docs/operating.md):
+// Host quirks handled here (docs/operating.md#rootless-podman says what an
+// operator needs of the first; the rest are this host's):
 //   - crun refuses a hybrid host whose cgroup2 mount has a controller
 //     ("cgroups in hybrid mode not supported, drop all controllers from
 //     cgroupv2"): every podman command runs in one private mount namespace
