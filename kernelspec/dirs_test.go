@@ -96,9 +96,7 @@ func TestDirSysPrefix(t *testing.T) {
 		t.Fatalf("SpecDir = %q, %v; want %q", dir, err, want)
 	}
 	res, err := Install(o)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	if res.Dir != dir || res.Python.Executable != vpy || res.Python.Prefix != venv {
 		t.Errorf("Install = %+v; want dir %s, python %s, prefix %s", res, dir, vpy, venv)
 	}

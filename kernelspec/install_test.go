@@ -28,9 +28,7 @@ func TestInstallFiles(t *testing.T) {
 	old := mask(t, 0o077) // files must still be 0644 under a strict umask
 	defer mask(t, old)
 	res, err := Install(Options{Binary: "/b/tfgpu-kernel", Python: py, Dest: Prefix, Prefix: prefix})
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	if want := filepath.Join(prefix, "share/jupyter/kernels/tfgpu"); res.Dir != want || res.Python.Executable != py {
 		t.Fatalf("Install = %+v, want dir %s python %s", res, want, py)
 	}
@@ -67,9 +65,7 @@ func TestInstallReplace(t *testing.T) {
 	prefix := t.TempDir()
 	o := Options{Binary: "/b/tfgpu-kernel", Python: fakeIPython(t), Dest: Prefix, Prefix: prefix}
 	res, err := Install(o)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	stale := filepath.Join(res.Dir, "stale.txt")
 	testutil.NoErr(t, os.WriteFile(stale, nil, 0o644))
 	o.DisplayName = "second"
@@ -125,9 +121,7 @@ func TestInstallUninstallSafety(t *testing.T) {
 	}
 
 	res, err := Install(o)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	dir, err := Uninstall(o)
 	if err != nil || dir != res.Dir {
 		t.Fatalf("Uninstall = %q, %v", dir, err)
@@ -159,9 +153,7 @@ func TestInstallInvalid(t *testing.T) {
 func checkMode(t *testing.T, p string, want fs.FileMode) {
 	t.Helper()
 	fi, err := os.Stat(p)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	if fi.Mode() != want {
 		t.Errorf("%s: mode %v, want %v", p, fi.Mode(), want)
 	}
