@@ -190,9 +190,7 @@ func holdAs(t *testing.T, f *gputest.Fake, u testutil.User, dev, mib int) heldBy
 		t.Fatal(err)
 	}
 	r, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	defer r.Close()
 	cmd := exec.Command("/usr/bin/python3", filepath.Join(f.HolderDir, "holder.py"), strconv.Itoa(dev), strconv.Itoa(mib), "--ready-fd", "3")
 	cmd.Env = append(os.Environ(), f.Env()...)
@@ -203,9 +201,7 @@ func holdAs(t *testing.T, f *gputest.Fake, u testutil.User, dev, mib int) heldBy
 	cmd.Stderr = &stderr
 	err = cmd.Start()
 	w.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	t.Cleanup(func() {
 		cmd.Process.Kill()
 		cmd.Wait()

@@ -16,6 +16,7 @@ import (
 	"github.com/tfgpu/tfgpu-kernel/internal/gpu/place"
 	"github.com/tfgpu/tfgpu-kernel/internal/jmsg"
 	"github.com/tfgpu/tfgpu-kernel/internal/record"
+	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
 
 // fakeGPUs is n fake GPUs of 8 GiB each for the supervisors this test
@@ -54,9 +55,7 @@ func firstCellTold(h *harness) string {
 	var told string
 	for _, c := range h.firstStderr {
 		var m struct{ Text string }
-		if err := json.Unmarshal([]byte(c), &m); err != nil {
-			h.t.Fatal(err)
-		}
+		testutil.NoErr(h.t, json.Unmarshal([]byte(c), &m))
 		told += m.Text
 	}
 	return told
@@ -94,14 +93,10 @@ func usageGPUs(c map[string]any) []int {
 func placementOf(t *testing.T, id string) *record.Placement {
 	t.Helper()
 	d, err := record.OpenDir(os.Getenv("TFGPU_STATE_DIR"), false, false)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	defer d.Close()
 	st, err := d.StateOf(id)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	return st.Placement
 }
 
@@ -256,16 +251,10 @@ func TestPlacementAfterPark(t *testing.T) {
 	}
 	f.Hold(t, 0, 4096)
 	d, err := record.OpenDir(os.Getenv("TFGPU_STATE_DIR"), false, false)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	defer d.Close()
-	if err := d.WriteOrder(testKernelID, record.Order{By: "operator", Why: "maintenance", At: time.Now()}); err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Process.Signal(parkSignal); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, d.WriteOrder(testKernelID, record.Order{By: "operator", Why: "maintenance", At: time.Now()}))
+	testutil.NoErr(t, cmd.Process.Signal(parkSignal))
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		// Parked, and the park recorded (the phase is written first, as
 		// the loop enters it: harness.park waits for the same).
