@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -446,26 +445,19 @@ func TestLeftoversOfAKilledSupervisorAreKilledAtNextStart(t *testing.T) {
 // program's watch role.
 func watcherOf(t *testing.T, sup int) int {
 	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		ents, _ := os.ReadDir("/proc")
-		for _, e := range ents {
-			pid, err := strconv.Atoi(e.Name())
-			if err != nil {
-				continue
-			}
-			b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-			if err != nil {
-				continue
-			}
-			f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+2:]))
-			argv, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-			if len(f) > 1 && f[1] == strconv.Itoa(sup) && bytes.Contains(argv, []byte("\x00"+WatchCommand+"\x00")) {
-				return pid
+	var watcher int
+	testutil.WaitFor(t, 5*time.Second, fmt.Sprintf("supervisor %d's watcher", sup), func() bool {
+		for _, pid := range testutil.Pids() {
+			_, ppid, _ := testutil.ProcStat(pid)
+			argv, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+			if ppid == sup && bytes.Contains(argv, []byte("\x00"+WatchCommand+"\x00")) {
+				watcher = pid
+				return true
 			}
 		}
-	}
-	t.Fatalf("supervisor %d has no watcher", sup)
-	return 0
+		return false
+	})
+	return watcher
 }
 
 // A SIGKILLed supervisor's watcher finishes its kernel at once, without
