@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
@@ -32,10 +33,10 @@ func TestInstallFiles(t *testing.T) {
 	if want := filepath.Join(prefix, "share/jupyter/kernels/tfgpu"); res.Dir != want || res.Python.Executable != py {
 		t.Fatalf("Install = %+v, want dir %s python %s", res, want, py)
 	}
-	if got := testutil.DirNames(t, res.Dir); !equal(got, []string{"kernel.json", "logo-32x32.png", "logo-64x64.png"}) {
+	if got := testutil.DirNames(t, res.Dir); !slices.Equal(got, []string{"kernel.json", "logo-32x32.png", "logo-64x64.png"}) {
 		t.Errorf("files = %q", got)
 	}
-	if got := testutil.DirNames(t, filepath.Join(prefix, "share/jupyter")); !equal(got, []string{"kernels"}) {
+	if got := testutil.DirNames(t, filepath.Join(prefix, "share/jupyter")); !slices.Equal(got, []string{"kernels"}) {
 		t.Errorf("leftovers beside kernels/: %q", got)
 	}
 	checkMode(t, res.Dir, 0o755|fs.ModeDir)
@@ -87,7 +88,7 @@ func TestInstallReplace(t *testing.T) {
 	if !bytes.Contains(readFile(t, filepath.Join(res.Dir, "kernel.json")), []byte(`"second"`)) {
 		t.Errorf("kernel.json not replaced")
 	}
-	if got := testutil.DirNames(t, filepath.Join(prefix, "share/jupyter")); !equal(got, []string{"kernels"}) {
+	if got := testutil.DirNames(t, filepath.Join(prefix, "share/jupyter")); !slices.Equal(got, []string{"kernels"}) {
 		t.Errorf("leftovers beside kernels/: %q", got)
 	}
 }
@@ -157,16 +158,4 @@ func checkMode(t *testing.T, p string, want fs.FileMode) {
 	if fi.Mode() != want {
 		t.Errorf("%s: mode %v, want %v", p, fi.Mode(), want)
 	}
-}
-
-func equal(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

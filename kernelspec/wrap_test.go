@@ -66,7 +66,7 @@ func TestWrapGolden(t *testing.T) {
 			if tc.python != "" {
 				in.Argv[0] = tc.python
 			}
-			if tail := out.Argv[len(out.Argv)-len(in.Argv):]; !equal(tail, in.Argv) || out.Argv[len(out.Argv)-len(in.Argv)-1] != "--" {
+			if tail := out.Argv[len(out.Argv)-len(in.Argv):]; !slices.Equal(tail, in.Argv) || out.Argv[len(out.Argv)-len(in.Argv)-1] != "--" {
 				t.Errorf("argv = %q, want … -- %q", out.Argv, in.Argv)
 			}
 		})
@@ -180,7 +180,7 @@ func TestWrapInstallDirectory(t *testing.T) {
 			if want := filepath.Join(kernels, tc.wantName); res.Dir != want || res.Wrapped == nil || res.DisplayName != "Conda (clean restart)" {
 				t.Fatalf("Install = %+v; want dir %s wrapping, display name %q", res, want, "Conda (clean restart)")
 			}
-			if got := testutil.DirNames(t, res.Dir); !equal(got, tc.wantFiles) {
+			if got := testutil.DirNames(t, res.Dir); !slices.Equal(got, tc.wantFiles) {
 				t.Errorf("files = %q, want %q", got, tc.wantFiles)
 			}
 			logo := readFile(t, filepath.Join(res.Dir, "logo-64x64.png"))
