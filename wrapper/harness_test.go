@@ -58,9 +58,15 @@ func testPorts(t *testing.T) [5]int {
 var testKernelID = fmt.Sprintf("test-%d", os.Getpid())
 
 func writeConn(t *testing.T, dir string) (string, *jmsg.ConnInfo) {
+	return writeConnOf(t, dir, testKernelID)
+}
+
+// writeConnOf writes, in dir, the connection file of kernel id (its own
+// ports).
+func writeConnOf(t *testing.T, dir, id string) (string, *jmsg.ConnInfo) {
 	ci := &jmsg.ConnInfo{Transport: "tcp", IP: "127.0.0.1", Ports: testPorts(t),
 		Key: "a0436f6c-1916-498b-8eb9-e81ab9368e84", SignatureScheme: "hmac-sha256"}
-	path := filepath.Join(dir, "kernel-"+testKernelID+".json")
+	path := filepath.Join(dir, "kernel-"+id+".json")
 	testutil.NoErr(t, jmsg.WriteFile(path, ci))
 	return path, ci
 }
