@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+
+	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
 
 // The run flags given go into argv in RunFlags order, as run takes them:
@@ -16,9 +18,7 @@ func TestRunArgv(t *testing.T) {
 		fs.String(name, "", "")
 	}
 	fs.Bool("spare", true, "")
-	if err := fs.Parse([]string{"--spare=false", "--nvml-library", "lib/libnvidia-ml.so.1", "--memory-limit", "8G", "--log-level", ""}); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, fs.Parse([]string{"--spare=false", "--nvml-library", "lib/libnvidia-ml.so.1", "--memory-limit", "8G", "--log-level", ""}))
 	u := Upgrade{Set: map[string]bool{}, Flags: fs, RunFlags: []string{"cgroup", "memory-limit", "nvml-library", "log-level", "spare"}}
 	fs.Visit(func(f *flag.Flag) { u.Set[f.Name] = true })
 	abs, _ := filepath.Abs("lib/libnvidia-ml.so.1")

@@ -1,6 +1,7 @@
 package kernelspec
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"os"
@@ -10,13 +11,20 @@ import (
 	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
 
-func TestDirUser(t *testing.T) {
+// KernelsDir of User is where jupyter_core puts user data (its
+// variables first, HOME's symlinks resolved); of Prefix, the cleaned
+// prefix's, made absolute; an empty prefix is refused.
+func TestKernelsDir(t *testing.T) {
 	home := isolate(t)
 	realHome := t.TempDir()
 	linkHome := filepath.Join(t.TempDir(), "home-link")
 	testutil.NoErr(t, os.Symlink(realHome, linkHome))
+	wd, _ := os.Getwd()
 	tests := []struct {
-		name, home, jupyterData, xdg, want string
+		name                                 string
+		dest                                 Dest
+		home, jupyterData, xdg, prefix, want string
+		err                                  error
 	}{
 		{name: "JUPYTER_DATA_DIR wins", home: home, jupyterData: "/srv/jd", xdg: "/srv/xdg",
 			want: "/srv/jd/kernels"},
@@ -24,15 +32,19 @@ func TestDirUser(t *testing.T) {
 		{name: "home", home: home, want: filepath.Join(home, ".local/share/jupyter/kernels")},
 		{name: "home symlink resolved like get_home_dir", home: linkHome,
 			want: filepath.Join(realHome, ".local/share/jupyter/kernels")},
+		{name: "prefix absolute", dest: Prefix, prefix: "/opt/x", want: "/opt/x/share/jupyter/kernels"},
+		{name: "prefix cleaned", dest: Prefix, prefix: "/opt/x/../y/", want: "/opt/y/share/jupyter/kernels"},
+		{name: "prefix relative", dest: Prefix, prefix: "rel", want: filepath.Join(wd, "rel/share/jupyter/kernels")},
+		{name: "prefix empty", dest: Prefix, prefix: "", err: ErrInvalid},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			t.Setenv("HOME", tc.home)
+			t.Setenv("HOME", cmp.Or(tc.home, home))
 			t.Setenv("JUPYTER_DATA_DIR", tc.jupyterData)
 			t.Setenv("XDG_DATA_HOME", tc.xdg)
-			got, err := KernelsDir(User, "", Python{})
-			if err != nil || got != tc.want {
-				t.Errorf("KernelsDir(User) = %q, %v; want %q", got, err, tc.want)
+			got, err := KernelsDir(tc.dest, tc.prefix, Python{})
+			if !errors.Is(err, tc.err) || got != tc.want {
+				t.Errorf("KernelsDir(%v, %q) = %q, %v; want %q, %v", tc.dest, tc.prefix, got, err, tc.want, tc.err)
 			}
 		})
 	}
@@ -57,29 +69,6 @@ func TestDirUserMatchesJupyter(t *testing.T) {
 	}
 }
 
-func TestDirPrefix(t *testing.T) {
-	tests := []struct {
-		name, prefix, want string
-		err                error
-	}{
-		{name: "absolute", prefix: "/opt/x", want: "/opt/x/share/jupyter/kernels"},
-		{name: "cleaned", prefix: "/opt/x/../y/", want: "/opt/y/share/jupyter/kernels"},
-		{name: "empty", prefix: "", err: ErrInvalid},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			got, err := KernelsDir(Prefix, tc.prefix, Python{})
-			if !errors.Is(err, tc.err) || got != tc.want {
-				t.Errorf("KernelsDir(Prefix, %q) = %q, %v; want %q, %v", tc.prefix, got, err, tc.want, tc.err)
-			}
-		})
-	}
-	wd, _ := os.Getwd()
-	if got, _ := KernelsDir(Prefix, "rel", Python{}); got != filepath.Join(wd, "rel/share/jupyter/kernels") {
-		t.Errorf("relative prefix not made absolute: %q", got)
-	}
-}
-
 // TestDirSysPrefix uses a real virtualenv of /usr/bin/python3: its sys.prefix
 // is the venv, and the venv's own python goes into argv.
 func TestDirSysPrefix(t *testing.T) {
@@ -96,9 +85,7 @@ func TestDirSysPrefix(t *testing.T) {
 		t.Fatalf("SpecDir = %q, %v; want %q", dir, err, want)
 	}
 	res, err := Install(o)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	if res.Dir != dir || res.Python.Executable != vpy || res.Python.Prefix != venv {
 		t.Errorf("Install = %+v; want dir %s, python %s, prefix %s", res, dir, vpy, venv)
 	}

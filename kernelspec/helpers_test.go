@@ -44,9 +44,7 @@ func isolate(t *testing.T) string {
 func readFile(t *testing.T, p string) []byte {
 	t.Helper()
 	b, err := os.ReadFile(p)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	return b
 }
 

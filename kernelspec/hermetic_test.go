@@ -23,9 +23,7 @@ func TestJupyterFindsNothingOfTheHost(t *testing.T) {
 		}
 	}
 	l, err := list(context.Background(), py.Executable)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	for name, s := range l.Specs {
 		t.Errorf("jupyter_client finds kernelspec %s in %s", name, s.Dir)
 	}

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
@@ -28,16 +29,14 @@ func TestInstallFiles(t *testing.T) {
 	old := mask(t, 0o077) // files must still be 0644 under a strict umask
 	defer mask(t, old)
 	res, err := Install(Options{Binary: "/b/tfgpu-kernel", Python: py, Dest: Prefix, Prefix: prefix})
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	if want := filepath.Join(prefix, "share/jupyter/kernels/tfgpu"); res.Dir != want || res.Python.Executable != py {
 		t.Fatalf("Install = %+v, want dir %s python %s", res, want, py)
 	}
-	if got := testutil.DirNames(t, res.Dir); !equal(got, []string{"kernel.json", "logo-32x32.png", "logo-64x64.png"}) {
+	if got := testutil.DirNames(t, res.Dir); !slices.Equal(got, []string{"kernel.json", "logo-32x32.png", "logo-64x64.png"}) {
 		t.Errorf("files = %q", got)
 	}
-	if got := testutil.DirNames(t, filepath.Join(prefix, "share/jupyter")); !equal(got, []string{"kernels"}) {
+	if got := testutil.DirNames(t, filepath.Join(prefix, "share/jupyter")); !slices.Equal(got, []string{"kernels"}) {
 		t.Errorf("leftovers beside kernels/: %q", got)
 	}
 	checkMode(t, res.Dir, 0o755|fs.ModeDir)
@@ -67,9 +66,7 @@ func TestInstallReplace(t *testing.T) {
 	prefix := t.TempDir()
 	o := Options{Binary: "/b/tfgpu-kernel", Python: fakeIPython(t), Dest: Prefix, Prefix: prefix}
 	res, err := Install(o)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	stale := filepath.Join(res.Dir, "stale.txt")
 	testutil.NoErr(t, os.WriteFile(stale, nil, 0o644))
 	o.DisplayName = "second"
@@ -91,7 +88,7 @@ func TestInstallReplace(t *testing.T) {
 	if !bytes.Contains(readFile(t, filepath.Join(res.Dir, "kernel.json")), []byte(`"second"`)) {
 		t.Errorf("kernel.json not replaced")
 	}
-	if got := testutil.DirNames(t, filepath.Join(prefix, "share/jupyter")); !equal(got, []string{"kernels"}) {
+	if got := testutil.DirNames(t, filepath.Join(prefix, "share/jupyter")); !slices.Equal(got, []string{"kernels"}) {
 		t.Errorf("leftovers beside kernels/: %q", got)
 	}
 }
@@ -125,9 +122,7 @@ func TestInstallUninstallSafety(t *testing.T) {
 	}
 
 	res, err := Install(o)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	dir, err := Uninstall(o)
 	if err != nil || dir != res.Dir {
 		t.Fatalf("Uninstall = %q, %v", dir, err)
@@ -159,22 +154,8 @@ func TestInstallInvalid(t *testing.T) {
 func checkMode(t *testing.T, p string, want fs.FileMode) {
 	t.Helper()
 	fi, err := os.Stat(p)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	if fi.Mode() != want {
 		t.Errorf("%s: mode %v, want %v", p, fi.Mode(), want)
 	}
-}
-
-func equal(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

@@ -6,17 +6,15 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+
+	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
 
 func TestLauncherSpec(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "share", "jupyter", "kernels", "tfgpu")
-	if err := WriteLauncherSpec(dir, "v1.2-3-gabc"); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, WriteLauncherSpec(dir, "v1.2-3-gabc"))
 	data, err := os.ReadFile(filepath.Join(dir, "kernel.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	var s struct {
 		Argv        []string          `json:"argv"`
 		DisplayName string            `json:"display_name"`
@@ -25,9 +23,7 @@ func TestLauncherSpec(t *testing.T) {
 			TFGPU struct{ Version string } `json:"tfgpu"`
 		} `json:"metadata"`
 	}
-	if err := json.Unmarshal(data, &s); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, json.Unmarshal(data, &s))
 	if !slices.Equal(s.Argv, []string{"python", "-m", "tfgpu_kernel", "-f", "{connection_file}"}) ||
 		s.DisplayName != DefaultDisplayName || s.Metadata.TFGPU.Version != "v1.2-3-gabc" ||
 		s.Env["TF_FORCE_GPU_ALLOW_GROWTH"] != "true" || !isOurs(data) {

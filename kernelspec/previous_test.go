@@ -26,13 +26,9 @@ func TestReadPrevious(t *testing.T) {
 	o := Options{Binary: "/usr/local/bin/tfgpu-kernel", DisplayName: "GPU box", Env: map[string]string{"CUDA_VISIBLE_DEVICES": "0"},
 		RunFlags: []string{"--memory-limit", "8G", "--no-spare=true", "--gpu-memory-limit", "40G"}}
 	data, err := KernelJSON(o, py)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	p, err := ReadPrevious(write(t, data))
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	want := &Previous{Dir: p.Dir, Binary: o.Binary, Python: py.Executable, DisplayName: "GPU box",
 		RunFlags: [][2]string{{"--memory-limit", "8G"}, {"--no-spare", "true"}, {"--gpu-memory-limit", "40G"}},
 		Env:      map[string]string{"CUDA_VISIBLE_DEVICES": "0", "TF_FORCE_GPU_ALLOW_GROWTH": "true", "XLA_PYTHON_CLIENT_PREALLOCATE": "false"},
@@ -54,18 +50,12 @@ func TestReadPrevious(t *testing.T) {
 		t.Fatal(err)
 	}
 	f, err := ReadSpec(theirs)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	wo := Options{Binary: o.Binary, Env: map[string]string{"B": "3", "C": "4"}, RunFlags: []string{"--cgroup", "v1"}}
 	data, err = WrapJSON(wo, f)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	p, err = ReadPrevious(write(t, data))
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	if p.Wraps != "condaenv" || p.WrapsDir != theirs || p.Python != "" || !p.DisplayDefault ||
 		!reflect.DeepEqual(p.Env, map[string]string{"B": "3", "C": "4"}) || !reflect.DeepEqual(p.RunFlags, [][2]string{{"--cgroup", "v1"}}) {
 		t.Errorf("ReadPrevious of a wrapper = %+v", p)

@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
 
 func pyOutput(py string, code string) (string, error) {
@@ -37,9 +39,7 @@ func TestPythonDiscoverySkipsPathWithoutIPykernel(t *testing.T) {
 		t.Fatalf("Candidates = %q, want [%s %s]", c, fake, FallbackPython)
 	}
 	got, err := FindPython(context.Background(), "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("FindPython = %+v, want %+v", got, want)
 	}

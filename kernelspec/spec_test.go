@@ -45,9 +45,7 @@ func TestSpecGolden(t *testing.T) {
 				py = *tc.python
 			}
 			got, err := KernelJSON(tc.opts, py)
-			if err != nil {
-				t.Fatal(err)
-			}
+			testutil.NoErr(t, err)
 			path := filepath.Join("testdata", tc.golden)
 			if *update {
 				testutil.NoErr(t, os.WriteFile(path, got, 0o644))

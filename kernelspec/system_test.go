@@ -96,9 +96,7 @@ func TestInstallDirectoriesIgnoreTheUmask(t *testing.T) {
 	defer syscall.Umask(old)
 	prefix := filepath.Join(t.TempDir(), "a", "b")
 	res, err := Install(Options{Binary: "/usr/local/bin/tfgpu-kernel", Python: py.Executable, Dest: Prefix, Prefix: prefix})
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	for p := res.Dir; p != filepath.Dir(prefix); p = filepath.Dir(p) {
 		fi, err := os.Stat(p)
 		if err != nil || fi.Mode().Perm() != 0o755 {

@@ -44,14 +44,10 @@ func TestWrapGolden(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			src := readFile(t, filepath.Join("testdata", "wrap-src", tc.name+".kernel.json"))
 			f, err := parseSpec(tc.name, "/opt/kernels/"+tc.name, src)
-			if err != nil {
-				t.Fatal(err)
-			}
+			testutil.NoErr(t, err)
 			f.Python = tc.python
 			got, err := WrapJSON(tc.opts, f)
-			if err != nil {
-				t.Fatal(err)
-			}
+			testutil.NoErr(t, err)
 			path := filepath.Join("testdata", "wrap-"+tc.name+".kernel.json")
 			if *update {
 				testutil.NoErr(t, os.WriteFile(path, got, 0o644))
@@ -70,7 +66,7 @@ func TestWrapGolden(t *testing.T) {
 			if tc.python != "" {
 				in.Argv[0] = tc.python
 			}
-			if tail := out.Argv[len(out.Argv)-len(in.Argv):]; !equal(tail, in.Argv) || out.Argv[len(out.Argv)-len(in.Argv)-1] != "--" {
+			if tail := out.Argv[len(out.Argv)-len(in.Argv):]; !slices.Equal(tail, in.Argv) || out.Argv[len(out.Argv)-len(in.Argv)-1] != "--" {
 				t.Errorf("argv = %q, want … -- %q", out.Argv, in.Argv)
 			}
 		})
@@ -79,9 +75,7 @@ func TestWrapGolden(t *testing.T) {
 
 func TestWrapRefuses(t *testing.T) {
 	ours, err := KernelJSON(Options{Binary: "/b/tfgpu-kernel"}, testPython)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	tests := []struct {
 		name, json, msg string
 	}{
@@ -149,9 +143,7 @@ func treeSum(t *testing.T, dir string) string {
 		}
 		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	return fmt.Sprintf("%x", h.Sum(nil))
 }
 
@@ -184,13 +176,11 @@ func TestWrapInstallDirectory(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			o := Options{Binary: "/b/tfgpu-kernel", Wrap: tc.wrap, Dest: Prefix, Prefix: prefix}
 			res, err := Install(o)
-			if err != nil {
-				t.Fatal(err)
-			}
+			testutil.NoErr(t, err)
 			if want := filepath.Join(kernels, tc.wantName); res.Dir != want || res.Wrapped == nil || res.DisplayName != "Conda (clean restart)" {
 				t.Fatalf("Install = %+v; want dir %s wrapping, display name %q", res, want, "Conda (clean restart)")
 			}
-			if got := testutil.DirNames(t, res.Dir); !equal(got, tc.wantFiles) {
+			if got := testutil.DirNames(t, res.Dir); !slices.Equal(got, tc.wantFiles) {
 				t.Errorf("files = %q, want %q", got, tc.wantFiles)
 			}
 			logo := readFile(t, filepath.Join(res.Dir, "logo-64x64.png"))
@@ -243,9 +233,7 @@ func TestWrapKeepsTheirs(t *testing.T) {
 			tc.o.Binary, tc.o.Dest, tc.o.Prefix, tc.o.Replace = "/b/tfgpu-kernel", Prefix, prefix, true
 			res, err := Install(tc.o)
 			if tc.msg == "" {
-				if err != nil {
-					t.Fatal(err)
-				}
+				testutil.NoErr(t, err)
 				// Wrapping the wrapper is refused: one supervisor is enough.
 				if _, err := Install(Options{Binary: "/b/tfgpu-kernel", Wrap: res.Dir, Dest: Prefix, Prefix: prefix}); !errors.Is(err, ErrInvalid) ||
 					!strings.Contains(err.Error(), "already runs under tfgpu-kernel") {
@@ -258,9 +246,7 @@ func TestWrapKeepsTheirs(t *testing.T) {
 			}
 		})
 	}
-	if err := os.RemoveAll(filepath.Join(kernels, "foo-2")); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, os.RemoveAll(filepath.Join(kernels, "foo-2")))
 	if treeSum(t, theirs) != before {
 		t.Errorf("the wrapped kernelspec changed")
 	}

@@ -48,9 +48,7 @@ type harness struct {
 // testPorts are five free loopback ports (freePorts).
 func testPorts(t *testing.T) [5]int {
 	ports, err := freePorts()
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	return ports
 }
 
@@ -60,12 +58,16 @@ func testPorts(t *testing.T) [5]int {
 var testKernelID = fmt.Sprintf("test-%d", os.Getpid())
 
 func writeConn(t *testing.T, dir string) (string, *jmsg.ConnInfo) {
+	return writeConnOf(t, dir, testKernelID)
+}
+
+// writeConnOf writes, in dir, the connection file of kernel id (its own
+// ports).
+func writeConnOf(t *testing.T, dir, id string) (string, *jmsg.ConnInfo) {
 	ci := &jmsg.ConnInfo{Transport: "tcp", IP: "127.0.0.1", Ports: testPorts(t),
 		Key: "a0436f6c-1916-498b-8eb9-e81ab9368e84", SignatureScheme: "hmac-sha256"}
-	path := filepath.Join(dir, "kernel-"+testKernelID+".json")
-	if err := jmsg.WriteFile(path, ci); err != nil {
-		t.Fatal(err)
-	}
+	path := filepath.Join(dir, "kernel-"+id+".json")
+	testutil.NoErr(t, jmsg.WriteFile(path, ci))
 	return path, ci
 }
 
@@ -123,9 +125,7 @@ func launchExternal(t *testing.T, path string, sys *syscall.SysProcAttr) (*harne
 	cmd.Env = append(os.Environ(), "TFGPU_TEST_SUPERVISOR="+h.path)
 	cmd.Stderr = h.stderr
 	cmd.SysProcAttr = sys
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, cmd.Start())
 	t.Cleanup(func() {
 		cmd.Process.Kill()
 		cmd.Wait()
@@ -149,9 +149,7 @@ func newHarness(t *testing.T, path string) *harness {
 		t.Fatal(err)
 	}
 	signer, err := jmsg.NewSigner(ci.SignatureScheme, ci.Key)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	return &harness{t: t, path: path, ci: ci, signer: signer, stderr: &testutil.Buffer{},
 		done: make(chan int, 1), iopubMsgs: make(chan zmq4.Msg, 100000)}
 }
@@ -292,13 +290,9 @@ func (h *harness) exitCode(within time.Duration) int {
 func (h *harness) send(s zmq4.Socket, typ string, buffers [][]byte, content any) [][]byte {
 	h.t.Helper()
 	frames, err := jmsg.NewMessage(h.signer, nil, typ, nil, "client-session", content)
-	if err != nil {
-		h.t.Fatal(err)
-	}
+	testutil.NoErr(h.t, err)
 	frames = append(frames, buffers...)
-	if err := s.SendMulti(zmq4.NewMsgFrom(frames...)); err != nil {
-		h.t.Fatal(err)
-	}
+	testutil.NoErr(h.t, s.SendMulti(zmq4.NewMsgFrom(frames...)))
 	return frames
 }
 
@@ -492,9 +486,7 @@ func requireMode(t *testing.T, mode string) string {
 		testutil.RequireOrSkip(t, "needs a writable %s cgroup hierarchy: %v", mode, err)
 	}
 	dir := filepath.Dir(o.Tree.Dir())
-	if err := o.Tree.Close(); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, o.Tree.Close())
 	return dir
 }
 
@@ -521,9 +513,7 @@ func copyForUser(t *testing.T, exe string, uid int, h *harness) string {
 		testutil.NoErr(t, os.Chmod(d, 0o755))
 	}
 	b, err := os.ReadFile(exe)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	dst := filepath.Join(dir, "supervisor.test")
 	testutil.NoErr(t, os.WriteFile(dst, b, 0o755))
 	for _, p := range []string{filepath.Dir(h.path), h.path} {

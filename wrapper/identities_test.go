@@ -12,6 +12,7 @@ import (
 
 	"github.com/tfgpu/tfgpu-kernel/internal/jmsg"
 	"github.com/tfgpu/tfgpu-kernel/internal/record"
+	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 	"github.com/tfgpu/tfgpu-kernel/internal/zmtp"
 )
 
@@ -20,26 +21,11 @@ import (
 func identitiesOf(t *testing.T, h *harness, now time.Time) []record.Identity {
 	t.Helper()
 	d, err := record.OpenDir(os.Getenv("TFGPU_STATE_DIR"), false, false)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	defer d.Close()
 	ids, err := d.ReadIdentities(jmsg.KernelID(h.path), now)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	return ids
-}
-
-// waitFor waits until cond holds: the event a test waits for, within a
-// bound that only a failure reaches.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(20 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
 }
 
 // clientIdentities are the harness client's entries (shell and stdin).
@@ -80,7 +66,7 @@ func TestIdentitiesAreLeftAtTheStop(t *testing.T) {
 // ran keeps its clients' identities for at least ReserveFor.
 func TestIdentitiesSurviveASIGKILL(t *testing.T) {
 	h, cmd := startExternal(t, "")
-	waitFor(t, "the client's identities written", func() bool {
+	testutil.WaitFor(t, 20*time.Second, "the client's identities written", func() bool {
 		return len(clientIdentities(t, identitiesOf(t, h, time.Now()))) == 2
 	})
 	cmd.Process.Signal(syscall.SIGKILL)
@@ -104,9 +90,7 @@ func TestIdentitiesSurviveASIGKILL(t *testing.T) {
 func TestIdentitiesAreKeptByTheNextSupervisor(t *testing.T) {
 	h := newHarness(t, "") // the connection file and state directory, nothing started
 	d, err := record.OpenDir(os.Getenv("TFGPU_STATE_DIR"), false, false)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	defer d.Close()
 	now := time.Now()
 	other := "uid:4242"
@@ -126,15 +110,13 @@ func TestIdentitiesAreKeptByTheNextSupervisor(t *testing.T) {
 	thief := zmq4.NewDealer(t.Context(), zmq4.WithID(zmq4.SocketIdentity("alices-session")))
 	defer thief.Close()
 	_ = thief.Dial(h.ci.Endpoint(jmsg.Shell)) // refused: zmq4 may or may not report it
-	waitFor(t, "the door's refusal, logged", func() bool {
+	testutil.WaitFor(t, 20*time.Second, "the door's refusal, logged", func() bool {
 		return strings.Contains(h.stderr.String(), "claiming the identity of a client that is reconnecting")
 	})
 	free := zmq4.NewDealer(t.Context(), zmq4.WithID(zmq4.SocketIdentity("expired")))
 	defer free.Close()
-	if err := free.Dial(h.ci.Endpoint(jmsg.Shell)); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "the new supervisor's file: the kept identity still the other peer's, the expired one taken", func() bool {
+	testutil.NoErr(t, free.Dial(h.ci.Endpoint(jmsg.Shell)))
+	testutil.WaitFor(t, 20*time.Second, "the new supervisor's file: the kept identity still the other peer's, the expired one taken", func() bool {
 		var kept, took bool
 		for _, e := range identitiesOf(t, h, time.Now()) {
 			kept = kept || e.ID == "alices-session" && e.Peer == other

@@ -97,11 +97,7 @@ func TestCellOOMExplained(t *testing.T) {
 	theirs := holdAs(t, f, testutil.NewUser(t, "oom", nil), 0, 512)
 	// Another kernel of this user, idle in its notebook, holding 2 GiB.
 	other := "0c9e8d7f-6a5b-4c3d-2e1f-0a9b8c7d6e5f"
-	path := filepath.Join(t.TempDir(), "kernel-"+other+".json")
-	if err := jmsg.WriteFile(path, &jmsg.ConnInfo{Transport: "tcp", IP: "127.0.0.1", Ports: testPorts(t),
-		Key: "9f1b", SignatureScheme: "hmac-sha256"}); err != nil {
-		t.Fatal(err)
-	}
+	path, _ := writeConnOf(t, t.TempDir(), other)
 	t.Setenv("JPY_SESSION_NAME", "work/train.ipynb") // as jupyter_server gives it: relative to its root
 	b, _ := startExternal(t, path)
 	b.holdGPU(0, 2048)
@@ -121,7 +117,7 @@ func TestCellOOMExplained(t *testing.T) {
 	for i := range out { // how long the other kernel has been idle is the clock's
 		out[i] = idleFigure.ReplaceAllString(out[i], "idle IDLE;")
 	}
-	if strings.Join(out, "\x00") != strings.Join(want, "\x00") {
+	if !slices.Equal(out, want) {
 		t.Errorf("an out-of-memory cell's iopub:\n%q\nwant\n%q", out, want)
 	}
 
@@ -130,7 +126,7 @@ func TestCellOOMExplained(t *testing.T) {
 	}
 
 	out = h.cellOutput("error ValueError: CUDA out of memory, said the user")
-	if want := []string{"status:busy", "error", "status:idle"}; strings.Join(out, "\x00") != strings.Join(want, "\x00") {
+	if want := []string{"status:busy", "error", "status:idle"}; !slices.Equal(out, want) {
 		t.Errorf("another error's iopub: %q, want %q", out, want)
 	}
 }
@@ -145,7 +141,7 @@ func TestCellOOMWithoutNVML(t *testing.T) {
 	}
 	out := h.cellOutput("error OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB")
 	want := []string{"status:busy", "error", "stream:stderr:" + oom.Unavailable(why.Error()), "status:idle"}
-	if strings.Join(out, "\x00") != strings.Join(want, "\x00") {
+	if !slices.Equal(out, want) {
 		t.Errorf("iopub: %q\nwant %q", out, want)
 	}
 }
@@ -166,7 +162,7 @@ func TestCellOOMInAnotherPIDNamespace(t *testing.T) {
 			"  3 GiB      processes not visible here (other containers)\n" +
 			"  1 GiB      this kernel\n",
 		"status:idle"}
-	if strings.Join(out, "\x00") != strings.Join(want, "\x00") {
+	if !slices.Equal(out, want) {
 		t.Errorf("iopub:\n%q\nwant\n%q", out, want)
 	}
 }
@@ -190,9 +186,7 @@ func holdAs(t *testing.T, f *gputest.Fake, u testutil.User, dev, mib int) heldBy
 		t.Fatal(err)
 	}
 	r, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	defer r.Close()
 	cmd := exec.Command("/usr/bin/python3", filepath.Join(f.HolderDir, "holder.py"), strconv.Itoa(dev), strconv.Itoa(mib), "--ready-fd", "3")
 	cmd.Env = append(os.Environ(), f.Env()...)
@@ -203,9 +197,7 @@ func holdAs(t *testing.T, f *gputest.Fake, u testutil.User, dev, mib int) heldBy
 	cmd.Stderr = &stderr
 	err = cmd.Start()
 	w.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	t.Cleanup(func() {
 		cmd.Process.Kill()
 		cmd.Wait()

@@ -14,6 +14,7 @@ import (
 	"github.com/tfgpu/tfgpu-kernel/cgroup"
 	"github.com/tfgpu/tfgpu-kernel/internal/engine"
 	"github.com/tfgpu/tfgpu-kernel/internal/record"
+	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
 
 // parkedState orders the supervisor of h's kernel to park it, as
@@ -22,17 +23,11 @@ import (
 func (h *harness) park(by, why string) record.State {
 	h.t.Helper()
 	d, err := record.OpenDir(os.Getenv("TFGPU_STATE_DIR"), false, false)
-	if err != nil {
-		h.t.Fatal(err)
-	}
+	testutil.NoErr(h.t, err)
 	defer d.Close()
 	id := testKernelID // writeConn's kernel file
-	if err := d.WriteOrder(id, record.Order{By: by, Why: why, At: time.Now()}); err != nil {
-		h.t.Fatal(err)
-	}
-	if err := syscall.Kill(os.Getpid(), parkSignal); err != nil {
-		h.t.Fatal(err)
-	}
+	testutil.NoErr(h.t, d.WriteOrder(id, record.Order{By: by, Why: why, At: time.Now()}))
+	testutil.NoErr(h.t, syscall.Kill(os.Getpid(), parkSignal))
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		st, err := d.StateOf(id)
 		if err == nil && st.Phase == record.PhaseParked && st.Parked != nil {
@@ -47,14 +42,10 @@ func (h *harness) park(by, why string) record.State {
 func (h *harness) kernelState() record.State {
 	h.t.Helper()
 	d, err := record.OpenDir(os.Getenv("TFGPU_STATE_DIR"), false, false)
-	if err != nil {
-		h.t.Fatal(err)
-	}
+	testutil.NoErr(h.t, err)
 	defer d.Close()
 	st, err := d.StateOf(testKernelID)
-	if err != nil {
-		h.t.Fatal(err)
-	}
+	testutil.NoErr(h.t, err)
 	return st
 }
 
@@ -81,9 +72,7 @@ func TestStopOrderParksTheKernel(t *testing.T) {
 
 	// The heartbeat is echoed, kernel_info and interrupt answered, by the
 	// supervisor.
-	if err := h.hb.Send(zmq4.NewMsgString("ping")); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, h.hb.Send(zmq4.NewMsgString("ping")))
 	if m, err := recvTimeout(h.hb, 5*time.Second); err != nil || string(m.Frames[0]) != "ping" {
 		t.Fatalf("heartbeat while parked: %v %v", m.Frames, err)
 	}
@@ -170,19 +159,13 @@ func TestParkTellsTheRunningCellAndShutsDown(t *testing.T) {
 func TestHoldKeepsTheKernelDown(t *testing.T) {
 	h := startHarness(t)
 	d, err := record.OpenDir(os.Getenv("TFGPU_STATE_DIR"), false, false)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	defer d.Close()
 	id := testKernelID
 	order := func(o record.Order) {
 		t.Helper()
-		if err := d.WriteOrder(id, o); err != nil {
-			t.Fatal(err)
-		}
-		if err := syscall.Kill(os.Getpid(), parkSignal); err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, d.WriteOrder(id, o))
+		testutil.NoErr(t, syscall.Kill(os.Getpid(), parkSignal))
 	}
 	waitRecord := func(what string, ok func(record.State) bool) record.State {
 		t.Helper()

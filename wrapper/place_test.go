@@ -14,8 +14,8 @@ import (
 	"github.com/tfgpu/tfgpu-kernel/internal/gpu"
 	"github.com/tfgpu/tfgpu-kernel/internal/gpu/gputest"
 	"github.com/tfgpu/tfgpu-kernel/internal/gpu/place"
-	"github.com/tfgpu/tfgpu-kernel/internal/jmsg"
 	"github.com/tfgpu/tfgpu-kernel/internal/record"
+	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
 
 // fakeGPUs is n fake GPUs of 8 GiB each for the supervisors this test
@@ -37,26 +37,13 @@ func fakeGPUs(t *testing.T, n int, mig ...int) *gputest.Fake {
 // fakeUUID is the UUID of fake GPU n (gputest).
 func fakeUUID(n int) string { return fmt.Sprintf("GPU-fa4e0000-0000-0000-0000-0000000000%02x", n) }
 
-// kernelConn writes a connection file for kernel id (its own ports).
-func kernelConn(t *testing.T, id string) string {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), "kernel-"+id+".json")
-	if err := jmsg.WriteFile(path, &jmsg.ConnInfo{Transport: "tcp", IP: "127.0.0.1", Ports: testPorts(t),
-		Key: "5e2d", SignatureScheme: "hmac-sha256"}); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
-
 // firstCellTold is the text the supervisor told the harness's first cell
 // (connect's), on its stderr.
 func firstCellTold(h *harness) string {
 	var told string
 	for _, c := range h.firstStderr {
 		var m struct{ Text string }
-		if err := json.Unmarshal([]byte(c), &m); err != nil {
-			h.t.Fatal(err)
-		}
+		testutil.NoErr(h.t, json.Unmarshal([]byte(c), &m))
 		told += m.Text
 	}
 	return told
@@ -94,53 +81,117 @@ func usageGPUs(c map[string]any) []int {
 func placementOf(t *testing.T, id string) *record.Placement {
 	t.Helper()
 	d, err := record.OpenDir(os.Getenv("TFGPU_STATE_DIR"), false, false)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	defer d.Close()
 	st, err := d.StateOf(id)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	return st.Placement
 }
 
 // With --gpus auto the kernel gets the GPU with the most free memory, by
 // UUID in CUDA_VISIBLE_DEVICES; its first cell says which and why, word
-// for word; the record (ps), the usage reply (the Lab item) and the
-// explanation of an out-of-memory error show that GPU only. Fake NVML,
-// three GPUs, other processes holding two of them.
+// for word; the record (ps) and the usage reply (the Lab item) show that
+// GPU only. Fake NVML, GPUs of 8 GiB, other processes holding memory:
+//   - whole GPUs: the explanation of an out-of-memory error, too, shows
+//     the chosen GPU only;
+//   - a MIG instance: on a GPU in MIG mode the MIG instances are what is
+//     chosen from, each with its own free memory: one with more room than
+//     a whole GPU is chosen, by its MIG UUID, and the views show its GPU;
+//   - none free enough: with no GPU that has the free memory asked for,
+//     the kernel still starts, on the GPU with the most, and its first
+//     cell says so and who holds the memory (as an out-of-memory error's
+//     explanation does);
+//   - a CUDA_VISIBLE_DEVICES set before the start (by the user, the
+//     kernelspec's env or Slurm) wins: nothing is chosen, the kernel gets
+//     it as it was, the first cell is told nothing, and the record says so.
 func TestPlacementChoosesTheFreestGPU(t *testing.T) {
-	f := fakeGPUs(t, 3)
-	f.Hold(t, 0, 3072)
-	f.Hold(t, 2, 1024)
-	t.Setenv("TFGPU_GPUS", "auto")
-	h, _ := startExternal(t, "")
-
-	wantTold(h, "tfgpu-kernel: --gpus auto chose GPU1 (Fake NVIDIA H200) with 8 GiB free of 8 GiB for this kernel: the most free memory.\n"+
-		"  not chosen: GPU2 (Fake NVIDIA H200) with 7 GiB free of 8 GiB\n"+
-		"  not chosen: GPU0 (Fake NVIDIA H200) with 5 GiB free of 8 GiB\n"+
-		"CUDA_VISIBLE_DEVICES="+fakeUUID(1)+"\n")
-	if out := h.cellOutput("env CUDA_VISIBLE_DEVICES"); !slices.Equal(out, []string{"status:busy", "stream:stdout:" + fakeUUID(1), "status:idle"}) {
-		t.Errorf("a cell in the kernel: %q; want its CUDA_VISIBLE_DEVICES only", out)
-	}
-
-	p := placementOf(t, testKernelID)
-	if p == nil || p.Visible != fakeUUID(1) || len(p.GPUs) != 1 || p.GPUs[0].Device != 1 || !p.Enough || p.Asked != "auto" {
-		t.Fatalf("record's placement %+v; want GPU1", p)
-	}
-
-	c := usageReply(h)
-	placed, _ := c["gpu_placement"].(map[string]any)
-	if !slices.Equal(usageGPUs(c), []int{1}) || placed == nil || placed["visible"] != fakeUUID(1) {
-		t.Fatalf("usage_reply: gpus %v, gpu_placement %v; want GPU1 only", c["gpus"], c["gpu_placement"])
-	}
-
-	h.holdGPU(1, 1024)
-	out := h.cellOutput("error OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 GiB.")
-	if len(out) != 4 || !strings.Contains(out[2], "GPU1 Fake NVIDIA H200 ("+fakeUUID(1)+"): 8 GiB total, 7 GiB free\n") ||
-		strings.Contains(out[2], "GPU0") || strings.Contains(out[2], "GPU2") {
-		t.Errorf("out-of-memory explanation of a kernel on GPU1: %q", out)
+	mig1 := "MIG-fa4e0001-0001-0000-0000-000000000000"
+	for _, tc := range []struct {
+		name            string
+		gpus            []int // fakeGPUs' n, then the MIG device and its count
+		hold            func(t *testing.T, f *gputest.Fake)
+		asked, explicit string // TFGPU_GPUS, and a CUDA_VISIBLE_DEVICES set before
+		told, visible   string
+		placed          func(p *record.Placement) bool
+		usage           []int // the usage reply's gpus; nil: not asked
+		then            func(t *testing.T, h *harness)
+	}{
+		{name: "whole GPUs", gpus: []int{3},
+			hold:  func(t *testing.T, f *gputest.Fake) { f.Hold(t, 0, 3072); f.Hold(t, 2, 1024) },
+			asked: "auto",
+			told: "tfgpu-kernel: --gpus auto chose GPU1 (Fake NVIDIA H200) with 8 GiB free of 8 GiB for this kernel: the most free memory.\n" +
+				"  not chosen: GPU2 (Fake NVIDIA H200) with 7 GiB free of 8 GiB\n" +
+				"  not chosen: GPU0 (Fake NVIDIA H200) with 5 GiB free of 8 GiB\n" +
+				"CUDA_VISIBLE_DEVICES=" + fakeUUID(1) + "\n",
+			visible: fakeUUID(1),
+			placed: func(p *record.Placement) bool {
+				return len(p.GPUs) == 1 && p.GPUs[0].Device == 1 && p.Enough && p.Asked == "auto"
+			},
+			usage: []int{1},
+			then: func(t *testing.T, h *harness) {
+				h.holdGPU(1, 1024)
+				out := h.cellOutput("error OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 GiB.")
+				if len(out) != 4 || !strings.Contains(out[2], "GPU1 Fake NVIDIA H200 ("+fakeUUID(1)+"): 8 GiB total, 7 GiB free\n") ||
+					strings.Contains(out[2], "GPU0") || strings.Contains(out[2], "GPU2") {
+					t.Errorf("out-of-memory explanation of a kernel on GPU1: %q", out)
+				}
+			}},
+		{name: "a MIG instance", gpus: []int{2, 1, 2}, // GPU1: two MIG devices of 4 GiB
+			hold:  func(t *testing.T, f *gputest.Fake) { f.Hold(t, 0, 6144); f.Hold(t, 1, 1024, "--mig", "0") }, // GPU0: 2 GiB free
+			asked: "auto",
+			told: "tfgpu-kernel: --gpus auto chose GPU1 MIG 1 (Fake NVIDIA H200 MIG 3g.4gb) with 4 GiB free of 4 GiB for this kernel: the most free memory.\n" +
+				"  not chosen: GPU1 MIG 0 (Fake NVIDIA H200 MIG 3g.4gb) with 3 GiB free of 4 GiB\n" +
+				"  not chosen: GPU0 (Fake NVIDIA H200) with 2 GiB free of 8 GiB\n" +
+				"CUDA_VISIBLE_DEVICES=" + mig1 + "\n",
+			visible: mig1,
+			placed: func(p *record.Placement) bool {
+				return len(p.GPUs) == 1 && p.GPUs[0].Device == 1 && p.GPUs[0].MIG == 2 && p.GPUs[0].UUID == mig1
+			},
+			usage: []int{1}}, // GPU1, whose MIG device the kernel has
+		{name: "none free enough", gpus: []int{2},
+			hold:  func(t *testing.T, f *gputest.Fake) { f.Hold(t, 0, 6144); f.Hold(t, 1, 5120) },
+			asked: "auto:min-free=4G",
+			told: "tfgpu-kernel: --gpus auto:min-free=4G: no GPU has 4 GiB free; this kernel runs on GPU1 (Fake NVIDIA H200) with 3 GiB free of 8 GiB, the most free there is, and may run out of memory.\n" +
+				"  not chosen: GPU0 (Fake NVIDIA H200) with 2 GiB free of 8 GiB\n" +
+				"CUDA_VISIBLE_DEVICES=" + fakeUUID(1) + "\n" +
+				"Who holds them now, largest first:\n" +
+				"GPU1 Fake NVIDIA H200 (" + fakeUUID(1) + "): 8 GiB total, 3 GiB free\n" +
+				"  5 GiB      user root\n" +
+				"  0 B        this kernel\n",
+			visible: fakeUUID(1),
+			placed:  func(p *record.Placement) bool { return !p.Enough }},
+		{name: "CUDA_VISIBLE_DEVICES set before wins", gpus: []int{2},
+			hold:  func(*testing.T, *gputest.Fake) {},
+			asked: "auto", explicit: "1",
+			visible: "1",
+			placed:  func(p *record.Placement) bool { return p.Explicit && len(p.GPUs) == 0 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.hold(t, fakeGPUs(t, tc.gpus[0], tc.gpus[1:]...))
+			t.Setenv("TFGPU_GPUS", tc.asked)
+			if tc.explicit != "" {
+				t.Setenv("CUDA_VISIBLE_DEVICES", tc.explicit)
+			}
+			h, _ := startExternal(t, "")
+			wantTold(h, tc.told)
+			out := h.cellOutput("env CUDA_VISIBLE_DEVICES")
+			if want := []string{"status:busy", "stream:stdout:" + tc.visible, "status:idle"}; !slices.Equal(out, want) {
+				t.Errorf("a cell in the kernel: %q; want its CUDA_VISIBLE_DEVICES, %q, only", out, tc.visible)
+			}
+			if p := placementOf(t, testKernelID); p == nil || p.Visible != tc.visible || !tc.placed(p) {
+				t.Fatalf("record's placement %+v; want %s", p, tc.visible)
+			}
+			if tc.usage != nil {
+				c := usageReply(h)
+				placed, _ := c["gpu_placement"].(map[string]any)
+				if !slices.Equal(usageGPUs(c), tc.usage) || placed == nil || placed["visible"] != tc.visible {
+					t.Fatalf("usage_reply: gpus %v, gpu_placement %v; want %v, %s", c["gpus"], c["gpu_placement"], tc.usage, tc.visible)
+				}
+			}
+			if tc.then != nil {
+				tc.then(t, h)
+			}
+		})
 	}
 }
 
@@ -156,7 +207,8 @@ func TestPlacementConcurrentStartsSpread(t *testing.T) {
 	ids := make([]string, n)
 	for i := range n {
 		ids[i] = fmt.Sprintf("5a1e0000-0000-4000-8000-00000000000%d", i)
-		hs[i], _ = launchExternal(t, kernelConn(t, ids[i]), nil)
+		path, _ := writeConnOf(t, t.TempDir(), ids[i])
+		hs[i], _ = launchExternal(t, path, nil)
 	}
 	seen := map[string]string{}
 	for i, h := range hs {
@@ -177,73 +229,6 @@ func TestPlacementConcurrentStartsSpread(t *testing.T) {
 	}
 }
 
-// A CUDA_VISIBLE_DEVICES set before the start (by the user, the
-// kernelspec's env or Slurm) wins: nothing is chosen, the kernel gets it
-// as it was, the first cell is told nothing, and the record says so.
-func TestPlacementExplicitVisibleDevicesWins(t *testing.T) {
-	fakeGPUs(t, 2)
-	t.Setenv("TFGPU_GPUS", "auto")
-	t.Setenv("CUDA_VISIBLE_DEVICES", "1")
-	h, _ := startExternal(t, "")
-	if told := firstCellTold(h); told != "" {
-		t.Errorf("first cell told %q; want nothing", told)
-	}
-	out := h.cellOutput("env CUDA_VISIBLE_DEVICES")
-	if want := []string{"status:busy", "stream:stdout:1", "status:idle"}; !slices.Equal(out, want) {
-		t.Fatalf("a cell %q; want %q", out, want)
-	}
-	if p := placementOf(t, testKernelID); p == nil || !p.Explicit || p.Visible != "1" || len(p.GPUs) != 0 {
-		t.Fatalf("record's placement %+v; want the explicit setting", p)
-	}
-}
-
-// With no GPU that has the free memory asked for, the kernel still
-// starts, on the GPU with the most, and its first cell says so and who
-// holds the memory (as an out-of-memory error's explanation does).
-func TestPlacementNoneFreeEnough(t *testing.T) {
-	f := fakeGPUs(t, 2)
-	f.Hold(t, 0, 6144)
-	f.Hold(t, 1, 5120)
-	t.Setenv("TFGPU_GPUS", "auto:min-free=4G")
-	h, _ := startExternal(t, "")
-	wantTold(h, "tfgpu-kernel: --gpus auto:min-free=4G: no GPU has 4 GiB free; this kernel runs on GPU1 (Fake NVIDIA H200) with 3 GiB free of 8 GiB, the most free there is, and may run out of memory.\n"+
-		"  not chosen: GPU0 (Fake NVIDIA H200) with 2 GiB free of 8 GiB\n"+
-		"CUDA_VISIBLE_DEVICES="+fakeUUID(1)+"\n"+
-		"Who holds them now, largest first:\n"+
-		"GPU1 Fake NVIDIA H200 ("+fakeUUID(1)+"): 8 GiB total, 3 GiB free\n"+
-		"  5 GiB      user root\n"+
-		"  0 B        this kernel\n")
-	if p := placementOf(t, testKernelID); p == nil || p.Enough || p.Visible != fakeUUID(1) {
-		t.Fatalf("record's placement %+v; want GPU1, not enough", p)
-	}
-}
-
-// On a GPU in MIG mode the MIG instances are what is chosen from, each
-// with its own free memory: a MIG instance with more room than a whole
-// GPU is chosen, by its MIG UUID, and the views show its GPU.
-func TestPlacementChoosesAMIGInstance(t *testing.T) {
-	f := fakeGPUs(t, 2, 1, 2) // GPU1: two MIG devices of 4 GiB
-	f.Hold(t, 0, 6144)        // GPU0: 2 GiB free
-	f.Hold(t, 1, 1024, "--mig", "0")
-	t.Setenv("TFGPU_GPUS", "auto")
-	h, _ := startExternal(t, "")
-	mig1 := "MIG-fa4e0001-0001-0000-0000-000000000000"
-	wantTold(h, "tfgpu-kernel: --gpus auto chose GPU1 MIG 1 (Fake NVIDIA H200 MIG 3g.4gb) with 4 GiB free of 4 GiB for this kernel: the most free memory.\n"+
-		"  not chosen: GPU1 MIG 0 (Fake NVIDIA H200 MIG 3g.4gb) with 3 GiB free of 4 GiB\n"+
-		"  not chosen: GPU0 (Fake NVIDIA H200) with 2 GiB free of 8 GiB\n"+
-		"CUDA_VISIBLE_DEVICES="+mig1+"\n")
-	if out := h.cellOutput("env CUDA_VISIBLE_DEVICES"); !slices.Contains(out, "stream:stdout:"+mig1) {
-		t.Fatalf("the kernel's CUDA_VISIBLE_DEVICES: %q; want %s", out, mig1)
-	}
-	p := placementOf(t, testKernelID)
-	if p == nil || len(p.GPUs) != 1 || p.GPUs[0].Device != 1 || p.GPUs[0].MIG != 2 || p.GPUs[0].UUID != mig1 {
-		t.Fatalf("record's placement %+v; want GPU1's MIG device 1", p)
-	}
-	if c := usageReply(h); !slices.Equal(usageGPUs(c), []int{1}) {
-		t.Errorf("usage_reply's gpus %v; want GPU1, whose MIG device the kernel has", c["gpus"])
-	}
-}
-
 // A fresh kernel after a park (`tfgpu-kernel stop` of a kernel whose
 // supervisor stays) is placed again: GPU0, the first kernel's, is fuller
 // now, and the fresh kernel gets GPU1 and says so in its first cell.
@@ -256,16 +241,10 @@ func TestPlacementAfterPark(t *testing.T) {
 	}
 	f.Hold(t, 0, 4096)
 	d, err := record.OpenDir(os.Getenv("TFGPU_STATE_DIR"), false, false)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	defer d.Close()
-	if err := d.WriteOrder(testKernelID, record.Order{By: "operator", Why: "maintenance", At: time.Now()}); err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Process.Signal(parkSignal); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, d.WriteOrder(testKernelID, record.Order{By: "operator", Why: "maintenance", At: time.Now()}))
+	testutil.NoErr(t, cmd.Process.Signal(parkSignal))
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		// Parked, and the park recorded (the phase is written first, as
 		// the loop enters it: harness.park waits for the same).

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tfgpu/tfgpu-kernel/internal/jmsg"
+	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
 
 // A supervisor given a Refusal (run's settings are bad) starts no kernel
@@ -113,13 +114,9 @@ func TestRefusingSupervisorWithoutAConnectionFile(t *testing.T) {
 // consumed).
 func (h *harness) streamOf(sent [][]byte, d time.Duration) string {
 	p, err := jmsg.Split(sent)
-	if err != nil {
-		h.t.Fatal(err)
-	}
+	testutil.NoErr(h.t, err)
 	id, err := jmsg.Header(p.Header)
-	if err != nil {
-		h.t.Fatal(err)
-	}
+	testutil.NoErr(h.t, err)
 	deadline := time.After(d)
 	for {
 		select {

@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -44,9 +43,7 @@ func TestRelayRoundTripIsByteExact(t *testing.T) {
 		t.Fatalf("kernel received different bytes: sha256 %v, sent %v", got, want)
 	}
 	// Heartbeat: the REQ client's ping comes back unchanged.
-	if err := h.hb.Send(zmq4.NewMsg([]byte("ping-42"))); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, h.hb.Send(zmq4.NewMsg([]byte("ping-42"))))
 	m, err := recvTimeout(h.hb, 5*time.Second)
 	if err != nil || string(m.Frames[len(m.Frames)-1]) != "ping-42" {
 		t.Fatalf("heartbeat echo = %q, %v", m.Frames, err)
@@ -130,9 +127,7 @@ func TestBadSignatureIsRelayedButNotActedOn(t *testing.T) {
 	frames, _ := jmsg.NewMessage(h.signer, nil, "shutdown_request", nil, "s", map[string]any{"restart": false})
 	p, _ := jmsg.Split(frames)
 	p.Signature[0] ^= 1 // the frames alias p: this tampers the message
-	if err := h.control.SendMulti(zmq4.NewMsgFrom(frames...)); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, h.control.SendMulti(zmq4.NewMsgFrom(frames...)))
 	// Nothing to wait for: a forged request acted on would stop the
 	// supervisor after the shutdown grace, a fixed timer, waited out here.
 	time.Sleep(DefaultShutdownGrace + 300*time.Millisecond)
@@ -209,9 +204,7 @@ func TestSlowSubscriberDoesNotStallOthers(t *testing.T) {
 	proxy := stallingProxy(t, h.ci.Endpoint(jmsg.IOPub)[len("tcp://"):], &paused)
 	slow := zmq4.NewSub(t.Context())
 	_ = slow.SetOption(zmq4.OptionSubscribe, "")
-	if err := slow.Dial("tcp://" + proxy); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, slow.Dial("tcp://"+proxy))
 	defer slow.Close()
 	h.waitSubscribed(slow)
 	paused.Store(true)
@@ -283,9 +276,7 @@ func throttledProxy(t *testing.T, target string, rate int) string {
 // stops while paused and, with rate > 0, goes at most rate bytes a second.
 func proxy(t *testing.T, target string, paused *atomic.Bool, rate int) string {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	t.Cleanup(func() { l.Close() })
 	go func() {
 		c, err := l.Accept()
@@ -365,9 +356,7 @@ func TestBadConnectionFileExits2(t *testing.T) {
 func TestPortInUseExits2(t *testing.T) {
 	path, ci := writeConn(t, t.TempDir())
 	l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", ci.Ports[jmsg.Control]))
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	defer l.Close()
 	var stderr testutil.Buffer
 	code := Run(t.Context(), Config{ConnFile: path, Argv: []string{"/bin/false"}, Stderr: &stderr, Log: discardLogger()})
@@ -435,7 +424,7 @@ func TestLeftoversOfAKilledSupervisorAreKilledAtNextStart(t *testing.T) {
 	cmd.Process.Kill()
 	cmd.Wait()
 	old.closeClients()
-	waitFor(t, "the old kernel to die of its parent-death signal", func() bool { return !pidAlive(kernel) })
+	testutil.WaitFor(t, 20*time.Second, "the old kernel to die of its parent-death signal", func() bool { return !pidAlive(kernel) })
 	if !pidAlive(pid) {
 		t.Fatalf("escapee %d died with its supervisor and watcher; nothing left to test", pid)
 	}
@@ -456,26 +445,19 @@ func TestLeftoversOfAKilledSupervisorAreKilledAtNextStart(t *testing.T) {
 // program's watch role.
 func watcherOf(t *testing.T, sup int) int {
 	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		ents, _ := os.ReadDir("/proc")
-		for _, e := range ents {
-			pid, err := strconv.Atoi(e.Name())
-			if err != nil {
-				continue
-			}
-			b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-			if err != nil {
-				continue
-			}
-			f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+2:]))
-			argv, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-			if len(f) > 1 && f[1] == strconv.Itoa(sup) && bytes.Contains(argv, []byte("\x00"+WatchCommand+"\x00")) {
-				return pid
+	var watcher int
+	testutil.WaitFor(t, 5*time.Second, fmt.Sprintf("supervisor %d's watcher", sup), func() bool {
+		for _, pid := range testutil.Pids() {
+			_, ppid, _ := testutil.ProcStat(pid)
+			argv, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+			if ppid == sup && bytes.Contains(argv, []byte("\x00"+WatchCommand+"\x00")) {
+				watcher = pid
+				return true
 			}
 		}
-	}
-	t.Fatalf("supervisor %d has no watcher", sup)
-	return 0
+		return false
+	})
+	return watcher
 }
 
 // A SIGKILLed supervisor's watcher finishes its kernel at once, without
@@ -512,9 +494,7 @@ func TestSlowButReadingSubscriberLosesNothing(t *testing.T) {
 	proxy := throttledProxy(t, h.ci.Endpoint(jmsg.IOPub)[len("tcp://"):], 8<<20) // 8 MB/s
 	slow := zmq4.NewSub(t.Context())
 	_ = slow.SetOption(zmq4.OptionSubscribe, "")
-	if err := slow.Dial("tcp://" + proxy); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, slow.Dial("tcp://"+proxy))
 	defer slow.Close()
 	h.waitSubscribed(slow)
 	const n = 2000 // 8 KiB each: 16 MB, two seconds at the slow client's pace
@@ -548,9 +528,7 @@ func TestMessageOverTheLimitCostsOnlyTheConnection(t *testing.T) {
 	h := startHarnessWith(t, func(c *Config) { c.Limits.MaxMessage = 1 << 20 })
 	big := zmq4.NewDealer(t.Context(), zmq4.WithID(zmq4.SocketIdentity("big-sender")))
 	defer big.Close()
-	if err := big.Dial(h.ci.Endpoint(jmsg.Shell)); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, big.Dial(h.ci.Endpoint(jmsg.Shell)))
 	frames, _ := jmsg.NewMessage(h.signer, nil, "comm_msg", nil, "s", map[string]any{})
 	frames = append(frames, make([]byte, 2<<20))
 	// The supervisor may cut the connection before the last byte is
@@ -585,9 +563,9 @@ func (h *harness) killSupervisor(cmd *exec.Cmd, pid int) time.Duration {
 	cmd.Process.Kill()
 	cmd.Wait()
 	h.closeClients()
-	waitFor(t, "the watcher to kill the escapee", func() bool { return !pidAlive(pid) })
+	testutil.WaitFor(t, 20*time.Second, "the watcher to kill the escapee", func() bool { return !pidAlive(pid) })
 	took := time.Since(killed)
-	waitFor(t, "the watcher to leave once it finished", func() bool { return !pidAlive(w) })
+	testutil.WaitFor(t, 20*time.Second, "the watcher to leave once it finished", func() bool { return !pidAlive(w) })
 	return took
 }
 
@@ -596,8 +574,6 @@ func (h *harness) killSupervisor(cmd *exec.Cmd, pid int) time.Duration {
 func curvePair(t *testing.T) (public, secret string) {
 	t.Helper()
 	pub, sec, err := box.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	return zmtp.Z85Encode(pub[:]), zmtp.Z85Encode(sec[:])
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tfgpu/tfgpu-kernel/internal/gpu"
+	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
 
 // The facts the notebook's page shows after a Restart or Shut Down
@@ -42,9 +43,7 @@ func TestReleaseFactsSayWhatWasReleasedAndWhatIsHeld(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b, err := json.Marshal(newReleaseFacts("restart", tc.res, tc.err, at))
-			if err != nil {
-				t.Fatal(err)
-			}
+			testutil.NoErr(t, err)
 			if string(b) != tc.want {
 				t.Errorf("facts\n got %s\nwant %s", b, tc.want)
 			}
@@ -60,9 +59,7 @@ func TestUsageReplyCarriesTheLastRelease(t *testing.T) {
 	content := map[string]any{"hostname": "h"}
 	mergeUsage(content, usageFigures{set: map[string]any{releaseMsgType: f}})
 	b, err := json.Marshal(content)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	var back struct {
 		Release struct {
 			Event     string `json:"event"`
@@ -73,9 +70,7 @@ func TestUsageReplyCarriesTheLastRelease(t *testing.T) {
 			} `json:"released"`
 		} `json:"tfgpu_release"`
 	}
-	if err := json.Unmarshal(b, &back); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, json.Unmarshal(b, &back))
 	if r := back.Release; r.Event != "restart" || !r.Confirmed || len(r.Released) != 1 || r.Released[0].Bytes != 1<<30 {
 		t.Fatalf("usage_reply content %s", b)
 	}

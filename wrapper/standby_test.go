@@ -7,22 +7,20 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
 
 // unixPair is a connected pair of unix sockets of this process.
 func unixPair(t *testing.T) (*net.UnixConn, *net.UnixConn) {
 	t.Helper()
 	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	conn := func(fd int) *net.UnixConn {
 		f := os.NewFile(uintptr(fd), "pair")
 		defer f.Close()
 		c, err := net.FileConn(f)
-		if err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, err)
 		t.Cleanup(func() { c.Close() })
 		return c.(*net.UnixConn)
 	}

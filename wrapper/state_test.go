@@ -3,6 +3,7 @@ package wrapper
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -37,19 +38,15 @@ func TestFinishAKernelWhoseSupervisorIsStopped(t *testing.T) {
 			}
 			cmd.Process.Signal(syscall.SIGSTOP)
 			t.Cleanup(func() { cmd.Process.Signal(syscall.SIGCONT) })
-			waitFor(t, "the supervisor to be stopped", st.SupervisorStopped)
+			testutil.WaitFor(t, 20*time.Second, "the supervisor to be stopped", st.SupervisorStopped)
 			d, err := record.OpenDir(os.Getenv("TFGPU_STATE_DIR"), false, true)
-			if err != nil {
-				t.Fatal(err)
-			}
+			testutil.NoErr(t, err)
 			defer d.Close()
 			n, err := d.Finish(st, 5*time.Second)
-			if err != nil {
-				t.Fatal(err)
-			}
+			testutil.NoErr(t, err)
 			// Proc mode: Finish sends SIGKILL, which is delivered
 			// asynchronously; the kernel's death is the event.
-			waitFor(t, "the kernel to die after Finish", func() bool { return !pidAlive(st.KernelPID) })
+			testutil.WaitFor(t, 20*time.Second, "the kernel to die after Finish", func() bool { return !pidAlive(st.KernelPID) })
 			if mode != cgroup.ModeProc {
 				if pidAlive(pid) {
 					t.Fatalf("escapee %d alive after Finish", pid)
@@ -95,15 +92,10 @@ func TestStartStopCyclesLeaveNothing(t *testing.T) {
 			done <- Run(ctx, Config{ConnFile: path, Argv: []string{os.Args[0], "-test.run=^$", "-f", path},
 				StateDir: stateDir, Log: discardLogger(), Stderr: io.Discard})
 		}()
-		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		testutil.WaitFor(t, 10*time.Second, fmt.Sprintf("cycle %d's escapee", i), func() bool {
 			b, _ := os.ReadFile(pidFile)
-			if strings.Count(string(b), "\n") == i+1 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("cycle %d: the kernel never started its escapee", i)
-			}
-		}
+			return strings.Count(string(b), "\n") == i+1
+		})
 		cancel()
 		if code := <-done; code != 0 {
 			t.Fatalf("cycle %d: exit %d", i, code)
@@ -152,9 +144,7 @@ func startExternalIn(t *testing.T, mode string) (*harness, *exec.Cmd, int, recor
 // and finish its running kernel.
 func TestNoRecordWithoutTheSupervisorsStartTime(t *testing.T) {
 	d, err := record.OpenDir(testutil.PrivateDir(t), true, false)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	defer d.Close()
 	var log testutil.Buffer
 	s := &supervisor{id: "k-start", dir: d, tree: cgroup.NewProcTree(os.Getpid()),

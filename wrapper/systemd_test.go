@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 	"github.com/tfgpu/tfgpu-kernel/internal/testutil/fakesystemd"
 )
 
@@ -37,9 +38,7 @@ func startInSession(t *testing.T, m *fakesystemd.Manager, env ...string) (*harne
 	exe := copyForUser(t, os.Args[0], nobody, h)
 	bin := fakesystemd.Bin(t, filepath.Dir(exe), exe)
 	fd, err := unix.Open(m.Session, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	defer unix.Close(fd)
 	cmd := exec.Command(exe, "-test.run=^$")
 	cmd.Dir = filepath.Dir(exe) // userCwd
@@ -51,9 +50,7 @@ func startInSession(t *testing.T, m *fakesystemd.Manager, env ...string) (*harne
 		Credential:  &syscall.Credential{Uid: nobody, Gid: nobody},
 		UseCgroupFD: true, CgroupFD: fd,
 	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, cmd.Start())
 	t.Cleanup(func() {
 		cmd.Process.Kill()
 		cmd.Wait()
@@ -120,9 +117,7 @@ func TestSystemdScopeRefusedFallsBack(t *testing.T) {
 func procCgroup(t *testing.T, pid int) string {
 	t.Helper()
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	for _, line := range strings.Split(string(b), "\n") {
 		if p, ok := strings.CutPrefix(line, "0::"); ok {
 			return p

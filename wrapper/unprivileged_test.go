@@ -35,9 +35,7 @@ func TestUnprivilegedSupervisorUsesItsDelegatedSubtree(t *testing.T) {
 		testutil.NoErr(t, os.Chown(p, nobody, nobody))
 	}
 	fd, err := unix.Open(deleg, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	defer unix.Close(fd)
 	h, cmd := startExternalAs(t, "", &syscall.SysProcAttr{
 		Credential:  &syscall.Credential{Uid: nobody, Gid: nobody},

@@ -606,7 +606,7 @@ func (e *podmanEnv) variant(t *testing.T, s *e2eSuite, rt string, v podmanVarian
 func podmanZombies(pids []int) []int {
 	var out []int
 	for _, p := range pids {
-		if st, _, ok := e2eStat(p); ok && st == 'Z' {
+		if st, _, ok := testutil.ProcStat(p); ok && st == 'Z' {
 			out = append(out, p)
 		}
 	}
@@ -717,7 +717,7 @@ func podmanProcesses(initPid int, cgroups []string, tag string) []int {
 	ents, _ := os.ReadDir("/proc")
 	for _, e := range ents {
 		if p, err := strconv.Atoi(e.Name()); err == nil {
-			if _, ppid, ok := e2eStat(p); ok {
+			if _, ppid, ok := testutil.ProcStat(p); ok {
 				kids[ppid] = append(kids[ppid], p)
 			}
 		}

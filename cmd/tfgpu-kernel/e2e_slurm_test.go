@@ -357,7 +357,7 @@ func slurmForeignDaemons() []string {
 		}
 		switch c := strings.TrimSpace(string(comm)); c {
 		case "slurmctld", "slurmd", "slurmstepd":
-			if st, _, ok := e2eStat(mustAtoi(e.Name())); ok && st != 'Z' {
+			if st, _, ok := testutil.ProcStat(mustAtoi(e.Name())); ok && st != 'Z' {
 				out = append(out, fmt.Sprintf("%s pid %s", c, e.Name()))
 			}
 		}
@@ -768,7 +768,7 @@ func (w *slurmWatched) poll(now time.Duration) {
 		}
 		return
 	}
-	if st, _, ok := e2eStat(w.pid); w.dead < 0 && ok && (st == 'Z' || st == 'X') {
+	if st, _, ok := testutil.ProcStat(w.pid); w.dead < 0 && ok && (st == 'Z' || st == 'X') {
 		w.dead = now
 	}
 }
@@ -828,9 +828,9 @@ func (cl *slurmCluster) scancel(t *testing.T, id string, ready *slurmReady) {
 		add("the kernel's tree", p)
 	}
 	add("driver (the job script's child)", ready.Driver)
-	_, shell, _ := e2eStat(ready.Driver)
+	_, shell, _ := testutil.ProcStat(ready.Driver)
 	add("job script's shell", shell)
-	_, stepd, _ := e2eStat(shell)
+	_, stepd, _ := testutil.ProcStat(shell)
 	add("slurmstepd", stepd)
 	add("probe (the driver's SIGTERM-noting child)", ready.Probe)
 	var stepdW, probeW *slurmWatched
@@ -1177,7 +1177,7 @@ func (cl *slurmCluster) stepds() []int {
 		if strings.TrimSpace(string(comm)) != "slurmstepd" {
 			continue
 		}
-		if st, ppid, ok := e2eStat(p); ok && st != 'Z' && (tagged[p] || ppid == os.Getpid()) {
+		if st, ppid, ok := testutil.ProcStat(p); ok && st != 'Z' && (tagged[p] || ppid == os.Getpid()) {
 			out = append(out, p)
 		}
 	}

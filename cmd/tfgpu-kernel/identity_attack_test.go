@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
 
 // The review's repros of issue 32 (a kernel is more than its supervisor
@@ -189,13 +191,8 @@ func TestSpareIsNotEscaped(t *testing.T) {
 // descendantsOf lists pid's live descendants.
 func descendantsOf(pid int) []int {
 	kids := map[int][]int{}
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		p, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if _, ppid, ok := e2eStat(p); ok {
+	for _, p := range testutil.Pids() {
+		if _, ppid, ok := testutil.ProcStat(p); ok {
 			kids[ppid] = append(kids[ppid], p)
 		}
 	}

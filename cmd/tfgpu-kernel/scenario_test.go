@@ -444,13 +444,8 @@ func e2eAlive(tag string, pids []int) []int {
 func e2eWithEnv(kv string) []int {
 	want := []byte(kv + "\x00")
 	var out []int
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		p, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		env, err := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
+	for _, p := range testutil.Pids() {
+		env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", p))
 		if err == nil && (bytes.HasPrefix(env, want) || bytes.Contains(env, append([]byte{0}, want...))) && e2eLive(p) {
 			out = append(out, p)
 		}
@@ -458,33 +453,15 @@ func e2eWithEnv(kv string) []int {
 	return out
 }
 
-// e2eStat returns a process's state letter and parent from /proc/PID/stat.
-func e2eStat(pid int) (state byte, ppid int, ok bool) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, 0, false
-	}
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 || i+4 >= len(b) {
-		return 0, 0, false
-	}
-	f := strings.Fields(string(b[i+2:]))
-	if len(f) < 2 {
-		return 0, 0, false
-	}
-	ppid, _ = strconv.Atoi(f[1])
-	return f[0][0], ppid, true
-}
-
 func e2eLive(pid int) bool {
-	st, _, ok := e2eStat(pid)
+	st, _, ok := testutil.ProcStat(pid)
 	return ok && st != 'Z' && st != 'X'
 }
 
 func e2eDescribe(pids []int) []string {
 	var out []string
 	for _, p := range pids {
-		st, ppid, _ := e2eStat(p)
+		st, ppid, _ := testutil.ProcStat(p)
 		cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p))
 		c := strings.Join(strings.Fields(strings.ReplaceAll(string(cmd), "\x00", " ")), " ")
 		if len(c) > 100 {
@@ -515,13 +492,8 @@ func e2eKill(pids []int) {
 func e2eReapOrphans() {
 	self := os.Getpid()
 	var zombies []int
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		p, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if st, ppid, ok := e2eStat(p); ok && ppid == self && st == 'Z' {
+	for _, p := range testutil.Pids() {
+		if st, ppid, ok := testutil.ProcStat(p); ok && ppid == self && st == 'Z' {
 			zombies = append(zombies, p)
 		}
 	}
@@ -567,20 +539,13 @@ func TestReapOrphansLeavesOurChildrenToTheirWait(t *testing.T) {
 	if err := proc.SetChildSubreaper(); err != nil {
 		t.Fatal(err)
 	}
-	zombie := func(pid int) bool { st, ppid, ok := e2eStat(pid); return ok && st == 'Z' && ppid == os.Getpid() }
-	waitFor := func(what string, cond func() bool) {
-		t.Helper()
-		for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("no %s after 30 s", what)
-			}
-		}
+	zombie := func(pid int) bool {
+		st, ppid, ok := testutil.ProcStat(pid)
+		return ok && st == 'Z' && ppid == os.Getpid()
 	}
-
+	waitFor := func(what string, cond func() bool) { t.Helper(); testutil.WaitFor(t, 30*time.Second, what, cond) }
 	child := exec.Command("true")
-	if err := child.Start(); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, child.Start())
 	waitFor("zombie of our own child", func() bool { return zombie(child.Process.Pid) })
 	e2eReapOrphans()
 	if err := child.Wait(); err != nil {
@@ -597,7 +562,7 @@ func TestReapOrphansLeavesOurChildrenToTheirWait(t *testing.T) {
 	if err != nil {
 		t.Fatalf("sh printed %q", out)
 	}
-	waitFor("orphan reparented here", func() bool { _, ppid, ok := e2eStat(orphan); return ok && ppid == os.Getpid() })
+	waitFor("orphan reparented here", func() bool { _, ppid, ok := testutil.ProcStat(orphan); return ok && ppid == os.Getpid() })
 	if err := syscall.Kill(orphan, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}

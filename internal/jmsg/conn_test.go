@@ -134,9 +134,7 @@ func TestParseValid(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c, err := Load(filepath.Join("testdata", "conn", tt.file))
-			if err != nil {
-				t.Fatal(err)
-			}
+			testutil.NoErr(t, err)
 			if !reflect.DeepEqual(*c, tt.want) {
 				t.Errorf("got  %#v\nwant %#v", fields(*c), fields(tt.want))
 			}
@@ -162,17 +160,11 @@ func TestMarshalMatchesJupyter(t *testing.T) {
 		t.Run(file, func(t *testing.T) {
 			path := filepath.Join("testdata", "conn", file)
 			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatal(err)
-			}
+			testutil.NoErr(t, err)
 			c, err := Parse(path, want)
-			if err != nil {
-				t.Fatal(err)
-			}
+			testutil.NoErr(t, err)
 			got, err := c.Marshal()
-			if err != nil {
-				t.Fatal(err)
-			}
+			testutil.NoErr(t, err)
 			if !bytes.Equal(got, want) {
 				t.Errorf("Marshal:\n%s\nwant:\n%s", got, want)
 			}
@@ -189,13 +181,9 @@ func TestMarshalRoundTrip(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c, err := Load(filepath.Join("testdata", "conn", tt.file))
-			if err != nil {
-				t.Fatal(err)
-			}
+			testutil.NoErr(t, err)
 			data, err := c.Marshal()
-			if err != nil {
-				t.Fatal(err)
-			}
+			testutil.NoErr(t, err)
 			c2, err := Parse("marshalled", data)
 			if err != nil {
 				t.Fatalf("Parse(Marshal()) = %v\n%s", err, data)
@@ -220,9 +208,7 @@ func TestMarshalRoundTrip(t *testing.T) {
 func jsonEqual(t *testing.T, a, b []byte) bool {
 	t.Helper()
 	var x, y any
-	if err := json.Unmarshal(a, &x); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, json.Unmarshal(a, &x))
 	if err := json.Unmarshal(b, &y); err != nil {
 		return false
 	}
@@ -262,23 +248,15 @@ func TestWriteFile(t *testing.T) {
 	// A world-readable file already there must end up 0600, not keep its mode.
 	testutil.NoErr(t, os.WriteFile(path, []byte("old"), 0o644))
 	c, err := Load(filepath.Join("testdata", "conn", "valid-tcp.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := WriteFile(path, c); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
+	testutil.NoErr(t, WriteFile(path, c))
 	fi, err := os.Stat(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	if fi.Mode() != 0o600 {
 		t.Errorf("mode = %v, want -rw-------", fi.Mode())
 	}
 	c2, err := Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	if c2.Key != c.Key || c2.Ports != c.Ports || len(c2.Extra) != 2 {
 		t.Errorf("read back %v, want %v", c2, c)
 	}
@@ -305,13 +283,9 @@ func TestWriteFile(t *testing.T) {
 func TestWriteFileJupyterLoads(t *testing.T) {
 	requireJupyter(t)
 	c, err := Load(filepath.Join("testdata", "conn", "valid-tcp.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	path := filepath.Join(t.TempDir(), "kernel-1.json")
-	if err := WriteFile(path, c); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, WriteFile(path, c))
 	out := runPython(t, nil, `
 import json, sys
 from jupyter_client.connect import ConnectionFileMixin
@@ -370,13 +344,9 @@ func TestChannelString(t *testing.T) {
 // error leaves the key out.
 func TestKeyNeverPrinted(t *testing.T) {
 	c, err := Load(filepath.Join("testdata", "conn", "valid-tcp.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	s, err := NewSigner(c.SignatureScheme, c.Key)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	s.Sign(nil, nil, nil, nil) // fill the pool, so printing walks a live HMAC state
 	var logs bytes.Buffer
 	slog.New(slog.NewJSONHandler(&logs, nil)).Info("start", "conn", c, "connv", *c, "signer", s)

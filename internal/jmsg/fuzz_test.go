@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"testing"
+
+	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
 
 // frameSep joins frames into one fuzz input; any byte string works, this one is rare.
@@ -37,9 +39,7 @@ func FuzzSplit(f *testing.F) {
 				t.Fatalf("short: err = %v", err)
 			}
 		default:
-			if err != nil {
-				t.Fatal(err)
-			}
+			testutil.NoErr(t, err)
 			if len(p.Idents) != first || len(p.Idents)+6+len(p.Buffers) != len(frames) {
 				t.Fatalf("Split lost frames: %d idents, %d buffers of %d", len(p.Idents), len(p.Buffers), len(frames))
 			}
@@ -64,9 +64,7 @@ func msgTypeRef(header []byte) (string, bool) {
 func FuzzMsgType(f *testing.F) {
 	for _, c := range loadCaptures(f) {
 		p, err := Split(c.frames)
-		if err != nil {
-			f.Fatal(err)
-		}
+		testutil.NoErr(f, err)
 		f.Add(p.Header)
 		f.Add(p.Parent)
 	}

@@ -39,9 +39,7 @@ func loadCaptures(tb testing.TB) []capture {
 	var caps []capture
 	for _, p := range paths {
 		data, err := os.ReadFile(p)
-		if err != nil {
-			tb.Fatal(err)
-		}
+		testutil.NoErr(tb, err)
 		c := capture{Name: strings.TrimSuffix(filepath.Base(p), ".json")}
 		if err := json.Unmarshal(data, &c); err != nil {
 			tb.Fatalf("%s: %v", p, err)
@@ -63,17 +61,13 @@ func TestCaptured(t *testing.T) {
 	for _, c := range loadCaptures(t) {
 		t.Run(c.Name, func(t *testing.T) {
 			p, err := Split(c.frames)
-			if err != nil {
-				t.Fatal(err)
-			}
+			testutil.NoErr(t, err)
 			if len(p.Idents) != c.Idents || len(p.Buffers) != len(c.frames)-c.Idents-6 {
 				t.Errorf("Split: %d idents, %d buffers; want %d, %d", len(p.Idents), len(p.Buffers),
 					c.Idents, len(c.frames)-c.Idents-6)
 			}
 			s, err := NewSigner(c.Scheme, c.Key)
-			if err != nil {
-				t.Fatal(err)
-			}
+			testutil.NoErr(t, err)
 			if !s.Verify(p) {
 				t.Error("Verify rejects a message jupyter_client signed")
 			}
@@ -138,9 +132,7 @@ func TestSignVectors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			s, err := NewSigner(tt.scheme, key)
-			if err != nil {
-				t.Fatal(err)
-			}
+			testutil.NoErr(t, err)
 			if s.Scheme() != tt.scheme {
 				t.Errorf("Scheme() = %s", s.Scheme())
 			}
@@ -167,9 +159,7 @@ func TestSignVectors(t *testing.T) {
 
 func TestSignerEmptyKey(t *testing.T) {
 	s, err := NewSigner("hmac-sha256", "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	if sig := s.Sign([]byte("{}"), nil, nil, nil); sig == nil || len(sig) != 0 {
 		t.Errorf("Sign with empty key = %q, want empty", sig)
 	}
@@ -261,9 +251,7 @@ func TestSplit(t *testing.T) {
 func TestSplitAliases(t *testing.T) {
 	frames := [][]byte{[]byte("id"), []byte(delim), []byte("sig"), []byte("hdr"), []byte("p"), []byte("m"), []byte("c")}
 	p, err := Split(frames)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	frames[3][0] = 'H'
 	frames[0][0] = 'I'
 	if string(p.Header) != "Hdr" || string(p.Idents[0]) != "Id" {
@@ -333,13 +321,9 @@ func TestNewMessage(t *testing.T) {
 	parent := []byte(`{"msg_id": "p1", "msg_type": "shutdown_request"}`)
 	frames, err := NewMessage(s, [][]byte{[]byte("client")}, "shutdown_reply", parent, "sess-1",
 		map[string]any{"status": "ok", "restart": false})
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	p, err := Split(frames)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	if !s.Verify(p) {
 		t.Error("own message does not verify")
 	}
@@ -348,9 +332,7 @@ func TestNewMessage(t *testing.T) {
 		t.Errorf("frames = %q", frames)
 	}
 	h, err := Header(p.Header)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	if h.MsgType != "shutdown_reply" || h.Session != "sess-1" || h.Username != "tfgpu-kernel" || h.Version != "5.3" {
 		t.Errorf("header = %+v", h)
 	}
@@ -414,14 +396,10 @@ func TestNewMessageJupyterAccepts(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			s, err := NewSigner(tt.scheme, tt.key)
-			if err != nil {
-				t.Fatal(err)
-			}
+			testutil.NoErr(t, err)
 			frames, err := NewMessage(s, [][]byte{[]byte("id\x00")}, "execute_reply", reqHeader, "sess",
 				map[string]any{"status": "error", "ename": "KernelDied", "evalue": "GPU ✓ released"})
-			if err != nil {
-				t.Fatal(err)
-			}
+			testutil.NoErr(t, err)
 			in, _ := json.Marshal(map[string]any{"scheme": tt.scheme, "key": tt.key, "frames": frames}) // []byte → base64
 			out := runPython(t, in, `
 import base64, json, sys

@@ -83,14 +83,9 @@ func removeUser(t testing.TB, name string) {
 // KillUID SIGKILLs every process owned by uid, a user made for one test
 // (NewUser): whatever that user's processes started.
 func KillUID(uid int) {
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
+	for _, pid := range Pids() {
 		var st syscall.Stat_t
-		if syscall.Stat("/proc/"+e.Name(), &st) == nil && int(st.Uid) == uid {
+		if syscall.Stat("/proc/"+strconv.Itoa(pid), &st) == nil && int(st.Uid) == uid {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
 	}

@@ -2,34 +2,18 @@ package testutil
 
 import (
 	"os"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 )
 
 // ZombieChildren returns the children of the test process that are
-// zombies, read from /proc/PID/stat (here, not through internal/proc,
-// whose own tests use it).
+// zombies (read from /proc here, not through internal/proc, whose own
+// tests use it).
 func ZombieChildren(t testing.TB) []int {
 	t.Helper()
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		t.Fatal(err)
-	}
 	var z []int
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue // gone since ReadDir
-		}
-		// "pid (comm) S ppid ...": comm may hold spaces and parentheses.
-		f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
-		if len(f) > 1 && f[0] == "Z" && f[1] == strconv.Itoa(os.Getpid()) {
+	for _, pid := range Pids() {
+		if st, ppid, ok := ProcStat(pid); ok && st == 'Z' && ppid == os.Getpid() {
 			z = append(z, pid)
 		}
 	}

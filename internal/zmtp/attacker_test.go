@@ -58,20 +58,14 @@ func startAttack(t *testing.T, u testutil.User, mode string, args ...string) *at
 	t.Helper()
 	attackBinary.once.Do(func() {
 		exe, err := os.Executable()
-		if err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, err)
 		// Kept for the whole test binary: a fresh directory per test would
 		// be removed by the first test's cleanup.
 		dir, err := os.MkdirTemp("", "tfgpu-attack-")
-		if err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, err)
 		os.Chmod(dir, 0o755)
 		b, err := os.ReadFile(exe)
-		if err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, err)
 		attackBinary.path = dir + "/zmtp.test"
 		testutil.NoErr(t, os.WriteFile(attackBinary.path, b, 0o755))
 	})
@@ -84,9 +78,7 @@ func startAttack(t *testing.T, u testutil.User, mode string, args ...string) *at
 	if a.stdin, err = a.cmd.StdinPipe(); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, a.cmd.Start())
 	go func() { a.cmd.Wait(); close(a.done) }()
 	t.Cleanup(func() { a.stop(t) })
 	return a

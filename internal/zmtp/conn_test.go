@@ -18,9 +18,7 @@ import (
 func tcpPair(t testing.TB) (net.Conn, net.Conn) {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	defer l.Close()
 	accepted := make(chan net.Conn, 1)
 	go func() {
@@ -28,9 +26,7 @@ func tcpPair(t testing.TB) (net.Conn, net.Conn) {
 		accepted <- c
 	}()
 	a, err := net.Dial("tcp", l.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	b := <-accepted
 	t.Cleanup(func() { a.Close(); b.Close() })
 	return a, b
@@ -118,12 +114,7 @@ func TestConnDropsWholeMessagesForAStalledPeer(t *testing.T) {
 	t.Logf("delivered %d, dropped %d", msgs, dropped)
 	// Once the peer reads again, the log says how many it lost.
 	want := fmt.Sprintf("dropped=%d", dropped)
-	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(log.String(), want); {
-		if time.Now().After(deadline) {
-			t.Fatalf("no log line with %s:\n%s", want, log.String())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testutil.WaitFor(t, 5*time.Second, "a log line with "+want, func() bool { return strings.Contains(log.String(), want) })
 	if !strings.Contains(log.String(), "lost messages") {
 		t.Fatalf("log: %s", log.String())
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/go-zeromq/zmq4"
+	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 	"golang.org/x/crypto/curve25519"
 )
 
@@ -119,9 +120,7 @@ func FuzzCurveHandshake(f *testing.F) {
 		mode := int(ctl&^hsKeepOpen) % hsModes
 		p := dialCurve(t, b.addr, fuzzCurveKeys.Public)
 		p.cc = fuzzCurveClient()
-		if err := p.greet(); err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, p.greet())
 		var out []byte
 		switch mode {
 		case hsRaw:
@@ -227,32 +226,22 @@ func sealRecords(cc *curveClient, data []byte) []byte {
 func curvePair(t testing.TB, typ string) (*curveServer, *curveClient) {
 	t.Helper()
 	cs, err := newCurveServer(fuzzCurveKeys)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	cc := fuzzCurveClient()
 	welcome, err := cs.hello(cc.hello())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cc.welcome(welcome); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
+	testutil.NoErr(t, cc.welcome(welcome))
 	socketType := "DEALER"
 	if typ == "PUB" {
 		socketType = "SUB"
 	}
 	meta, err := cs.initiate(cc.initiate(readyMetadata(socketType, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	if r, err := parseReadyMetadata(meta); err != nil || r.SocketType != socketType {
 		t.Fatalf("INITIATE metadata: %+v %v", r, err)
 	}
 	ready, err := cs.ready(AppendProperty(nil, "Socket-Type", []byte(typ)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	if _, err := cc.ready(ready); err != nil {
 		t.Fatal(err)
 	}
@@ -338,9 +327,7 @@ func FuzzCurveMessages(f *testing.F) {
 	}()
 	bystanderRoundTrip := func(t *testing.T) {
 		token := fmt.Sprintf("ping at %d", time.Now().UnixNano())
-		if err := rb.sendMsg([]byte("hello"), []byte(token)); err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, rb.sendMsg([]byte("hello"), []byte(token)))
 		for timeout := time.After(5 * time.Second); ; {
 			select {
 			case m := <-byMsgs:
@@ -352,24 +339,15 @@ func FuzzCurveMessages(f *testing.F) {
 			}
 			break
 		}
-		if err := router.sock.SendMulti(zmq4.NewMsgFrom([]byte("bystander"), []byte("reply"), []byte(token))); err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, router.sock.SendMulti(zmq4.NewMsgFrom([]byte("bystander"), []byte("reply"), []byte(token))))
 		if r, err := rb.recvMessageWithin(5 * time.Second); err != nil || len(r) != 2 || string(r[1]) != token {
 			t.Fatalf("the bystander got %s %v", brief(r), err)
 		}
 	}
 	pb := dialCurve(f, pub.addr, fuzzCurveKeys.Public)
 	pb.mustHandshake(f, "SUB", nil)
-	if err := pb.sendMsg([]byte("\x01bystander.")); err != nil {
-		f.Fatal(err)
-	}
-	for deadline := time.Now().Add(5 * time.Second); len(pub.door.Topics()) != 1; {
-		if time.Now().After(deadline) {
-			f.Fatal("the PUB bystander's subscription did not arrive")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testutil.NoErr(f, pb.sendMsg([]byte("\x01bystander.")))
+	testutil.WaitFor(f, 5*time.Second, "the PUB bystander's subscription", func() bool { return len(pub.door.Topics()) == 1 })
 	published := 0
 
 	rec := func(ctl byte, body string) []byte { return append([]byte{ctl, byte(len(body))}, body...) }
@@ -459,9 +437,7 @@ func FuzzCurveMessages(f *testing.F) {
 		} else {
 			published++
 			topic := []byte("bystander." + string(rune('a'+published%26)))
-			if err := b.sock.SendMulti(zmq4.NewMsgFrom(topic, []byte("news"))); err != nil {
-				t.Fatal(err)
-			}
+			testutil.NoErr(t, b.sock.SendMulti(zmq4.NewMsgFrom(topic, []byte("news"))))
 			if m, err := by.recvMessageWithin(5 * time.Second); err != nil || len(m) != 2 || !bytes.Equal(m[0], topic) {
 				t.Fatalf("the PUB bystander got %s %v, want %s", brief(m), err, topic)
 			}

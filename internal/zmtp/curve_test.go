@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/go-zeromq/zmq4"
+	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 	"golang.org/x/crypto/nacl/box"
 )
 
@@ -212,9 +213,7 @@ type curvePeer struct {
 func dialCurve(tb testing.TB, addr string, server [32]byte) *curvePeer {
 	tb.Helper()
 	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		tb.Fatal(err)
-	}
+	testutil.NoErr(tb, err)
 	tb.Cleanup(func() { c.Close() })
 	p := &rawPeer{c: c, r: bufio.NewReader(c)}
 	if t, ok := tb.(*testing.T); ok {
@@ -408,9 +407,7 @@ func brief(frames [][]byte) string {
 func newCurveKeys(tb testing.TB) *CurveKeys {
 	tb.Helper()
 	pub, sec, err := box.GenerateKey(rand.Reader)
-	if err != nil {
-		tb.Fatal(err)
-	}
+	testutil.NoErr(tb, err)
 	return &CurveKeys{Public: *pub, Secret: *sec}
 }
 
@@ -461,9 +458,7 @@ func curveRoundTrip(t testing.TB, b *bound, p *curvePeer, id string) {
 func roundTripCurve(t testing.TB, b *bound, p *curvePeer, id string, strict bool) {
 	t.Helper()
 	token := fmt.Sprintf("ping from %s at %d", id, time.Now().UnixNano())
-	if err := p.sendMsg([]byte("hello"), []byte(token)); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, p.sendMsg([]byte("hello"), []byte(token)))
 	m, err := recvMatching(b.sock, 5*time.Second, func(m zmq4.Msg) bool {
 		return strict || len(m.Frames) == 3 && string(m.Frames[0]) == id && string(m.Frames[2]) == token
 	})
@@ -473,9 +468,7 @@ func roundTripCurve(t testing.TB, b *bound, p *curvePeer, id string, strict bool
 	if len(m.Frames) != 3 || string(m.Frames[0]) != id || string(m.Frames[1]) != "hello" || string(m.Frames[2]) != token {
 		t.Fatalf("router got %s, want [%q hello %q]", brief(m.Frames), id, token)
 	}
-	if err := b.sock.SendMulti(zmq4.NewMsgFrom([]byte(id), []byte("reply"), []byte(token))); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, b.sock.SendMulti(zmq4.NewMsgFrom([]byte(id), []byte("reply"), []byte(token))))
 	r, err := p.recvMessageWithin(5 * time.Second)
 	if err != nil || len(r) != 2 || string(r[0]) != "reply" || string(r[1]) != token {
 		t.Fatalf("%s got %s %v", id, brief(r), err)
@@ -575,9 +568,7 @@ func TestZ85(t *testing.T) {
 
 func TestParseCurveKeys(t *testing.T) {
 	pub, sec, err := box.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	pubText, secText := Z85Encode(pub[:]), Z85Encode(sec[:])
 	k, err := ParseCurveKeys(pubText, secText)
 	if err != nil {
@@ -633,16 +624,12 @@ func TestCurveDoorRelays(t *testing.T) {
 	b := bindCurveDoor(t, "ROUTER", Limits{}, keys)
 	p := dialCurve(t, b.addr, keys.Public)
 	p.mustHandshake(t, "DEALER", []byte("curve-1"))
-	if err := p.sendMsg([]byte("first"), []byte("second")); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, p.sendMsg([]byte("first"), []byte("second")))
 	m, err := recvWithin(t, b.sock, 5*time.Second)
 	if err != nil || len(m.Frames) != 3 || string(m.Frames[0]) != "curve-1" || string(m.Frames[1]) != "first" || string(m.Frames[2]) != "second" {
 		t.Fatalf("router got %s %v", brief(m.Frames), err)
 	}
-	if err := b.sock.SendMulti(zmq4.NewMsgFrom([]byte("curve-1"), []byte("r1"), nil, []byte("r3"))); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, b.sock.SendMulti(zmq4.NewMsgFrom([]byte("curve-1"), []byte("r1"), nil, []byte("r3"))))
 	p.c.SetReadDeadline(time.Now().Add(5 * time.Second))
 	for i, want := range []struct {
 		flags byte
@@ -657,18 +644,14 @@ func TestCurveDoorRelays(t *testing.T) {
 	// 1 MiB, more than stageAbove, both ways.
 	big := make([]byte, 1<<20)
 	rand.Read(big)
-	if err := p.sendMsg([]byte("big"), big, []byte("tail")); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, p.sendMsg([]byte("big"), big, []byte("tail")))
 	m, err = recvWithin(t, b.sock, 10*time.Second)
 	if err != nil || len(m.Frames) != 4 || string(m.Frames[1]) != "big" || !bytes.Equal(m.Frames[2], big) || string(m.Frames[3]) != "tail" {
 		t.Fatalf("router got %d frames, %v", len(m.Frames), err)
 	}
 	bigBack := bytes.Clone(big)
 	bigBack[0] ^= 0xFF
-	if err := b.sock.SendMulti(zmq4.NewMsgFrom([]byte("curve-1"), bigBack, []byte("after"))); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, b.sock.SendMulti(zmq4.NewMsgFrom([]byte("curve-1"), bigBack, []byte("after"))))
 	r, err := p.recvMessageWithin(10 * time.Second)
 	if err != nil || len(r) != 2 || !bytes.Equal(r[0], bigBack) || string(r[1]) != "after" {
 		t.Fatalf("client got %d frames, %v", len(r), err)
@@ -711,16 +694,12 @@ func TestCurveDoorRelays(t *testing.T) {
 		clientDone <- nil
 	}()
 	for i := range n {
-		if err := p.sendMsg([]byte(fmt.Sprint(i)), sent[i]); err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, p.sendMsg([]byte(fmt.Sprint(i)), sent[i]))
 	}
 	for _, ch := range []chan error{routerDone, clientDone} {
 		select {
 		case err := <-ch:
-			if err != nil {
-				t.Fatal(err)
-			}
+			testutil.NoErr(t, err)
 		case <-time.After(20 * time.Second):
 			t.Fatal("the exchange did not finish")
 		}
@@ -1052,9 +1031,7 @@ func TestCurveDoorClosesTamperedMessages(t *testing.T) {
 // door answers a client's PING with a sealed PONG.
 func TestCurveDoorPingPong(t *testing.T) {
 	b, keys, by := newCurveRouter(t, Limits{})
-	if err := by.send(by.cc.sealCommand("PING", []byte("\x00\x02ctx-42"))); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, by.send(by.cc.sealCommand("PING", []byte("\x00\x02ctx-42"))))
 	by.c.SetReadDeadline(time.Now().Add(5 * time.Second))
 	flags, body, err := by.recv()
 	if err != nil || flags != boxCommand || string(body) != "\x04PONGctx-42" {
@@ -1107,22 +1084,18 @@ func TestCurvePubDoor(t *testing.T) {
 	p.mustHandshake(t, "SUB", nil)
 	q := dialCurve(t, b.addr, keys.Public) // a second subscriber, of everything
 	q.mustHandshake(t, "SUB", nil)
-	if err := p.sendMsg([]byte("\x01kernel.a")); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, p.sendMsg([]byte("\x01kernel.a")))
 	p.sendMsg([]byte("\x01kernel.gone"))
 	p.sendMsg([]byte("\x00kernel.gone"))
 	p.sendMsg([]byte("junk"), []byte("dropped")) // not a subscription: read and dropped
 	q.sendMsg([]byte("\x01"))
-	waitFor(t, "the subscriptions", func() bool {
+	testutil.WaitFor(t, 5*time.Second, "the subscriptions", func() bool {
 		ts := b.door.Topics()
 		return len(ts) == 2 && (string(ts[0]) == "kernel.a" && len(ts[1]) == 0 || string(ts[1]) == "kernel.a" && len(ts[0]) == 0)
 	})
 	topics := []string{"kernel.a.status", "other.x", "kernel.gone.x", "kernel.a.stream"}
 	for _, tp := range topics {
-		if err := b.sock.SendMulti(zmq4.NewMsgFrom([]byte(tp), []byte("body of "+tp))); err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, b.sock.SendMulti(zmq4.NewMsgFrom([]byte(tp), []byte("body of "+tp))))
 	}
 	for _, want := range []string{"kernel.a.status", "kernel.a.stream"} {
 		m, err := p.recvMessageWithin(5 * time.Second)
@@ -1150,7 +1123,7 @@ func TestCurvePubDoor(t *testing.T) {
 	}
 	// Cancelling stops the flow.
 	p.sendMsg([]byte("\x00kernel.a"))
-	waitFor(t, "the cancel", func() bool { return len(b.door.Topics()) == 1 })
+	testutil.WaitFor(t, 5*time.Second, "the cancel", func() bool { return len(b.door.Topics()) == 1 })
 	b.sock.SendMulti(zmq4.NewMsgFrom([]byte("kernel.a.late"), []byte("x")))
 	if m, err := q.recvMessageWithin(5 * time.Second); err != nil || len(m) == 0 || string(m[0]) != "kernel.a.late" {
 		t.Fatalf(`"" subscriber got %s %v`, brief(m), err)

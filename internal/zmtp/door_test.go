@@ -48,9 +48,7 @@ func (s doorSock) Close() error               { return s.d.Close() }
 func bindWith(tb testing.TB, socketType, name string, sh *Shared, hold bool) *bound {
 	tb.Helper()
 	d, err := Bind(socketType, name, "tcp://127.0.0.1:0", sh, hold)
-	if err != nil {
-		tb.Fatal(err)
-	}
+	testutil.NoErr(tb, err)
 	tb.Cleanup(func() { d.Close() })
 	return &bound{sock: doorSock{d}, door: d, sh: sh, addr: d.Addr().String()}
 }
@@ -94,9 +92,7 @@ type rawPeer struct {
 func dialRaw(t *testing.T, addr string) *rawPeer {
 	t.Helper()
 	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	t.Cleanup(func() { c.Close() })
 	return &rawPeer{t: t, c: c, r: bufio.NewReader(c)}
 }
@@ -111,9 +107,7 @@ func (p *rawPeer) handshake(socketType string, identity []byte) {
 	p.t.Helper()
 	out := AppendGreeting(nil, false)
 	out = AppendReady(out, socketType, identity)
-	if err := p.send(out); err != nil {
-		p.t.Fatal(err)
-	}
+	testutil.NoErr(p.t, p.send(out))
 	p.c.SetReadDeadline(time.Now().Add(5 * time.Second))
 	g := make([]byte, GreetingLen)
 	if _, err := io.ReadFull(p.r, g); err != nil {
@@ -203,9 +197,7 @@ func zmqClient(t *testing.T, typ zmq4.SocketType, addr string, opts ...zmq4.Opti
 		s = zmq4.NewSub(ctx, opts...)
 		s.SetOption(zmq4.OptionSubscribe, "")
 	}
-	if err := s.Dial("tcp://" + addr); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, s.Dial("tcp://"+addr))
 	t.Cleanup(func() { s.Close() })
 	return s
 }
@@ -219,9 +211,7 @@ func recvWithin(t *testing.T, s interface{ Recv() (zmq4.Msg, error) }, d time.Du
 func roundTrip(t *testing.T, b *bound, id string) {
 	t.Helper()
 	cl := zmqClient(t, zmq4.Dealer, b.addr, zmq4.WithID(zmq4.SocketIdentity(id)))
-	if err := cl.SendMulti(zmq4.NewMsgFrom([]byte("hello"), []byte(id))); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, cl.SendMulti(zmq4.NewMsgFrom([]byte("hello"), []byte(id))))
 	m, err := recvWithin(t, b.sock, 5*time.Second)
 	if err != nil {
 		t.Fatalf("router got nothing: %v", err)
@@ -229,9 +219,7 @@ func roundTrip(t *testing.T, b *bound, id string) {
 	if len(m.Frames) != 3 || string(m.Frames[0]) != id || string(m.Frames[2]) != id {
 		t.Fatalf("router got %q", m.Frames)
 	}
-	if err := b.sock.SendMulti(zmq4.NewMsgFrom([]byte(id), []byte("reply"))); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, b.sock.SendMulti(zmq4.NewMsgFrom([]byte(id), []byte("reply"))))
 	r, err := recvWithin(t, cl, 5*time.Second)
 	if err != nil || len(r.Frames) != 1 || string(r.Frames[0]) != "reply" {
 		t.Fatalf("client got %q %v", r.Frames, err)
@@ -260,7 +248,7 @@ func TestDoorSilentPeerBlocksNobody(t *testing.T) {
 	for i := range silent {
 		silent[i] = dialRaw(t, b.addr)
 	}
-	waitFor(t, "the silent handshakes", func() bool { _, h := b.door.Conns(); return h == len(silent) })
+	testutil.WaitFor(t, 5*time.Second, "the silent handshakes", func() bool { _, h := b.door.Conns(); return h == len(silent) })
 	roundTrip(t, b, "after-silent")
 	if _, h := b.door.Conns(); h != len(silent) {
 		t.Fatalf("%d silent peers in handshake after the round trip, want %d still waiting: the round trip waited for them", h, len(silent))
@@ -270,7 +258,7 @@ func TestDoorSilentPeerBlocksNobody(t *testing.T) {
 			t.Fatalf("silent peer %d still connected after the handshake timeout", i)
 		}
 	}
-	waitFor(t, "handshakes to end", func() bool { _, n := b.door.Conns(); return n == 0 })
+	testutil.WaitFor(t, 5*time.Second, "handshakes to end", func() bool { _, n := b.door.Conns(); return n == 0 })
 }
 
 // Every rule a peer can break costs it its connection, nothing else.
@@ -326,7 +314,7 @@ func TestDoorClosesRuleBreakers(t *testing.T) {
 			if !p.closedWithin(3 * time.Second) {
 				t.Fatal("the door kept the connection")
 			}
-			waitFor(t, "the connection to be forgotten", func() bool {
+			testutil.WaitFor(t, 5*time.Second, "the connection to be forgotten", func() bool {
 				e, h := b.door.Conns()
 				return e+h == 0 && b.sh.conns.Load() == 0 && b.sh.receiving.Load() == 0
 			})
@@ -334,17 +322,6 @@ func TestDoorClosesRuleBreakers(t *testing.T) {
 				roundTrip(t, b, "honest")
 			}
 		})
-	}
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 
@@ -370,7 +347,7 @@ func TestDoorAnswersPingsWithinBounds(t *testing.T) {
 	// The door's send buffer small too, so that unanswered PONGs pile up
 	// in the conn's queue (the bound under test) rather than in the kernel
 	// (loopback would take a megabyte).
-	waitFor(t, "the flooder's conn", func() bool {
+	testutil.WaitFor(t, 5*time.Second, "the flooder's conn", func() bool {
 		b.door.mu.Lock()
 		defer b.door.mu.Unlock()
 		for c := range b.door.conns {
@@ -454,7 +431,7 @@ func TestDoorSubscriptions(t *testing.T) {
 	v31.send(AppendCommand(nil, "SUBSCRIBE", []byte("kernel.")))
 	v31.send(AppendCommand(nil, "SUBSCRIBE", []byte("stream")))
 	v31.send(AppendCommand(nil, "CANCEL", []byte("stream")))
-	waitFor(t, "the subscriptions", func() bool {
+	testutil.WaitFor(t, 5*time.Second, "the subscriptions", func() bool {
 		b.door.mu.Lock()
 		defer b.door.mu.Unlock()
 		var sets []string
@@ -473,9 +450,7 @@ func TestDoorSubscriptions(t *testing.T) {
 	})
 	topics := []string{"kernel.a.status", "kernel.b.stream", "stream.stdout", "kernel.c.x"}
 	for _, tp := range topics {
-		if err := b.sock.SendMulti(zmq4.NewMsgFrom([]byte(tp), []byte("body"))); err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, b.sock.SendMulti(zmq4.NewMsgFrom([]byte(tp), []byte("body"))))
 	}
 	got := readTopics
 	if g := got(all, 4); strings.Join(g, ",") != strings.Join(topics, ",") {
@@ -520,19 +495,17 @@ func TestDoorIdentities(t *testing.T) {
 	b := bindDoor(t, "ROUTER", Limits{})
 	first := dialRaw(t, b.addr)
 	first.handshake("DEALER", []byte("session-1"))
-	waitFor(t, "the first client", func() bool { e, _ := b.door.Conns(); return e == 1 })
+	testutil.WaitFor(t, 5*time.Second, "the first client", func() bool { e, _ := b.door.Conns(); return e == 1 })
 	second := dialRaw(t, b.addr)
 	second.handshake("DEALER", []byte("session-1"))
 	firstGot, secondGot := pongingPeer(first), pongingPeer(second)
-	waitFor(t, "both clients", func() bool { e, _ := b.door.Conns(); return e == 2 })
+	testutil.WaitFor(t, 5*time.Second, "both clients", func() bool { e, _ := b.door.Conns(); return e == 2 })
 
 	// request sends payload from p and returns the identity zmq4 saw it
 	// under, as the kernel would.
 	request := func(p *rawPeer, payload string) string {
 		t.Helper()
-		if err := p.send(message([]byte(payload))); err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, p.send(message([]byte(payload))))
 		m, err := recvWithin(t, b.sock, 5*time.Second)
 		if err != nil || len(m.Frames) != 2 || string(m.Frames[1]) != payload {
 			t.Fatalf("the router got %v %v for %q", m.Frames, err, payload)
@@ -563,7 +536,7 @@ func TestDoorIdentities(t *testing.T) {
 	// The first client's connection drops; it reconnects at once and has
 	// its identity, and its replies, back.
 	first.c.Close()
-	waitFor(t, "the drop seen", func() bool { e, _ := b.door.Conns(); return e == 1 })
+	testutil.WaitFor(t, 5*time.Second, "the drop seen", func() bool { e, _ := b.door.Conns(); return e == 1 })
 	back := dialRaw(t, b.addr)
 	back.handshake("DEALER", []byte("session-1"))
 	backGot := pongingPeer(back)
@@ -620,19 +593,19 @@ func TestDoorConnectionCaps(t *testing.T) {
 		p.handshake("DEALER", []byte(fmt.Sprintf("peer-%d", i)))
 		peers = append(peers, p)
 	}
-	waitFor(t, "four connections", func() bool { e, _ := b.door.Conns(); return e == 4 })
+	testutil.WaitFor(t, 5*time.Second, "four connections", func() bool { e, _ := b.door.Conns(); return e == 4 })
 	s1, s2 := dialRaw(t, b.addr), dialRaw(t, b.addr) // silent: in handshake
-	waitFor(t, "two handshakes", func() bool { _, h := b.door.Conns(); return h == 2 })
+	testutil.WaitFor(t, 5*time.Second, "two handshakes", func() bool { _, h := b.door.Conns(); return h == 2 })
 	over := dialRaw(t, b.addr)
 	if !over.closedWithin(2 * time.Second) {
 		t.Fatal("a connection past MaxConns was kept")
 	}
 	peers[0].c.Close()
-	waitFor(t, "a free slot", func() bool { e, _ := b.door.Conns(); return e == 3 })
+	testutil.WaitFor(t, 5*time.Second, "a free slot", func() bool { e, _ := b.door.Conns(); return e == 3 })
 	s3 := dialRaw(t, b.addr) // 3 established + 3 in handshake: at both caps
-	waitFor(t, "three handshakes", func() bool { _, h := b.door.Conns(); return h == 3 })
+	testutil.WaitFor(t, 5*time.Second, "three handshakes", func() bool { _, h := b.door.Conns(); return h == 3 })
 	peers[1].c.Close()
-	waitFor(t, "another free slot", func() bool { e, _ := b.door.Conns(); return e == 2 })
+	testutil.WaitFor(t, 5*time.Second, "another free slot", func() bool { e, _ := b.door.Conns(); return e == 2 })
 	s4 := dialRaw(t, b.addr) // a fourth handshake: the oldest silent one goes
 	if !s1.closedWithin(2 * time.Second) {
 		t.Fatal("the oldest unfinished handshake was not closed to make room")
@@ -686,7 +659,7 @@ func TestDoorChurnLeavesNothing(t *testing.T) {
 			p.c.Close()
 		}
 	}
-	waitFor(t, "every connection to go", func() bool {
+	testutil.WaitFor(t, 5*time.Second, "every connection to go", func() bool {
 		e1, h1 := router.door.Conns()
 		e2, h2 := pub.door.Conns()
 		return e1+h1+e2+h2 == 0
@@ -725,10 +698,10 @@ func TestDoorAllocatesOnlyWhatArrives(t *testing.T) {
 		p.send(append(binary.BigEndian.AppendUint64([]byte{FlagLong}, 900<<20), "only this"...))
 		peers = append(peers, p)
 	}
-	waitFor(t, "200 connections", func() bool { e, _ := b.door.Conns(); return e == 200 })
+	testutil.WaitFor(t, 5*time.Second, "200 connections", func() bool { e, _ := b.door.Conns(); return e == 200 })
 	// Every peer's header and first bytes are read: whatever a declared
 	// size made the reader allocate is allocated now.
-	waitFor(t, "the first bytes of the 200 frames read", func() bool {
+	testutil.WaitFor(t, 5*time.Second, "the first bytes of the 200 frames read", func() bool {
 		return b.sh.receiving.Load() >= 200*int64(len("only this"))
 	})
 	var after runtime.MemStats
@@ -742,7 +715,7 @@ func TestDoorAllocatesOnlyWhatArrives(t *testing.T) {
 	for _, p := range peers {
 		p.c.Close()
 	}
-	waitFor(t, "the peers to go", func() bool { e, _ := b.door.Conns(); return e == 0 })
+	testutil.WaitFor(t, 5*time.Second, "the peers to go", func() bool { e, _ := b.door.Conns(); return e == 0 })
 	var gone runtime.MemStats
 	runtime.ReadMemStats(&gone)
 	if grew := int64(gone.HeapSys) - int64(before.HeapSys); grew > 256<<20 {
@@ -767,9 +740,7 @@ func (l *failingListener) Accept() (net.Conn, error) {
 // own loop retries at once: 100 % CPU at the descriptor limit).
 func TestDoorBacksOffOnAcceptErrors(t *testing.T) {
 	real, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	fl := &failingListener{Listener: real}
 	d := &Door{name: "t", socketType: "ROUTER", sh: NewShared(Limits{}, nil), ln: fl,
 		done: make(chan struct{}), conns: map[*conn]struct{}{}, shaking: map[net.Conn]*shakeInfo{}, ids: map[string]*conn{}}
@@ -830,7 +801,7 @@ func TestDoorReportsFirstSubscribers(t *testing.T) {
 		t.Fatalf("Topics() = %q", got)
 	}
 	c.c.Close() // its kernel.x goes with it; kernel. is still a's
-	waitFor(t, "kernel.x to go", func() bool { return len(b.door.Topics()) == 2 })
+	testutil.WaitFor(t, 5*time.Second, "kernel.x to go", func() bool { return len(b.door.Topics()) == 2 })
 	d := dialRaw(t, b.addr)
 	d.handshake("SUB", nil)
 	d.send(message([]byte("\x01kernel.x")))
@@ -846,21 +817,15 @@ func TestDoorHandshakeLogLevels(t *testing.T) {
 	// The connect-and-close handshakes run here, not on the door's accept
 	// loop: each has logged what it logs once handshake returns.
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	defer ln.Close()
 	for _, half := range [][]byte{nil, AppendGreeting(nil, false)[:20]} {
 		c, err := net.Dial("tcp", ln.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, err)
 		c.Write(half)
 		c.Close()
 		nc, err := ln.Accept()
-		if err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, err)
 		p := peerOf(nc)
 		if why := d.admit(nc, p); why != "" {
 			t.Fatalf("admit: %s", why)
@@ -883,7 +848,7 @@ func TestDoorHandshakeLogLevels(t *testing.T) {
 	if !bad.closedWithin(5 * time.Second) {
 		t.Fatal("an HTTP request on a ZMTP port was kept")
 	}
-	waitFor(t, "the warning", func() bool { return strings.Contains(log.String(), "handshake failed") })
+	testutil.WaitFor(t, 5*time.Second, "the warning", func() bool { return strings.Contains(log.String(), "handshake failed") })
 	for _, line := range strings.Split(log.String(), "\n") {
 		if strings.Contains(line, "handshake failed") && (!strings.Contains(line, "level=WARN") || !strings.Contains(line, "no ZMTP signature")) {
 			t.Fatalf("the HTTP request's warning is not one:\n%s", log.String())
@@ -903,9 +868,7 @@ func TestDoorReplaysToFirstSubscriptions(t *testing.T) {
 	send := func(topics ...string) {
 		t.Helper()
 		for _, tp := range topics {
-			if err := b.door.Send([][]byte{[]byte(tp), []byte("0123456789")}); err != nil {
-				t.Fatal(err)
-			}
+			testutil.NoErr(t, b.door.Send([][]byte{[]byte(tp), []byte("0123456789")}))
 		}
 	}
 	subscribe := func(topic string) *rawPeer {
@@ -917,7 +880,7 @@ func TestDoorReplaysToFirstSubscriptions(t *testing.T) {
 	got := readTopics
 	subscribed := func(n int) {
 		t.Helper()
-		waitFor(t, fmt.Sprintf("%d subscribed connections", n), func() bool {
+		testutil.WaitFor(t, 5*time.Second, fmt.Sprintf("%d subscribed connections", n), func() bool {
 			b.door.mu.Lock()
 			defer b.door.mu.Unlock()
 			k := 0

@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
 
 // The seed corpus: what real clients (jupyter_client, pyzmq/libzmq) sent
@@ -26,9 +28,7 @@ func addCaptures(f *testing.F) {
 	}
 	for _, p := range files {
 		b, err := os.ReadFile(p)
-		if err != nil {
-			f.Fatal(err)
-		}
+		testutil.NoErr(f, err)
 		f.Add(b)
 	}
 	ready := AppendReady(AppendGreeting(nil, false), "DEALER", []byte("id"))
@@ -162,9 +162,7 @@ func TestFuzzHarnessSeesRealTraffic(t *testing.T) {
 	// whole; a fuzz target that rejected them would prove nothing.
 	for name, want := range map[string]int{"client-shell.bin": 2, "shell-zmtp30.bin": 6, "heartbeat-zmtp30.bin": 1, "iopub-zmtp31.bin": 0} { // iopub: subscriptions, applied, are no messages
 		data, err := os.ReadFile(filepath.Join("testdata", "capture", name))
-		if err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, err)
 		typ := "ROUTER"
 		if name[:5] == "iopub" {
 			typ = "PUB"

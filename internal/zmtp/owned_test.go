@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
 
 // bindShell binds a ROUTER door named "shell" with sh.
@@ -61,7 +63,7 @@ func TestKeptIdentityIsRefusedToOtherPeers(t *testing.T) {
 	for _, id := range []string{"mine", "expired", "a-connection", "on-control"} {
 		p := dialRaw(t, b.addr)
 		p.handshake("DEALER", []byte(id))
-		waitFor(t, id+" held by this peer", func() bool {
+		testutil.WaitFor(t, 5*time.Second, id+" held by this peer", func() bool {
 			o, ok := owned(sh, "shell", id)
 			return ok && o.Peer == self() && o.Until.After(now.Add(time.Minute))
 		})
@@ -89,7 +91,7 @@ func TestKeptIdentityExpires(t *testing.T) {
 	}
 	late := dialRaw(t, b.addr)
 	late.handshake("DEALER", []byte("short"))
-	waitFor(t, "the claim after the reservation's end", func() bool {
+	testutil.WaitFor(t, 5*time.Second, "the claim after the reservation's end", func() bool {
 		o, ok := owned(sh, "shell", "short")
 		return ok && o.Peer == self()
 	})
@@ -112,17 +114,17 @@ func TestOwnedChangedAndReported(t *testing.T) {
 	p.handshake("DEALER", []byte("session-1"))
 	expectChange("a first claim")
 	heldUntil := time.Now().Add(time.Hour)
-	waitFor(t, "the identity held", func() bool {
+	testutil.WaitFor(t, 5*time.Second, "the identity held", func() bool {
 		return slices.Contains(sh.Owned(heldUntil), Owned{Socket: "shell", ID: "session-1", Peer: self(), Until: heldUntil})
 	})
 	anon := dialRaw(t, b.addr) // a random identity: nothing to carry
 	anon.handshake("DEALER", nil)
-	waitFor(t, "two connections", func() bool { e, _ := b.door.Conns(); return e == 2 })
+	testutil.WaitFor(t, 5*time.Second, "two connections", func() bool { e, _ := b.door.Conns(); return e == 2 })
 
 	before := time.Now()
 	p.c.Close()
 	expectChange("the last holder's close")
-	waitFor(t, "the identity kept", func() bool {
+	testutil.WaitFor(t, 5*time.Second, "the identity kept", func() bool {
 		o, ok := owned(sh, "shell", "session-1")
 		return ok && o.Until.Before(time.Now().Add(time.Minute)) // kept, no longer held
 	})

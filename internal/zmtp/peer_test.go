@@ -21,9 +21,7 @@ import (
 func TestPeerUID(t *testing.T) {
 	other := testutil.NewUser(t, "peer", nil)
 	dir, err := os.MkdirTemp("", "tfgpu-peer-") // t.TempDir's parent is root's alone
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	defer os.RemoveAll(dir)
 	os.Chmod(dir, 0o755)
 	for _, network := range []string{"tcp4", "tcp6", "unix"} {
@@ -44,16 +42,12 @@ func TestPeerUID(t *testing.T) {
 				t.Helper()
 				ln.(interface{ SetDeadline(time.Time) error }).SetDeadline(time.Now().Add(10 * time.Second))
 				c, err := ln.Accept()
-				if err != nil {
-					t.Fatal(err)
-				}
+				testutil.NoErr(t, err)
 				return c
 			}
 
 			own, err := net.Dial(network, ln.Addr().String())
-			if err != nil {
-				t.Fatal(err)
-			}
+			testutil.NoErr(t, err)
 			defer own.Close()
 			c := accept()
 			if uid, err := PeerUID(c); err != nil || uid != os.Geteuid() {
@@ -73,9 +67,7 @@ func TestPeerUID(t *testing.T) {
 			cmd := exec.Command("/usr/bin/python3", "-c", "import socket, sys\n"+py+"\nsys.stdin.read()")
 			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: other.Cred}
 			stdin, _ := cmd.StdinPipe()
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
+			testutil.NoErr(t, cmd.Start())
 			defer func() { stdin.Close(); cmd.Wait() }()
 			c = accept()
 			defer c.Close()
@@ -108,9 +100,7 @@ print(len(got), flush=True)
 	out := &testutil.Buffer{}
 	stdout, _ := cmd.StdoutPipe()
 	cmd.Stderr = out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, cmd.Start())
 	defer func() { cmd.Process.Kill(); cmd.Wait() }()
 	var port int
 	if _, err := fmt.Fscan(stdout, &port); err != nil {
@@ -130,9 +120,7 @@ print(len(got), flush=True)
 	}
 
 	own, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	defer own.Close()
 	c, err := tr.Dial(context.Background(), &net.Dialer{}, own.Addr().String())
 	if err != nil {

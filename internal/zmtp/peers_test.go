@@ -63,7 +63,7 @@ func newVictim(t *testing.T, b *bound, id string) *victim {
 			}
 		}
 	}()
-	waitFor(t, "the victim's connection", func() bool {
+	testutil.WaitFor(t, 5*time.Second, "the victim's connection", func() bool {
 		b.door.mu.Lock()
 		defer b.door.mu.Unlock()
 		return b.door.ids[id] != nil
@@ -150,7 +150,7 @@ func TestReceiveBudgetGoesAgainstTheLargest(t *testing.T) {
 	v := newVictim(t, b, randomID())
 	// 10 connections × 8 MiB declared, all but a byte sent: 80 MiB > 72.
 	a := startAttack(t, u, "fill", b.addr, "10", strconv.Itoa(8<<20))
-	waitFor(t, "the budget filled", func() bool { return b.sh.receiving.Load() > 56<<20 })
+	testutil.WaitFor(t, 5*time.Second, "the budget filled", func() bool { return b.sh.receiving.Load() > 56<<20 })
 	for i := range 5 {
 		if err := v.roundTrip(bytes.Repeat([]byte("v"), 6<<20), 10*time.Second); err != nil {
 			t.Fatalf("round trip %d: %v (receiving %d)", i, err, b.sh.receiving.Load())
@@ -178,9 +178,7 @@ func TestReceiveBudgetFairness(t *testing.T) {
 	m1, m2, m3 := acct("uid:1001", "m1"), acct("uid:1001", "m2"), acct("uid:1001", "m3")
 	v := acct("uid:1000", "victim")
 	for _, a := range []*recvAcct{m1, m2, m3} {
-		if err := sh.take(a, 20<<20); err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, sh.take(a, 20<<20))
 	}
 	if err := sh.take(m1, 1<<20); err != nil { // m1 is now the largest of the largest peer
 		t.Fatal(err)
@@ -253,7 +251,7 @@ func TestUnfinishedMessageDeadline(t *testing.T) {
 		t.Error("a connection idle between messages was closed")
 	}
 	if r := b.sh.receiving.Load(); r != 0 {
-		waitFor(t, "the budget given back", func() bool { return b.sh.receiving.Load() == 0 })
+		testutil.WaitFor(t, 5*time.Second, "the budget given back", func() bool { return b.sh.receiving.Load() == 0 })
 	}
 }
 
@@ -284,7 +282,7 @@ func TestIdentityStaysWithItsPeer(t *testing.T) {
 			}
 		}
 	}()
-	waitFor(t, "the holder", func() bool { e, _ := b.door.Conns(); return e == 1 })
+	testutil.WaitFor(t, 5*time.Second, "the holder", func() bool { e, _ := b.door.Conns(); return e == 1 })
 	a := startAttack(t, u, "claim", b.addr, id)
 	time.Sleep(500 * time.Millisecond) // the attacker hammers meanwhile
 	if n := pings.Load(); n != 0 {
@@ -331,11 +329,9 @@ func TestConnectionCapIsPerPeer(t *testing.T) {
 	b := bindDoor(t, "ROUTER", Limits{MaxConns: 16, MaxHandshakes: 8})
 	echoRouter(t, b)
 	a := startAttack(t, u, "flood", b.addr, "24") // more than the cap, reconnecting
-	waitFor(t, "the door full", func() bool { e, h := b.door.Conns(); return e+h >= 16 })
+	testutil.WaitFor(t, 5*time.Second, "the door full", func() bool { e, h := b.door.Conns(); return e+h >= 16 })
 	v := newVictim(t, b, randomID())
-	if err := v.roundTrip([]byte("hello"), 5*time.Second); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, v.roundTrip([]byte("hello"), 5*time.Second))
 	out := a.stop(t)
 	if attackCount(out, "closed")+attackCount(out, "refused") == 0 {
 		t.Errorf("the flood was never turned away:\n%s", out)
@@ -380,7 +376,7 @@ func TestIopubHoldIsTheOwnersAndBounded(t *testing.T) {
 		return got
 	}
 	subscribed := func(b *bound, n int) {
-		waitFor(t, "subscribers", func() bool {
+		testutil.WaitFor(t, 5*time.Second, "subscribers", func() bool {
 			b.door.mu.Lock()
 			defer b.door.mu.Unlock()
 			return len(b.door.conns) == n && b.door.topics[""] == n
@@ -399,7 +395,7 @@ func TestIopubHoldIsTheOwnersAndBounded(t *testing.T) {
 		for range 10 {
 			b.door.Send([][]byte{body})
 		}
-		waitFor(t, "the owner's client got what followed", func() bool { return owner.Load() == 10 })
+		testutil.WaitFor(t, 5*time.Second, "the owner's client got what followed", func() bool { return owner.Load() == 10 })
 		out := a.stop(t)
 		got := attackCount(out, "bytes")
 		t.Logf("the slow subscriber read %d bytes of %d sent; the writer waited before %d messages", got, 400*len(body), waited)

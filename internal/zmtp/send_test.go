@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/go-zeromq/zmq4"
+	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
 
 // TestDoorSendRouter: Door.Send delivers to the client holding the
@@ -18,23 +19,19 @@ func TestDoorSendRouter(t *testing.T) {
 	b := bindDoor(t, "ROUTER", Limits{})
 	p := dialRaw(t, b.addr)
 	p.handshake("DEALER", []byte("alice"))
-	waitFor(t, "alice established", func() bool { return routerEstablished(b.door, "alice") })
+	testutil.WaitFor(t, 5*time.Second, "alice established", func() bool { return routerEstablished(b.door, "alice") })
 	big := bytes.Repeat([]byte("0123456789abcdef"), 1<<14) // 256 KiB: by reference
 	if err := b.door.Send([][]byte{[]byte("nobody"), []byte("lost")}); err != nil {
 		t.Fatalf("send to an unknown identity: %v", err)
 	}
 	want := [][]byte{[]byte("<IDS|MSG>"), {}, []byte(strings.Repeat("h", 300)), big}
-	if err := b.door.Send(append([][]byte{[]byte("alice")}, want...)); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, b.door.Send(append([][]byte{[]byte("alice")}, want...)))
 	if err := b.door.Send(nil); err == nil {
 		t.Fatal("an empty message was taken")
 	}
 	p.c.SetReadDeadline(time.Now().Add(5 * time.Second))
 	got, err := p.readMessage(true)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	if len(got) != len(want) {
 		t.Fatalf("got %d frames, want %d", len(got), len(want))
 	}
@@ -59,8 +56,8 @@ func TestDoorSendPub(t *testing.T) {
 	all.handshake("SUB", nil)
 	onlyA.send(message([]byte("\x01a")))
 	all.send(message([]byte("\x01")))
-	waitFor(t, "both subscriptions", func() bool { return len(b.door.Topics()) == 2 })
-	waitFor(t, "both established", func() bool {
+	testutil.WaitFor(t, 5*time.Second, "both subscriptions", func() bool { return len(b.door.Topics()) == 2 })
+	testutil.WaitFor(t, 5*time.Second, "both established", func() bool {
 		n := 0
 		b.door.mu.Lock()
 		for c := range b.door.conns {
@@ -79,9 +76,7 @@ func TestDoorSendPub(t *testing.T) {
 		if i%2 == 1 {
 			topic = "b"
 		}
-		if err := b.door.Send([][]byte{[]byte(topic + ".x"), []byte(fmt.Sprint(i))}); err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, b.door.Send([][]byte{[]byte(topic + ".x"), []byte(fmt.Sprint(i))}))
 	}
 	if !Drain(5*time.Second, b.door) {
 		t.Fatal("Drain: not written")
@@ -112,11 +107,9 @@ func TestDrainWaitsForTheReader(t *testing.T) {
 	b := bindDoor(t, "ROUTER", Limits{})
 	p := dialRaw(t, b.addr)
 	p.handshake("DEALER", []byte("slow"))
-	waitFor(t, "identity", func() bool { return routerEstablished(b.door, "slow") })
+	testutil.WaitFor(t, 5*time.Second, "identity", func() bool { return routerEstablished(b.door, "slow") })
 	big := bytes.Repeat([]byte{'x'}, 16<<20) // more than a peer that never reads lets the socket buffers take (about 4 MiB here: tcp_wmem max, the initial receive window)
-	if err := b.door.Send([][]byte{[]byte("slow"), big}); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, b.door.Send([][]byte{[]byte("slow"), big}))
 	if Drain(200*time.Millisecond, b.door) {
 		t.Fatal("Drain said written while the peer reads nothing")
 	}
@@ -141,9 +134,7 @@ func TestLinkSend(t *testing.T) {
 	defer cancel()
 	kernel := zmq4.NewRouter(ctx)
 	defer kernel.Close()
-	if err := kernel.Listen("tcp://127.0.0.1:0"); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, kernel.Listen("tcp://127.0.0.1:0"))
 	l := NewLink(ctx, "shell")
 	sent := make(chan error, 1)
 	big := bytes.Repeat([]byte("k"), 300<<10)
@@ -152,25 +143,15 @@ func TestLinkSend(t *testing.T) {
 	dealer := zmq4.NewDealer(ctx, zmq4.WithID(zmq4.SocketIdentity("relay")))
 	defer dealer.Close()
 	ep, err := l.Endpoint("tcp://" + kernel.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := dealer.Dial(ep); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-sent; err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
+	testutil.NoErr(t, dealer.Dial(ep))
+	testutil.NoErr(t, <-sent)
 	m, err := recvWithin(t, kernel, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	if len(m.Frames) != 3 || string(m.Frames[0]) != "relay" || string(m.Frames[1]) != "req" || !bytes.Equal(m.Frames[2], big) {
 		t.Fatalf("kernel got %d frames", len(m.Frames))
 	}
-	if err := kernel.SendMulti(zmq4.NewMsgFrom([]byte("relay"), []byte("reply"))); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, kernel.SendMulti(zmq4.NewMsgFrom([]byte("relay"), []byte("reply"))))
 	r, err := recvWithin(t, dealer, 5*time.Second)
 	if err != nil || len(r.Frames) != 1 || string(r.Frames[0]) != "reply" {
 		t.Fatalf("dealer got %q, %v", r.Frames, err)

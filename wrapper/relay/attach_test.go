@@ -11,6 +11,7 @@ import (
 	"github.com/go-zeromq/zmq4"
 
 	"github.com/tfgpu/tfgpu-kernel/internal/jmsg"
+	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 	"github.com/tfgpu/tfgpu-kernel/internal/zmtp"
 )
 
@@ -38,9 +39,7 @@ func requestBeforeTheRelay(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	signer, err := jmsg.NewSigner("hmac-sha256", "attach-key")
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	kernel, inner := kernelSockets(t, ctx, "attach-key")
 	go func() { // the kernel answers kernel_info on shell
 		for {
@@ -59,30 +58,20 @@ func requestBeforeTheRelay(t *testing.T) {
 	}()
 	lg := slog.New(slog.DiscardHandler)
 	outer, err := Bind(&jmsg.ConnInfo{Transport: "tcp", IP: "127.0.0.1"}, zmtp.NewShared(zmtp.Limits{}, lg))
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	defer outer.Close()
 
 	client := zmq4.NewDealer(ctx, zmq4.WithID(zmq4.SocketIdentity("early-client")))
 	defer client.Close()
-	if err := client.Dial("tcp://" + outer.doors[jmsg.Shell].Addr().String()); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, client.Dial("tcp://"+outer.doors[jmsg.Shell].Addr().String()))
 	// The connection is the outer socket's (the door's handshake ended),
 	// and the request is written to it: it waits in the outer socket.
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
-		if e, _ := outer.doors[jmsg.Shell].Conns(); e == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the client's connection never reached the outer socket")
-		}
-	}
+	testutil.WaitFor(t, 10*time.Second, "the client's connection on the outer socket", func() bool {
+		e, _ := outer.doors[jmsg.Shell].Conns()
+		return e == 1
+	})
 	req, _ := jmsg.NewMessage(signer, nil, "kernel_info_request", nil, "client", map[string]any{})
-	if err := client.SendMulti(zmq4.NewMsgFrom(req...)); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, client.SendMulti(zmq4.NewMsgFrom(req...)))
 
 	r := New(ctx, outer, inner, signer, make(chan Event, 16), Hooks{}, lg)
 	defer r.CloseInner()

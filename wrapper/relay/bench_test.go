@@ -13,6 +13,7 @@ import (
 	"github.com/go-zeromq/zmq4"
 
 	"github.com/tfgpu/tfgpu-kernel/internal/jmsg"
+	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 	"github.com/tfgpu/tfgpu-kernel/internal/zmtp"
 )
 
@@ -33,18 +34,14 @@ func newBenchRelay(b *testing.B) *benchRelay {
 	ctx, cancel := context.WithCancel(context.Background())
 	b.Cleanup(cancel)
 	signer, err := jmsg.NewSigner("hmac-sha256", "bench-key")
-	if err != nil {
-		b.Fatal(err)
-	}
+	testutil.NoErr(b, err)
 	br := &benchRelay{signer: signer}
 	var inner *jmsg.ConnInfo
 	br.kernel, inner = kernelSockets(b, ctx, "bench-key")
 	outerInfo := &jmsg.ConnInfo{Transport: "tcp", IP: "127.0.0.1"}
 	lg := slog.New(slog.DiscardHandler)
 	br.outer, err = Bind(outerInfo, zmtp.NewShared(zmtp.Limits{}, lg))
-	if err != nil {
-		b.Fatal(err)
-	}
+	testutil.NoErr(b, err)
 	b.Cleanup(br.outer.Close)
 	events := make(chan Event, 16)
 	br.relay = New(ctx, br.outer, inner, signer, events, Hooks{}, lg)
@@ -62,9 +59,7 @@ type rawSub struct {
 func dialRawSub(b *testing.B, addr string) *rawSub {
 	b.Helper()
 	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		b.Fatal(err)
-	}
+	testutil.NoErr(b, err)
 	b.Cleanup(func() { c.Close() })
 	out := zmtp.AppendGreeting(nil, false)
 	out = zmtp.AppendReady(out, "SUB", nil)
@@ -123,9 +118,7 @@ func BenchmarkRelayDisplayData(b *testing.B) {
 	sub := dialRawSub(b, br.outer.doors[jmsg.IOPub].Addr().String())
 	msg, err := jmsg.NewMessage(br.signer, [][]byte{[]byte("kernel.x.display_data")}, "display_data", nil, "s",
 		map[string]any{"data": map[string]string{"text/plain": "12345"}, "metadata": map[string]any{}, "transient": map[string]any{}})
-	if err != nil {
-		b.Fatal(err)
-	}
+	testutil.NoErr(b, err)
 	// The subscription reaches the relay, then the kernel, a moment after
 	// the connection: send until the first message comes through.
 	got := make(chan error, 1)
@@ -134,9 +127,7 @@ func BenchmarkRelayDisplayData(b *testing.B) {
 		_ = br.kernel[jmsg.IOPub].SendMulti(zmq4.NewMsgFrom(msg...))
 		select {
 		case err := <-got:
-			if err != nil {
-				b.Fatal(err)
-			}
+			testutil.NoErr(b, err)
 			ready = true
 		case <-time.After(10 * time.Millisecond):
 		}
@@ -153,9 +144,7 @@ func BenchmarkRelayDisplayData(b *testing.B) {
 		done <- nil
 	}()
 	for range b.N {
-		if err := br.kernel[jmsg.IOPub].SendMulti(zmq4.NewMsgFrom(msg...)); err != nil {
-			b.Fatal(err)
-		}
+		testutil.NoErr(b, br.kernel[jmsg.IOPub].SendMulti(zmq4.NewMsgFrom(msg...)))
 	}
 	select {
 	case err := <-done:
@@ -178,9 +167,7 @@ func kernelSockets(tb testing.TB, ctx context.Context, key string) ([5]zmq4.Sock
 		if ch == jmsg.IOPub {
 			s = zmq4.NewPub(ctx)
 		}
-		if err := s.Listen("tcp://127.0.0.1:0"); err != nil {
-			tb.Fatal(err)
-		}
+		testutil.NoErr(tb, s.Listen("tcp://127.0.0.1:0"))
 		tb.Cleanup(func() { s.Close() })
 		_, port, _ := net.SplitHostPort(s.Addr().String())
 		inner.Ports[ch], _ = strconv.Atoi(port)

@@ -17,9 +17,7 @@ import (
 // log a line per interval, not a line each.
 func TestReplaysAndForgeriesAreNotActedOn(t *testing.T) {
 	signer, err := jmsg.NewSigner("hmac-sha256", "replay-key")
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	var log testutil.Buffer
 	lg := slog.New(slog.NewTextHandler(&log, nil))
 	r := &Relay{log: lg, signer: signer, history: newDigestHistory(3), warnPeer: zmtp.RateLimitedWarn(lg, time.Minute)}
