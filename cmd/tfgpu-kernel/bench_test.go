@@ -96,9 +96,7 @@ func benchSetupWith(tb testing.TB, dir, python, encryption string) []string {
 	specs["null"] = []string{python, abs, "-f", "{connection_file}"}
 	for name, argv := range specs {
 		kdir := filepath.Join(dir, "jupyter", "kernels", name)
-		if err := os.MkdirAll(kdir, 0o755); err != nil {
-			tb.Fatal(err)
-		}
+		testutil.NoErr(tb, os.MkdirAll(kdir, 0o755))
 		spec, err := json.MarshalIndent(map[string]any{
 			"argv":           argv,
 			"display_name":   "bench " + name,
@@ -109,14 +107,10 @@ func benchSetupWith(tb testing.TB, dir, python, encryption string) []string {
 		if err != nil {
 			tb.Fatal(err)
 		}
-		if err := os.WriteFile(filepath.Join(kdir, "kernel.json"), spec, 0o644); err != nil {
-			tb.Fatal(err)
-		}
+		testutil.NoErr(tb, os.WriteFile(filepath.Join(kdir, "kernel.json"), spec, 0o644))
 	}
 	for _, d := range []string{"runtime", "data", "ipython", "logs"} {
-		if err := os.MkdirAll(filepath.Join(dir, d), 0o700); err != nil {
-			tb.Fatal(err)
-		}
+		testutil.NoErr(tb, os.MkdirAll(filepath.Join(dir, d), 0o700))
 	}
 	return append(os.Environ(),
 		"JUPYTER_PATH="+filepath.Join(dir, "jupyter"),

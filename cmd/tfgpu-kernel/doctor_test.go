@@ -31,9 +31,7 @@ func TestDoctorAndStopOfAStaleKernel(t *testing.T) {
 
 	// A kernel recorded by a supervisor that is gone: a pid that has exited.
 	gone := exec.Command("/bin/true")
-	if err := gone.Run(); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, gone.Run())
 	st, _ := json.Marshal(map[string]any{"kernel_id": "dead-1", "supervisor_pid": gone.Process.Pid,
 		"supervisor_start": 1, "kernel_pid": gone.Process.Pid, "containment": "proc"})
 	testutil.NoErr(t, os.WriteFile(filepath.Join(stateDir, "dead-1.json"), st, 0o600))

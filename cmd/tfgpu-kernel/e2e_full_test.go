@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/tfgpu/tfgpu-kernel/internal/gpu/gputest"
+	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
 
 // Item 7: several clients; two clients of one session each get their own
@@ -226,9 +227,7 @@ func e2eSIGKILL(t *testing.T, s *e2eSuite, asUser bool, mode, how string) {
 		}
 		os.WriteFile(bin, b, 0o755)
 		prefix := filepath.Join(shared, "prefix")
-		if err := e2eInstallSpec(bin, prefix, s.python); err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, e2eInstallSpec(bin, prefix, s.python))
 		tmp := u.mkdir(t, filepath.Join(u.home, "tmp"), 0o700)
 		xdg := u.mkdir(t, filepath.Join(u.home, "run"), 0o700)
 		for _, d := range []string{"data", "config", "runtime"} {

@@ -54,9 +54,7 @@ func TestE2EGateway(t *testing.T) {
 
 	// The kernelspecs, where only the gateway looks.
 	prefix := filepath.Join(dir, "gateway-kernels")
-	if err := e2eInstallSpec(s.bin, prefix, s.python); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, e2eInstallSpec(s.bin, prefix, s.python))
 	stock := exec.Command(s.python, "-m", "ipykernel", "install", "--prefix", prefix, "--name", "python3",
 		"--display-name", "Python 3 (stock ipykernel)")
 	// TMPDIR: ipykernel's install leaves the empty directory it staged

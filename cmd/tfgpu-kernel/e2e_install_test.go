@@ -343,9 +343,7 @@ exec sleep 3600`, scratch)
 	out, _ := holder.StdoutPipe()
 	var holderErr bytes.Buffer
 	holder.Stderr = &holderErr
-	if err := holder.Start(); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, holder.Start())
 	t.Cleanup(func() { syscall.Kill(holder.Process.Pid, syscall.SIGKILL); holder.Wait() })
 	if l, _ := bufio.NewReader(out).ReadString('\n'); l != "ready\n" {
 		t.Fatalf("the namespace's overlays: %q\n%s", l, holderErr.String())

@@ -41,9 +41,7 @@ func e2eLabExtension(t *testing.T, py string) {
 		t.Fatal(err)
 	}
 	defer lock.Close()
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, syscall.Flock(int(lock.Fd()), syscall.LOCK_EX))
 	if _, err := os.Stat(mark); err == nil {
 		t.Logf("labextension: installed already (%s)", filepath.Base(mark))
 		return

@@ -94,9 +94,7 @@ func TestE2EPod(t *testing.T) {
 			r.cmd.Path = "/bin/sh"
 			r.cmd.Args = append([]string{"sh", "-c", podScript, "pod", pod[0], pod[1], l.V2Mount, l.V1["memory"], hostProc,
 				s.python}, r.cmd.Args[1:]...)
-			if err := r.cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
+			testutil.NoErr(t, r.cmd.Start())
 			err := r.cmd.Wait()
 			ended := time.Now()
 			res, perr := e2eParse(r.stdout.String())

@@ -343,9 +343,7 @@ func (e *podmanEnv) buildImage(t *testing.T) string {
 		t.Fatal(err)
 	}
 	defer lock.Close()
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, syscall.Flock(int(lock.Fd()), syscall.LOCK_EX))
 	if _, err := e.run(time.Minute, "image", "exists", tag); err == nil {
 		t.Logf("image %s: in podman's store", tag)
 		return tag

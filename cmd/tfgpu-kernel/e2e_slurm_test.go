@@ -474,9 +474,7 @@ func (h *slurmHost) newCluster(t *testing.T, c slurmConf) *slurmCluster {
 			t.Fatal(err)
 		}
 		var b bytes.Buffer
-		if err := tmpl.Execute(&b, vars); err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, tmpl.Execute(&b, vars))
 		testutil.NoErr(t, os.WriteFile(filepath.Join(cl.dir, name), b.Bytes(), 0o644))
 	}
 

@@ -615,9 +615,7 @@ func lockFile(t *testing.T, path string) func() {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, syscall.Flock(int(f.Fd()), syscall.LOCK_EX))
 	return func() { f.Close() }
 }
 

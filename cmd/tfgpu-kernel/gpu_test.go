@@ -188,9 +188,7 @@ func BenchmarkPs(b *testing.B) {
 		id := fmt.Sprintf("bench-%02d", i)
 		st, _ := json.Marshal(record.State{KernelID: id, SupervisorPID: os.Getpid(), KernelPID: h.Process.Pid,
 			KernelStart: start, Containment: "proc", Started: time.Now(), Phase: record.PhaseRunning})
-		if err := os.WriteFile(filepath.Join(stateDir, id+".json"), st, 0o600); err != nil {
-			b.Fatal(err)
-		}
+		testutil.NoErr(b, os.WriteFile(filepath.Join(stateDir, id+".json"), st, 0o600))
 	}
 	env := append(append(os.Environ(), "TFGPU_STATE_DIR="+stateDir), f.Env()...)
 	b.ResetTimer()

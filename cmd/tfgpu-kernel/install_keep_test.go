@@ -231,9 +231,7 @@ func holdKernel(t *testing.T, cmd *exec.Cmd, what string) (pid int, stop func())
 	stdout, _ := cmd.StdoutPipe()
 	var errOut testutil.Buffer
 	cmd.Stderr = &errOut
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, cmd.Start())
 	done := make(chan struct{})
 	ready := make(chan int, 1)
 	go func() {

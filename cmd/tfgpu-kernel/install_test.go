@@ -235,9 +235,7 @@ func TestInstallSpareFlags(t *testing.T) {
 			t.Fatal(err)
 		}
 		var spec struct{ Argv []string }
-		if err := json.Unmarshal(b, &spec); err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, json.Unmarshal(b, &spec))
 		joined := strings.Join(spec.Argv, " ")
 		if len(tc.want) > 0 && !strings.Contains(joined, strings.Join(tc.want, " ")+" ") {
 			t.Errorf("install %v: argv %q lacks %q", tc.args, joined, tc.want)

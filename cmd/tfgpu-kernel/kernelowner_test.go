@@ -271,9 +271,7 @@ func (o *kernelOwner) startDriver(t *testing.T, id string) *stateDriver {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := d.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, d.cmd.Start())
 	go func() {
 		sc := bufio.NewScanner(out)
 		sc.Buffer(make([]byte, 1<<20), 1<<20)

@@ -189,9 +189,7 @@ func TestRealGPU(t *testing.T) {
 		measureNVML(t, rig, f)
 
 		start := time.Now()
-		if err := load.sup.Process.Signal(syscall.SIGTERM); err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, load.sup.Process.Signal(syscall.SIGTERM))
 		if err := load.wait(t, 60*time.Second); err != nil {
 			t.Fatalf("supervisor: %v; log:\n%s", err, load.log.String())
 		}
@@ -237,9 +235,7 @@ func TestRealGPU(t *testing.T) {
 		if over == "" {
 			t.Fatalf("no over-the-limit line in the log:\n%s", load.log.String())
 		}
-		if err := load.sup.Process.Signal(syscall.SIGTERM); err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, load.sup.Process.Signal(syscall.SIGTERM))
 		if err := load.wait(t, 60*time.Second); err != nil {
 			t.Fatalf("parked supervisor after SIGTERM: %v; log:\n%s", err, load.log.String())
 		}
@@ -259,9 +255,7 @@ func TestRealGPU(t *testing.T) {
 		}
 		holder := exec.Command(rig.python, append([]string{testdataFile(t, "gpu/torch_load.py"), "--ready", ready}, args...)...)
 		holder.Env = append(os.Environ(), rig.env...)
-		if err := holder.Start(); err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, holder.Start())
 		t.Cleanup(func() { holder.Process.Kill(); holder.Wait() })
 		testutil.WaitFor(t, 5*time.Minute, "the holder to hold its memory", func() bool { _, err := os.Stat(ready); return err == nil })
 		out := filepath.Join(t.TempDir(), "oom.json")
@@ -337,9 +331,7 @@ func TestRealGPU(t *testing.T) {
 			sup.Env = append(os.Environ(), "TFGPU_TEST_AS_COMMAND=1", "TFGPU_STATE_DIR="+filepath.Join(dir, "state"), "XDG_RUNTIME_DIR="+dir)
 			var log testutil.Buffer
 			sup.Stdout, sup.Stderr = &log, &log
-			if err := sup.Start(); err != nil {
-				t.Fatal(err)
-			}
+			testutil.NoErr(t, sup.Start())
 			t.Cleanup(func() { sup.Process.Signal(syscall.SIGTERM); sup.Wait(); logTo(fmt.Sprintf("placement%d", i), &log) })
 			sups, outs = append(sups, sup), append(outs, out)
 		}
@@ -409,9 +401,7 @@ func startLoad(t *testing.T, rig *gpuRig, flags ...string) *gpuLoad {
 	l.sup.Env = append(append(os.Environ(), "TFGPU_TEST_AS_COMMAND=1", "TFGPU_STATE_DIR="+filepath.Join(dir, "state"),
 		"XDG_RUNTIME_DIR="+dir), rig.env...)
 	l.sup.Stdout, l.sup.Stderr = &l.log, &l.log
-	if err := l.sup.Start(); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, l.sup.Start())
 	go func() {
 		err := l.sup.Wait()
 		l.exitedAt = time.Now()

@@ -34,9 +34,7 @@ func TestE2EStopHungSupervisor(t *testing.T) {
 	supErr := &testutil.Buffer{}
 	sup.Stderr = supErr
 	sup.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := sup.Start(); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, sup.Start())
 	var escapee int
 	var done chan error // the supervisor's Wait, once the test waits for it
 	defer func() {

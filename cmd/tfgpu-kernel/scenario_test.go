@@ -536,9 +536,7 @@ func e2eStartedHere() map[int]bool {
 // ("waitid: no child processes"). A zombie this process started is left to
 // its Wait; an orphan reparented here is reaped.
 func TestReapOrphansLeavesOurChildrenToTheirWait(t *testing.T) {
-	if err := proc.SetChildSubreaper(); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, proc.SetChildSubreaper())
 	zombie := func(pid int) bool {
 		st, ppid, ok := testutil.ProcStat(pid)
 		return ok && st == 'Z' && ppid == os.Getpid()
@@ -563,9 +561,7 @@ func TestReapOrphansLeavesOurChildrenToTheirWait(t *testing.T) {
 		t.Fatalf("sh printed %q", out)
 	}
 	waitFor("orphan reparented here", func() bool { _, ppid, ok := testutil.ProcStat(orphan); return ok && ppid == os.Getpid() })
-	if err := syscall.Kill(orphan, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, syscall.Kill(orphan, syscall.SIGKILL))
 	waitFor("zombie of the orphan", func() bool { return zombie(orphan) })
 	e2eReapOrphans()
 	if _, err := os.Stat(fmt.Sprintf("/proc/%d", orphan)); err == nil {

@@ -105,9 +105,7 @@ func TestSecurityRootsWorkPerUserIsBounded(t *testing.T) {
 		c := exec.Command(fake, "run", "-f", "/nonexistent/kernel-"+id+".json", "--", "python3")
 		c.ExtraFiles = dirs
 		c.SysProcAttr = &syscall.SysProcAttr{Credential: mallory.credential, Setpgid: true}
-		if err := c.Start(); err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, c.Start())
 		fakes = append(fakes, c)
 	}
 	t.Cleanup(func() {
@@ -179,9 +177,7 @@ func TestSecurityUserStringsInRootsOutputAreBounded(t *testing.T) {
 	}
 	defer logf.Close()
 	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, cmd.Start())
 	t.Cleanup(func() { syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); cmd.Wait() })
 	bobKernelPID(t, state, "5b2c1e7a-aaaa-4bbb-8ccc-000000000001") // recorded
 

@@ -219,9 +219,7 @@ while :; do sleep 0.1; done
 		cmd := exec.Command(argv[0], argv[1:]...)
 		cmd.Dir = shared
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: bob.credential}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, cmd.Start())
 		t.Cleanup(func() { syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); cmd.Wait() })
 		st, err := proc.StartTime(cmd.Process.Pid)
 		if err != nil {
@@ -353,17 +351,13 @@ func TestSecurityRootFindsKernelsFromProcesses(t *testing.T) {
 func TestSecurityPsAttributesOnlyTheOwnersProcesses(t *testing.T) {
 	bin := sharedBinary(t)
 	alice, bob := newLocalUser(t, "alice"), newLocalUser(t, "bob")
-	if err := proc.SetChildSubreaper(); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, proc.SetChildSubreaper())
 	// alice's orphan: her shell exits, its sleep is reparented to us.
 	orphanFile := filepath.Join(sharedDir(t), "orphan")
 	os.Chmod(filepath.Dir(orphanFile), 0o777)
 	sh := exec.Command("/bin/sh", "-c", "sleep 600 & echo $! > "+orphanFile)
 	sh.SysProcAttr = &syscall.SysProcAttr{Credential: alice.credential}
-	if err := sh.Run(); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, sh.Run())
 	b, _ := os.ReadFile(orphanFile)
 	orphan, _ := strconv.Atoi(strings.TrimSpace(string(b)))
 	t.Cleanup(func() {

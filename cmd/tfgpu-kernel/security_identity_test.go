@@ -108,9 +108,7 @@ func identityRace(t *testing.T, bin, scripts string, alice, bob localUser, how s
 	victim.Stderr = errf
 	tell, _ := victim.StdinPipe()
 	out, _ := victim.StdoutPipe()
-	if err := victim.Start(); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, victim.Start())
 	lines := linesOf(out)
 	victimDone := make(chan error, 1)
 	go func() { victimDone <- victim.Wait() }()
@@ -161,9 +159,7 @@ func identityRace(t *testing.T, bin, scripts string, alice, bob localUser, how s
 	aout, _ := attack.StdoutPipe()
 	var aerr strings.Builder
 	attack.Stderr = &aerr
-	if err := attack.Start(); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, attack.Start())
 	t.Cleanup(func() { syscall.Kill(-attack.Process.Pid, syscall.SIGKILL); attack.Wait() })
 	alines := linesOf(aout)
 	select {

@@ -71,9 +71,7 @@ while True:
     c.close()
 `, sock, heard)
 				l.SysProcAttr = &syscall.SysProcAttr{Credential: alice.credential, Setpgid: true}
-				if err := l.Start(); err != nil {
-					t.Fatal(err)
-				}
+				testutil.NoErr(t, l.Start())
 				t.Cleanup(func() { syscall.Kill(-l.Process.Pid, syscall.SIGKILL); l.Wait() })
 				for i := 0; ; i++ {
 					if _, err := os.Stat(heard + ".ready"); err == nil {

@@ -101,9 +101,7 @@ func sleeper(t *testing.T, cred *syscall.Credential) (int, uint64) {
 	t.Helper()
 	cmd := exec.Command("/bin/sleep", "600")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: cred}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, cmd.Start())
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 	start, err := proc.StartTime(cmd.Process.Pid)
 	if err != nil {
@@ -341,9 +339,7 @@ func runSupervisorAs(t *testing.T, bin string, u localUser, state string) (strin
 	var log testutil.Buffer
 	cmd.Stdout, cmd.Stderr = &log, &log
 	start := time.Now()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, cmd.Start())
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 	var werr error
@@ -536,9 +532,7 @@ func TestSecurityHandoffLink(t *testing.T) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: alice.credential, Setpgid: true}
 	var log testutil.Buffer
 	cmd.Stdout, cmd.Stderr = &log, &log
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, cmd.Start())
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 	for !strings.Contains(log.String(), "kernel started") {
@@ -557,12 +551,8 @@ func TestSecurityHandoffLink(t *testing.T) {
 	frames, _ := jmsg.NewMessage(signer, nil, "shutdown_request", nil, "s", map[string]any{"restart": true})
 	ctl := zmq4.NewDealer(ctx)
 	defer ctl.Close()
-	if err := ctl.Dial(ci.Endpoint(jmsg.Control)); err != nil {
-		t.Fatal(err)
-	}
-	if err := ctl.SendMulti(zmq4.NewMsgFrom(frames...)); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, ctl.Dial(ci.Endpoint(jmsg.Control)))
+	testutil.NoErr(t, ctl.SendMulti(zmq4.NewMsgFrom(frames...)))
 	select {
 	case <-exited:
 	case <-ctx.Done():

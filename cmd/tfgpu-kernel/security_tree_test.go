@@ -69,9 +69,7 @@ func startUserRunEnv(t *testing.T, bin string, u localUser, state string, cgroup
 		s.cmd.SysProcAttr.UseCgroupFD, s.cmd.SysProcAttr.CgroupFD = true, cgroupFD
 	}
 	s.cmd.Stdout, s.cmd.Stderr = logf, logf
-	if err := s.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, s.cmd.Start())
 	go func() { s.cmd.Wait(); close(s.done) }()
 	t.Cleanup(func() { s.stop(t, syscall.SIGKILL) })
 	for i := 0; !strings.Contains(s.logText(), "kernel started"); i++ {

@@ -58,9 +58,7 @@ func TestStandbyGivesUpTheSpareWhenItsSupervisorEnds(t *testing.T) {
 	cmd.Stderr = stderr
 	logOf := func() string { b, _ := os.ReadFile(stderr.Name()); return string(b) }
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, cmd.Start())
 	r.Close()
 	exited := make(chan struct{})
 	var waitErr error

@@ -29,9 +29,7 @@ func openPty(t *testing.T) (master, tty *os.File) {
 		t.Fatal(err)
 	}
 	master = os.NewFile(uintptr(fd), "ptmx")
-	if err := unix.IoctlSetPointerInt(fd, unix.TIOCSPTLCK, 0); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, unix.IoctlSetPointerInt(fd, unix.TIOCSPTLCK, 0))
 	n, err := unix.IoctlGetInt(fd, unix.TIOCGPTN)
 	if err != nil {
 		t.Fatal(err)
@@ -66,9 +64,7 @@ func TestRunIsQuietInATerminal(t *testing.T) {
 			cmd.Env = append(os.Environ(), append([]string{"TFGPU_STATE_DIR=" + state}, c.env...)...)
 			cmd.Stdout, cmd.Stderr = tty, tty
 			cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
+			testutil.NoErr(t, cmd.Start())
 			tty.Close()
 			var out bytes.Buffer
 			copied := make(chan struct{})

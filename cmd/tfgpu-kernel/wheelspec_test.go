@@ -23,9 +23,7 @@ func TestInstallConfiguresTheWheelsKernelspec(t *testing.T) {
 	env := append(os.Environ(), "HOME="+t.TempDir(), "JUPYTER_DATA_DIR=", "XDG_DATA_HOME=")
 	prefix := t.TempDir()
 	dir := filepath.Join(prefix, "share", "jupyter", "kernels", "tfgpu")
-	if err := kernelspec.WriteLauncherSpec(dir, "v9"); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, kernelspec.WriteLauncherSpec(dir, "v9"))
 	pipped, err := os.ReadFile(filepath.Join(dir, "kernel.json"))
 	if err != nil {
 		t.Fatal(err)
@@ -131,15 +129,11 @@ func TestDoctorKnowsTheWheelsKernelspec(t *testing.T) {
 	bin := buildInstallTestBinary(t)
 	prefix := t.TempDir()
 	dir := filepath.Join(prefix, "share", "jupyter", "kernels", "tfgpu")
-	if err := kernelspec.WriteLauncherSpec(dir, "v9"); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, kernelspec.WriteLauncherSpec(dir, "v9"))
 	testutil.NoErr(t, os.MkdirAll(filepath.Join(prefix, "bin"), 0o755))
 	testutil.NoErr(t, os.Symlink("/usr/bin/python3", filepath.Join(prefix, "bin", "python")))
 	settings := kernelspec.SettingsPath(dir)
-	if err := kernelspec.WriteSettings(settings, kernelspec.Settings{RunFlags: []string{"--no-spare=true"}, Env: map[string]string{"CUDA_VISIBLE_DEVICES": "1"}}); err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, kernelspec.WriteSettings(settings, kernelspec.Settings{RunFlags: []string{"--no-spare=true"}, Env: map[string]string{"CUDA_VISIBLE_DEVICES": "1"}}))
 	env := append(os.Environ(), "HOME="+t.TempDir(), "JUPYTER_DATA_DIR="+t.TempDir(), "TFGPU_STATE_DIR="+testutil.PrivateDir(t),
 		"JUPYTER_PATH="+filepath.Join(prefix, "share", "jupyter"))
 	line := "kernelspec:   tfgpu in " + dir + " (the tfgpu-kernel wheel's"
