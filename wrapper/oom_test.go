@@ -92,6 +92,7 @@ var idleFigure = regexp.MustCompile(`idle [0-9dhms]+;`)
 // twice. Against the fake NVML, with the supervisor in a process of its
 // own (one NVML library per process: gputest).
 func TestCellOOMExplained(t *testing.T) {
+	testutil.Integration(t) // its holders are Python
 	f := fakeGPU(t)
 	f.Hold(t, 0, 3072) // a process of this user that is no kernel
 	theirs := holdAs(t, f, testutil.NewUser(t, "oom", nil), 0, 512)

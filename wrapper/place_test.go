@@ -233,6 +233,7 @@ func TestPlacementConcurrentStartsSpread(t *testing.T) {
 // supervisor stays) is placed again: GPU0, the first kernel's, is fuller
 // now, and the fresh kernel gets GPU1 and says so in its first cell.
 func TestPlacementAfterPark(t *testing.T) {
+	testutil.Integration(t) // its holders are Python
 	f := fakeGPUs(t, 2)
 	t.Setenv("TFGPU_GPUS", "auto")
 	h, cmd := startExternal(t, "")

@@ -108,33 +108,64 @@ var nvmlHeaderDir = sync.OnceValues(func() (string, error) {
 	return dir, nil
 })
 
-// Build compiles the fake into a new temporary directory and returns that
-// directory, which holds SOName; LD_LIBRARY_PATH=libDir selects it. A
-// missing gcc or a failed compile fails the test: nothing that matters may
-// be skipped.
+// Build puts the fake library variant v into a new temporary directory
+// and returns that directory, which holds SOName; LD_LIBRARY_PATH=libDir
+// selects it. The first Build of a variant in a process compiles it; the
+// others write the same bytes (a test binary's tests would otherwise spend
+// most of their time in gcc). A missing gcc or a failed compile fails the
+// test: nothing that matters may be skipped.
 func Build(t testing.TB, v Variant) (libDir string) {
 	t.Helper()
-	inc, err := nvmlHeaderDir()
+	lib, err := compiled(t, v)
 	if err != nil {
 		t.Fatalf("gputest: %v", err)
 	}
 	libDir = t.TempDir()
-	src := filepath.Join(t.TempDir(), "fakenvml.c")
-	if err := os.WriteFile(src, fakeSource, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(libDir, SOName), lib, 0o755); err != nil {
 		t.Fatalf("gputest: %v", err)
 	}
+	return libDir
+}
+
+var (
+	builtMu sync.Mutex
+	built   = map[Variant][]byte{}
+)
+
+// compiled is the fake library variant v, compiled by gcc at its first
+// call in this process, in one of t's temporary directories.
+func compiled(t testing.TB, v Variant) ([]byte, error) {
+	builtMu.Lock()
+	defer builtMu.Unlock()
+	if lib, ok := built[v]; ok {
+		return lib, nil
+	}
+	inc, err := nvmlHeaderDir()
+	if err != nil {
+		return nil, err
+	}
+	dir := t.TempDir()
+	src, out := filepath.Join(dir, "fakenvml.c"), filepath.Join(dir, SOName)
+	if err := os.WriteFile(src, fakeSource, 0o644); err != nil {
+		return nil, err
+	}
 	args := []string{"-shared", "-fPIC", "-O2", "-Wall", "-Wextra", "-Werror", "-pthread",
-		"-Wl,-soname," + SOName, "-I", inc, "-o", filepath.Join(libDir, SOName), src}
+		"-Wl,-soname," + SOName, "-I", inc, "-o", out, src}
 	switch v {
 	case NoV3:
 		args = append(args, "-DFAKE_NVML_NO_V3")
 	case NoMIG:
 		args = append(args, "-DFAKE_NVML_NO_MIG")
 	}
-	if out, err := exec.Command("gcc", args...).CombinedOutput(); err != nil {
-		t.Fatalf("gputest: compile the fake NVML: gcc %s: %v\n%s", strings.Join(args, " "), err, out)
+	if b, err := exec.Command("gcc", args...).CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("compile the fake NVML: gcc %s: %v\n%s", strings.Join(args, " "), err, b)
 	}
-	return libDir
+	lib, err := os.ReadFile(out)
+	if err != nil {
+		return nil, err
+	}
+	built[v] = lib
+	return lib, nil
 }
 
 // Fake is one fake machine: its devices, its library and its call log. The
