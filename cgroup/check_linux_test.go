@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tfgpu/tfgpu-kernel/internal/proc"
+	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
 
 // What the tests check about real processes: what the helpers reported,
@@ -28,9 +29,7 @@ func readPidfile(t *testing.T, path string) []procID {
 	if os.IsNotExist(err) {
 		return nil
 	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	defer f.Close()
 	var ids []procID
 	sc := bufio.NewScanner(f)
@@ -67,9 +66,7 @@ func aliveIDs(t *testing.T, ids []procID) []procID {
 	var alive []procID
 	for _, id := range ids {
 		s, ok, err := r.Read(id.pid)
-		if err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, err)
 		if ok && s.Start == id.start && s.Alive() {
 			alive = append(alive, id)
 		}
@@ -82,9 +79,7 @@ func aliveIDs(t *testing.T, ids []procID) []procID {
 func killChecked(t *testing.T, tr Tree, ids []procID) {
 	t.Helper()
 	pids, err := tr.Pids()
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	for _, id := range aliveIDs(t, ids) {
 		if !slices.Contains(pids, id.pid) {
 			t.Errorf("Pids() = %v: misses reported process %d", pids, id.pid)

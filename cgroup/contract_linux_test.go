@@ -46,9 +46,7 @@ func contractModes() []contractMode {
 					opts = append(opts, WithoutCloneInto(WithExclude(testReaper.Owns)))
 				}
 				v, err := NewV2Tree(context.Background(), requireCgroupV2(t), name(), opts...)
-				if err != nil {
-					t.Fatal(err)
-				}
+				testutil.NoErr(t, err)
 				return v, []string{v.Dir()}
 			},
 			start: func(t *testing.T, mode string, extra ...string) (*tree, []string) {
@@ -101,9 +99,7 @@ func v1Mode(name func() string, withPids bool) contractMode {
 		open: func(t *testing.T) (Tree, []string) {
 			freezer, pids := dirs(t)
 			v, err := NewV1Tree(context.Background(), freezer, pids, name(), WithExclude(testReaper.Owns))
-			if err != nil {
-				t.Fatal(err)
-			}
+			testutil.NoErr(t, err)
 			return v, v1dirs(v)
 		},
 		start: func(t *testing.T, mode string, extra ...string) (*tree, []string) {
@@ -144,15 +140,11 @@ func systemdMode(name func() string, emptied func(*testing.T, []string)) contrac
 		t.Helper()
 		m := fakesystemd.Start(t, requireCgroupV2(t), os.Getuid())
 		exe, err := os.Executable()
-		if err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, err)
 		t.Setenv("XDG_RUNTIME_DIR", m.Runtime)
 		t.Setenv("PATH", fakesystemd.Bin(t, t.TempDir(), exe)+string(os.PathListSeparator)+os.Getenv("PATH"))
 		o, err := Open(ModeSystemd, name(), Options{Reaper: testReaper})
-		if err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, err)
 		st, ok := o.Tree.(*scopeTree)
 		if !ok {
 			t.Fatalf("Open(%q) = %T, want *scopeTree", ModeSystemd, o.Tree)

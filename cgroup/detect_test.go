@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+
+	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
 
 // Fixtures in testdata/layout: NAME.mountinfo and NAME.cgroup are
@@ -43,9 +45,7 @@ func TestParseLayout(t *testing.T) {
 			mi := readFixture(t, tc.name+".mountinfo")
 			cg := readFixture(t, tc.name+".cgroup")
 			l, err := ParseLayout(mi, cg)
-			if err != nil {
-				t.Fatal(err)
-			}
+			testutil.NoErr(t, err)
 			if l.Kind != tc.kind || l.V2Mount != tc.v2Mount || l.V2Self != tc.v2Self {
 				t.Errorf("ParseLayout = kind %q v2 %q self %q; want %q %q %q",
 					l.Kind, l.V2Mount, l.V2Self, tc.kind, tc.v2Mount, tc.v2Self)
@@ -114,8 +114,6 @@ func TestParseDeleted(t *testing.T) {
 func readFixture(t *testing.T, name string) []byte {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join("testdata", "layout", name))
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	return b
 }

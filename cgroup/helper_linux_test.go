@@ -251,9 +251,7 @@ func startTreeIn(t *testing.T, in Tree, mode string, extra ...string) *tree {
 func (tr *tree) spawn(t *testing.T, useFD *bool, noStarted bool, mode string, extra ...string) {
 	t.Helper()
 	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	sys := &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // backstop if the test binary dies
 	if err := tr.Configure(sys); err != nil {
 		t.Fatal(err)
@@ -274,9 +272,7 @@ func (tr *tree) spawn(t *testing.T, useFD *bool, noStarted bool, mode string, ex
 		}
 	}
 	tr.leader, tr.exited, err = testReaper.StartProcess(path, argv, attr)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	if !noStarted {
 		tr.Started(tr.leader)
 	}

@@ -58,9 +58,7 @@ func init() {
 func startAlloc(t *testing.T, mib int, sys *syscall.SysProcAttr, move func(pid int) error) proc.ExitStatus {
 	t.Helper()
 	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	var p [2]int
 	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
 		t.Fatal(err)
@@ -77,9 +75,7 @@ func startAlloc(t *testing.T, mib int, sys *syscall.SysProcAttr, move func(pid i
 	attr := &syscall.ProcAttr{Env: env,
 		Files: []uintptr{r.Fd(), 1, 2}, Sys: sys}
 	pid, exited, err := testReaper.StartProcess(exe, []string{exe, "-test.run=^$"}, attr)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	r.Close()
 	if move != nil {
 		if err := move(pid); err != nil {
@@ -168,9 +164,7 @@ func TestV1MemoryLeftover(t *testing.T) {
 	}
 	t.Cleanup(func() { unix.Rmdir(dir) })
 	m, err := NewV1Memory(parent, name, 32<<20)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	if err := m.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -254,9 +248,7 @@ func TestV2MemoryFake(t *testing.T) {
 	write(filepath.Join(dir, "memory.events"), "low 0\nhigh 0\nmax 7\noom 3\noom_kill 2\noom_group_kill 0\n")
 	write(filepath.Join(dir, "cgroup.procs"), "")
 	m, err := newV2Memory(dir, 300<<20)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	if b, _ := os.ReadFile(filepath.Join(dir, "memory.max")); string(b) != strconv.Itoa(300<<20) {
 		t.Errorf("memory.max = %q", b)
 	}
@@ -304,9 +296,7 @@ func TestV2MemoryOOMKill(t *testing.T) {
 	}
 	parent := requireCgroupV2(t)
 	tree, err := NewV2Tree(context.Background(), parent, fmt.Sprintf("mem-%d-%d", os.Getpid(), treeSeq.Add(1)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()

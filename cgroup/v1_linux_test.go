@@ -43,9 +43,7 @@ func startV1Tree(t *testing.T, freezer, pids string, noStarted bool, mode string
 	t.Helper()
 	name := fmt.Sprintf("test-%d-%d", os.Getpid(), treeSeq.Add(1))
 	v1, err := NewV1Tree(context.Background(), freezer, pids, name, WithExclude(testReaper.Owns))
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	if pids != "" && v1.PidsDir() == "" {
 		t.Errorf("no pids cgroup under %s", pids)
 	}
@@ -59,13 +57,9 @@ func startV1Tree(t *testing.T, freezer, pids string, noStarted bool, mode string
 func v1CgroupOf(t *testing.T, pid int, controller string) string {
 	t.Helper()
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	p, _, err := parseSelfV1(b, controller)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	return p
 }
 
@@ -172,9 +166,7 @@ func TestV1Leftover(t *testing.T) {
 			// The old supervisor's sweep is gone with it: only the cgroup
 			// counts, so processes that escaped the move may survive.
 			v1, err := NewV1Tree(ctx, freezer, pidsParent, name)
-			if err != nil {
-				t.Fatal(err)
-			}
+			testutil.NoErr(t, err)
 			defer v1.Close()
 			if left, err := readProcs(dir); v1.Dir() != dir || err != nil || len(left) > 0 {
 				t.Errorf("NewV1Tree on leftover: dir %s (want %s), left %v, %v", v1.Dir(), dir, left, err)

@@ -59,9 +59,7 @@ func rootLayout(t *testing.T) Layout {
 	t.Helper()
 	requireRoot(t)
 	l, err := DetectLayout()
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	return l
 }
 
@@ -122,9 +120,7 @@ func startV2Tree(t *testing.T, parent string, sp v2Spawn, mode string, extra ...
 	}
 	name := fmt.Sprintf("test-%d-%d", os.Getpid(), treeSeq.Add(1))
 	v2, err := NewV2Tree(context.Background(), parent, name, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	dir := t.TempDir()
 	tr := &tree{Tree: v2, pidfile: filepath.Join(dir, "pids")}
 	cgfile := filepath.Join(dir, "cgroups")
@@ -137,13 +133,9 @@ func startV2Tree(t *testing.T, parent string, sp v2Spawn, mode string, extra ...
 func cgroupOf(t *testing.T, pid int) string {
 	t.Helper()
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	p, _, err := parseSelfV2(b)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	return p
 }
 
@@ -151,9 +143,7 @@ func cgroupOf(t *testing.T, pid int) string {
 func selfReports(t *testing.T, cgfile string) map[int]string {
 	t.Helper()
 	f, err := os.Open(cgfile)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	defer f.Close()
 	m := map[int]string{}
 	sc := bufio.NewScanner(f)
@@ -171,9 +161,7 @@ func selfReports(t *testing.T, cgfile string) map[int]string {
 func populated(t *testing.T, dir string) bool {
 	t.Helper()
 	p, err := readPopulated(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	return p
 }
 
@@ -229,9 +217,7 @@ func TestV2Leftover(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	v2, err := NewV2Tree(ctx, parent, name)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	defer v2.Close()
 	if v2.Dir() != dir || populated(t, dir) {
 		t.Errorf("NewV2Tree on leftover: dir %s (want %s), populated %v", v2.Dir(), dir, populated(t, dir))
@@ -252,9 +238,7 @@ func TestV2Leftover(t *testing.T) {
 		t.Fatal(err)
 	}
 	pid, exited, err := testReaper.StartProcess("/bin/sleep", []string{"sleep", "30"}, &syscall.ProcAttr{Sys: attr})
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	v2.Started(pid)
 	select {
 	case es := <-exited:
@@ -297,8 +281,6 @@ func tfgpuCgroups(t *testing.T, parent string) []string {
 	// Only this test process's own: other packages' tests (run in
 	// parallel by go test ./...) create tfgpu-* cgroups of their own.
 	m, err := filepath.Glob(filepath.Join(parent, fmt.Sprintf("tfgpu-test-%d-*", os.Getpid())))
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	return m
 }

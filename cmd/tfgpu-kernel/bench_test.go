@@ -104,9 +104,7 @@ func benchSetupWith(tb testing.TB, dir, python, encryption string) []string {
 			"interrupt_mode": "signal",
 			"metadata":       metadata,
 		}, "", " ")
-		if err != nil {
-			tb.Fatal(err)
-		}
+		testutil.NoErr(tb, err)
 		testutil.NoErr(tb, os.WriteFile(filepath.Join(kdir, "kernel.json"), spec, 0o644))
 	}
 	for _, d := range []string{"runtime", "data", "ipython", "logs"} {
@@ -159,9 +157,7 @@ func benchRun(tb testing.TB, env []string, dir string, quick bool, timeout time.
 		env = append(env, "TFGPU_BENCH_QUICK=1")
 	}
 	script, err := filepath.Abs(filepath.Join("testdata", "bench", "bench.py"))
-	if err != nil {
-		tb.Fatal(err)
-	}
+	testutil.NoErr(tb, err)
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	var stdout strings.Builder

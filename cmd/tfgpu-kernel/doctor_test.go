@@ -72,9 +72,7 @@ func TestDoctorKernelspecs(t *testing.T) {
 	// A second binary, installed into a prefix on JUPYTER_PATH, then removed.
 	other := filepath.Join(t.TempDir(), "tfgpu-kernel")
 	b, err := os.ReadFile(bin)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	testutil.NoErr(t, os.WriteFile(other, b, 0o755))
 	for _, c := range [][]string{{bin, "--name", "tfgpu"}, {other, "--name", "tfgpu-old"}} {
 		if r := runInstallBin(t, env, c[0], "install", "--prefix", prefix, "--python", "/usr/bin/python3", c[1], c[2]); r.code != 0 {

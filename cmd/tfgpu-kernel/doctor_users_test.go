@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
 
 // doctorIn runs `tfgpu-kernel doctor` as cred (nil: root) in the cgroup
@@ -35,9 +37,7 @@ func TestDoctorLeavesOtherUsersKernelsAlone(t *testing.T) {
 	alice, bob := newLocalUser(t, "alice"), newLocalUser(t, "bob")
 	deleg := delegateCgroup(t, alice)
 	fd, err := syscall.Open(deleg, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	defer syscall.Close(fd)
 	// A cgroup of bob's own that no supervisor records.
 	bobsStale := bob.mkdir(t, filepath.Join(deleg, "tfgpu-5b2c1e7a-bbbb-4bbb-8ccc-000000000002-1"), 0o755)

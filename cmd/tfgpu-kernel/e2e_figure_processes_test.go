@@ -123,18 +123,14 @@ func TestE2EFigureProcesses(t *testing.T) {
 	gs.env = append(append([]string{}, s.env...), "E2E_TFGPU_BIN="+s.bin)
 	res := gs.scenario(t, 120*time.Second, "processes.py")
 	fig, err := processesFigureOf(res.Facts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	if t.Failed() { // survivors: what was captured is not what the picture should show
 		return
 	}
 	// Read before it may be overwritten: TFGPU_FIGURE_OUT is docs/img.
 	committed, cerr := os.ReadFile(filepath.Join("..", "..", "docs", "img", "processes.json"))
 	data, err := json.MarshalIndent(fig, "", "  ")
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	data = append(data, '\n')
 	dirs := []string{t.TempDir()}
 	if out != "" {

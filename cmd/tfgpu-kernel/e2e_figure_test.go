@@ -107,9 +107,7 @@ func TestE2EFigureGPURestart(t *testing.T) {
 				"E2E_KERNEL="+k.kernel, "E2E_WRAPPED="+map[bool]string{true: "1", false: "0"}[k.kernel == "tfgpu"])
 			res := gs.scenario(t, 120*time.Second, "figure.py")
 			run, err := figureRunOf(res.Facts)
-			if err != nil {
-				t.Fatal(err)
-			}
+			testutil.NoErr(t, err)
 			run.Name, run.Label = k.name, k.label
 			checkFigure(t, run)
 			fig.Runs = append(fig.Runs, run)
@@ -119,9 +117,7 @@ func TestE2EFigureGPURestart(t *testing.T) {
 		return
 	}
 	data, err := json.MarshalIndent(fig, "", "  ")
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	// One line per sample: the file is committed, and diffs of it should read.
 	data = regexp.MustCompile(`\[[^\[\]{}"]*\]`).ReplaceAllFunc(data, func(b []byte) []byte {
 		return []byte(strings.Join(strings.Fields(string(b)), ""))

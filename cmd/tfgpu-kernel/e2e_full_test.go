@@ -222,9 +222,7 @@ func e2eSIGKILL(t *testing.T, s *e2eSuite, asUser bool, mode, how string) {
 		shared := sharedDir(t)
 		bin := filepath.Join(shared, "tfgpu-kernel")
 		b, err := os.ReadFile(s.bin)
-		if err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, err)
 		os.WriteFile(bin, b, 0o755)
 		prefix := filepath.Join(shared, "prefix")
 		testutil.NoErr(t, e2eInstallSpec(bin, prefix, s.python))
@@ -245,9 +243,7 @@ func e2eSIGKILL(t *testing.T, s *e2eSuite, asUser bool, mode, how string) {
 		if mode == CgroupModeV2 {
 			deleg := delegateCgroup(t, u)
 			fd, err := syscall.Open(deleg, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
+			testutil.NoErr(t, err)
 			defer syscall.Close(fd)
 			r.cmd.SysProcAttr.UseCgroupFD, r.cmd.SysProcAttr.CgroupFD = true, fd
 		}

@@ -243,9 +243,7 @@ func startJupyter(t *testing.T, name, dir, ready string, env []string, token str
 		srv := &jupyterServer{name: name, url: fmt.Sprintf("http://127.0.0.1:%d", port),
 			logPath: filepath.Join(dir, fmt.Sprintf("%s-%d.log", name, attempt)), done: make(chan struct{})}
 		logf, err := os.Create(srv.logPath)
-		if err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, err)
 		a := argv(port)
 		srv.cmd = exec.Command(a[0], a[1:]...)
 		srv.cmd.Env, srv.cmd.Dir, srv.cmd.Stdout, srv.cmd.Stderr = env, dir, logf, logf
@@ -321,9 +319,7 @@ func (s *jupyterServer) log() string {
 // retries, so a race for it shows as a start failure, retried).
 func freePort(t *testing.T) int {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
 }

@@ -100,9 +100,7 @@ func TestE2EKeylessPeers(t *testing.T) {
 		shared := sharedDir(t)
 		for _, name := range []string{"peers_attack.py", "zmtpraw.py"} {
 			src, err := os.ReadFile(filepath.Join(s.scripts, name))
-			if err != nil {
-				t.Fatal(err)
-			}
+			testutil.NoErr(t, err)
 			testutil.NoErr(t, os.WriteFile(filepath.Join(shared, name), src, 0o644))
 		}
 		script := filepath.Join(shared, "peers_attack.py")

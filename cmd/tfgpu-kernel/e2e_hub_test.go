@@ -140,9 +140,7 @@ func hubPython(t *testing.T) string {
 func hubProxy(t *testing.T) string {
 	t.Helper()
 	dir, err := filepath.Abs(filepath.Join("testdata", "hub"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	chp := filepath.Join(dir, "node_modules", ".bin", "configurable-http-proxy")
 	if _, err := os.Stat(chp); err != nil {
 		npm := exec.Command("npm", "ci", "--prefix", dir, "--no-audit", "--no-fund", "--loglevel=error")
@@ -180,9 +178,7 @@ func startHub(t *testing.T, cl *slurmCluster, py, chp, prefix string, users []lo
 	hb := &hubRun{r: cl.h.r, tag: cl.tag, url: fmt.Sprintf("http://127.0.0.1:%d", ports[0]),
 		api: fmt.Sprintf("http://127.0.0.1:%d/hub/api", ports[1]), driver: hubToken(), culler: hubToken(), log: &testutil.Buffer{}}
 	conf, err := filepath.Abs(filepath.Join("testdata", "hub", "jupyterhub_config.py"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	venvBin := filepath.Dir(py)
 	env := append(e2eCleanEnv(), "E2E_HUB_DAEMON="+hb.tag, "SLURM_CONF="+cl.conf,
 		"PATH="+venvBin+":/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin",

@@ -33,9 +33,7 @@ func TestE2EIdleStop(t *testing.T) {
 			"E2E_METRICS="+metrics)
 		res := gs.scenario(t, 150*time.Second, "gpu.py", "idle")
 		text, err := os.ReadFile(metrics)
-		if err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, err)
 		fams := testutil.ParseProm(t, string(text))
 		rows, _ := res.Facts["ps_rows"].(map[string]any)
 		if len(rows) != 3 {

@@ -85,9 +85,7 @@ func (u *installUser) run(env []string, argv ...string) (int, string, string) {
 func sharedGoModules(t *testing.T, dir string) string {
 	t.Helper()
 	own, err := exec.Command("go", "env", "GOMODCACHE").Output()
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	mods := filepath.Join(dir, "gomod")
 	dl := exec.Command("go", "build", "-o", os.DevNull, "./cmd/tfgpu-kernel") // fetches what the build needs, no more
 	dl.Dir = filepath.Join("..", "..")
@@ -108,9 +106,7 @@ func wheelhouse(t *testing.T, dir string) string {
 	t.Helper()
 	vpy := stackPython(t, stackCurrent)
 	pins, err := filepath.Abs(filepath.Join("testdata", "stacks", "current.txt"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	wh := filepath.Join(dir, "wheels")
 	dl := exec.Command(vpy, "-m", "pip", "download", "--disable-pip-version-check", "--no-input", "-q", "--only-binary", ":all:",
 		"-d", wh, "-c", pins, "pip", "ipykernel", "jupyter_client")
@@ -359,9 +355,7 @@ exec sleep 3600`, scratch)
 		return runIn(t, nil, ns, env, rootRepo, argv...)
 	}
 	cache, err := exec.Command("go", "env", "GOCACHE").Output()
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	rootEnv := append(u.with("", "GOCACHE="+strings.TrimSpace(string(cache))), "HOME="+scratch, "USER=root")
 	bin := "/usr/local/bin/tfgpu-kernel"
 	specDir := "/usr/local/share/jupyter/kernels/tfgpu"

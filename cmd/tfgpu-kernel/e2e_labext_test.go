@@ -27,9 +27,7 @@ import (
 func e2eLabExtension(t *testing.T, py string) {
 	t.Helper()
 	src, err := filepath.Abs(filepath.Join("..", "..", "labextension"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	sum, err := labextSourceHash(src)
 	if err != nil {
 		t.Fatalf("labextension sources: %v", err)
@@ -37,9 +35,7 @@ func e2eLabExtension(t *testing.T, py string) {
 	venv := filepath.Dir(filepath.Dir(py))
 	mark := filepath.Join(venv, ".labext-"+sum)
 	lock, err := os.OpenFile(venv+".lock", os.O_CREATE|os.O_RDWR, 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	defer lock.Close()
 	testutil.NoErr(t, syscall.Flock(int(lock.Fd()), syscall.LOCK_EX))
 	if _, err := os.Stat(mark); err == nil {

@@ -61,9 +61,7 @@ func TestE2EPod(t *testing.T) {
 		testutil.RequireOrSkip(t, "needs a cgroup2 tree and a v1 memory hierarchy (hybrid host): %+v %v", l, err)
 	}
 	memSelf, err := ownV1Cgroup("memory")
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	name := fmt.Sprintf("tfgpu-e2epod-%d", os.Getpid())
 	pod := [2]string{filepath.Join(l.V2Self, name), filepath.Join(l.V1["memory"], memSelf, name)}
 	for _, d := range pod {

@@ -268,15 +268,11 @@ exec cat >/dev/null`
 	masked := map[bool]string{true: "1", false: "0"}[e.masked]
 	c := exec.Command("unshare", "--mount", "--propagation", "private", "/bin/sh", "-c", script, "sh", empty, masked)
 	stdin, err := c.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	var stderr testutil.Buffer
 	c.Stderr = &stderr
 	stdout, err := c.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	if err := c.Start(); err != nil {
 		t.Fatalf("unshare --mount: %v", err)
 	}
@@ -329,19 +325,13 @@ func (e *podmanEnv) run(timeout time.Duration, args ...string) (string, error) {
 func (e *podmanEnv) buildImage(t *testing.T) string {
 	t.Helper()
 	script, err := filepath.Abs(filepath.Join("testdata", "engines", "image.sh"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	data, err := os.ReadFile(script)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	sum := sha256.Sum256(data)
 	tag := podmanImageRepo + ":" + hex.EncodeToString(sum[:])[:12]
 	lock, err := os.OpenFile(filepath.Join(os.TempDir(), "tfgpu-engine-image.lock"), os.O_CREATE|os.O_RDWR, 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	defer lock.Close()
 	testutil.NoErr(t, syscall.Flock(int(lock.Fd()), syscall.LOCK_EX))
 	if _, err := e.run(time.Minute, "image", "exists", tag); err == nil {
@@ -395,9 +385,7 @@ func (e *podmanEnv) variant(t *testing.T, s *e2eSuite, rt string, v podmanVarian
 	}
 	name := fmt.Sprintf("tfgpu-e2e-%s-%s-%s-%d-%06x", mode, rt, v.name, os.Getpid(), time.Now().UnixNano()&0xffffff)
 	testdata, err := filepath.Abs("testdata")
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	bin, out := s.bin, ""
 	if e.user != nil { // what the container's root, the user on the host, can read and write
 		bin, testdata, out = e.user.bin, e.user.testdata, e.user.scratch(t)
@@ -431,9 +419,7 @@ func (e *podmanEnv) variant(t *testing.T, s *e2eSuite, rt string, v podmanVarian
 	var stderr testutil.Buffer
 	run.Stderr = &stderr
 	stdout, err := run.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	run.WaitDelay = 5 * time.Second
 	if err := run.Start(); err != nil {
 		t.Fatalf("podman run: %v", err)
@@ -830,9 +816,7 @@ func (u *podmanUser) argv() []string {
 func (u *podmanUser) scratch(t *testing.T) string {
 	t.Helper()
 	d, err := os.MkdirTemp(u.home, "e2e-")
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	testutil.NoErr(t, os.Chown(d, u.uid, u.gid))
 	return d
 }
@@ -917,9 +901,7 @@ func podmanSubIDs(t *testing.T, name string) {
 		if os.IsNotExist(err) {
 			err = os.WriteFile(f, nil, 0o644)
 		}
-		if err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, err)
 		for _, l := range strings.Split(string(data), "\n") {
 			p := strings.Split(l, ":")
 			if len(p) == 3 {

@@ -470,9 +470,7 @@ func (h *slurmHost) newCluster(t *testing.T, c slurmConf) *slurmCluster {
 	}
 	for _, name := range []string{"slurm.conf", "cgroup.conf"} {
 		tmpl, err := template.ParseFiles(filepath.Join(h.engine, name+".tmpl"))
-		if err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, err)
 		var b bytes.Buffer
 		testutil.NoErr(t, tmpl.Execute(&b, vars))
 		testutil.NoErr(t, os.WriteFile(filepath.Join(cl.dir, name), b.Bytes(), 0o644))
@@ -552,9 +550,7 @@ func slurmFreePorts(t *testing.T, n int) []int {
 	var ports []int
 	for range n {
 		l, err := net.Listen("tcp", ":0")
-		if err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, err)
 		ls = append(ls, l)
 		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}

@@ -53,9 +53,7 @@ func TestE2EWheel(t *testing.T) {
 	t.Run("current", func(t *testing.T) {
 		f := gputest.New(t, 1, gputest.Full)
 		base, err := exec.LookPath("python3")
-		if err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, err)
 		base = realPython(t, base)
 		dir := t.TempDir()
 		env := append(wheelUserEnv(dir, filepath.Dir(base)), f.Env()...)
@@ -116,9 +114,7 @@ exec chroot %[1]s /usr/bin/env -i HOME=/work/home PATH=/usr/local/bin:/usr/bin:/
 		checkAuditwheel(t, arm, "aarch64")
 		bin := wheelMember(t, arm, ".data/scripts/tfgpu-kernel")
 		f, err := elf.NewFile(bytes.NewReader(bin))
-		if err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, err)
 		if f.Machine != elf.EM_AARCH64 || f.Class != elf.ELFCLASS64 {
 			t.Fatalf("aarch64 wheel's binary is %v %v", f.Machine, f.Class)
 		}
@@ -158,17 +154,13 @@ func e2eWheel(t *testing.T, arch string) string {
 	e2eWheelMu.Lock()
 	defer e2eWheelMu.Unlock()
 	repo, err := filepath.Abs(filepath.Join("..", ".."))
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	sum, err := checkoutHash(repo)
 	if err != nil {
 		t.Fatalf("hash of the checkout: %v", err)
 	}
 	cache, err := os.UserCacheDir()
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	dir := filepath.Join(cache, "tfgpu-kernel", "wheels", sum+"-"+arch)
 	if m, _ := filepath.Glob(filepath.Join(dir, "*.whl")); len(m) == 1 {
 		return m[0]
@@ -180,9 +172,7 @@ func e2eWheel(t *testing.T, arch string) string {
 	// PATH is a directory with python3, git and sh only.
 	tools := t.TempDir()
 	py, err := exec.LookPath("python3")
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	for name, target := range map[string]string{"python3": realPython(t, py), "git": "/usr/bin/git", "sh": "/bin/sh"} {
 		testutil.NoErr(t, os.Symlink(target, filepath.Join(tools, name)))
 	}
@@ -453,9 +443,7 @@ func checkAuditwheel(t *testing.T, whl, arch string) {
 func toolVenv(t *testing.T, name string, pkgs ...string) string {
 	t.Helper()
 	cache, err := os.UserCacheDir()
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	sum := sha256.Sum256([]byte(strings.Join(pkgs, "\n")))
 	venv := filepath.Join(cache, "tfgpu-kernel", "tool-"+name+"-"+hex.EncodeToString(sum[:])[:12])
 	if _, err := os.Stat(filepath.Join(venv, ".complete")); err == nil {
@@ -478,21 +466,15 @@ func toolVenv(t *testing.T, name string, pkgs ...string) string {
 func wheelMember(t *testing.T, whl, suffix string) []byte {
 	t.Helper()
 	z, err := zip.OpenReader(whl)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	defer z.Close()
 	for _, f := range z.File {
 		if strings.HasSuffix(f.Name, suffix) {
 			r, err := f.Open()
-			if err != nil {
-				t.Fatal(err)
-			}
+			testutil.NoErr(t, err)
 			defer r.Close()
 			b, err := io.ReadAll(r)
-			if err != nil {
-				t.Fatal(err)
-			}
+			testutil.NoErr(t, err)
 			return b
 		}
 	}
@@ -504,9 +486,7 @@ func wheelMember(t *testing.T, whl, suffix string) []byte {
 func maxGlibc(t *testing.T, f *elf.File) string {
 	t.Helper()
 	syms, err := f.ImportedSymbols()
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	max := "2.0"
 	for _, s := range syms {
 		if v, ok := strings.CutPrefix(s.Version, "GLIBC_"); ok && glibcAfter(v, max) {
@@ -537,9 +517,7 @@ func glibcAfter(a, b string) bool {
 func copyFile(t *testing.T, src, dst string) {
 	t.Helper()
 	data, err := os.ReadFile(src)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	testutil.NoErr(t, os.WriteFile(dst, data, 0o644))
 }
 
@@ -586,14 +564,10 @@ func bullseyeWheelhouse(t *testing.T) string {
 func cachedBuild(t *testing.T, name, from string, build func(dir string)) string {
 	t.Helper()
 	data, err := os.ReadFile(from)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	sum := sha256.Sum256(data)
 	cache, err := os.UserCacheDir()
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	dir := filepath.Join(cache, "tfgpu-kernel", name+"-"+hex.EncodeToString(sum[:])[:12])
 	unlock := lockFile(t, dir+".lock")
 	defer unlock()
@@ -612,9 +586,7 @@ func lockFile(t *testing.T, path string) func() {
 	t.Helper()
 	testutil.NoErr(t, os.MkdirAll(filepath.Dir(path), 0o755))
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	testutil.NoErr(t, syscall.Flock(int(f.Fd()), syscall.LOCK_EX))
 	return func() { f.Close() }
 }

@@ -27,9 +27,7 @@ func TestBinaryStartsWithoutNVML(t *testing.T) {
 	}
 	bin := buildInstallTestBinary(t)
 	f, err := elf.Open(bin)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	defer f.Close()
 	for _, tag := range []elf.DynTag{elf.DT_FLAGS, elf.DT_FLAGS_1, elf.DT_BIND_NOW} {
 		vals, _ := f.DynValue(tag)
@@ -81,9 +79,7 @@ func TestPs(t *testing.T) {
 	holder := f.Hold(t, 1, 768, "--setsid") // a process group of its own, as a kernel has
 	stateDir := testutil.PrivateDir(t)
 	kernelStart, err := proc.StartTime(holder.Process.Pid)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	// A kernel recorded by a dead supervisor whose process group leader
 	// (the "kernel") is the holder: ps finds it through /proc.
 	st, _ := json.Marshal(record.State{KernelID: "5b2c1e7a-ps", SupervisorPID: 1 << 30, KernelPID: holder.Process.Pid,
@@ -151,9 +147,7 @@ func TestStopConfirmsGPU(t *testing.T) {
 		f := gputest.New(t, 1, gputest.Full)
 		holder := f.Hold(t, 0, 512, "--setsid")
 		start, err := proc.StartTime(holder.Process.Pid)
-		if err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, err)
 		stateDir := testutil.PrivateDir(t)
 		st, _ := json.Marshal(record.State{KernelID: "dead-gpu", SupervisorPID: 1 << 30, KernelPID: holder.Process.Pid,
 			KernelStart: start, Containment: "proc"})
@@ -182,9 +176,7 @@ func BenchmarkPs(b *testing.B) {
 	for i := range 20 {
 		h := f.Hold(b, i%2, 256, "--setsid")
 		start, err := proc.StartTime(h.Process.Pid)
-		if err != nil {
-			b.Fatal(err)
-		}
+		testutil.NoErr(b, err)
 		id := fmt.Sprintf("bench-%02d", i)
 		st, _ := json.Marshal(record.State{KernelID: id, SupervisorPID: os.Getpid(), KernelPID: h.Process.Pid,
 			KernelStart: start, Containment: "proc", Started: time.Now(), Phase: record.PhaseRunning})

@@ -231,9 +231,7 @@ func TestInstallRunFlags(t *testing.T) {
 			if err == nil {
 				err = json.Unmarshal(data, &s)
 			}
-			if err != nil {
-				t.Fatal(err)
-			}
+			testutil.NoErr(t, err)
 			want := make([]string, len(tc.wantRun))
 			for i, w := range tc.wantRun {
 				want[i] = strings.ReplaceAll(w, "@WD@", tmp)
@@ -253,9 +251,7 @@ func TestInstallWrap(t *testing.T) {
 	bin := buildInstallTestBinary(t)
 	realBin, _ := filepath.EvalSymlinks(bin)
 	xdg, err := os.MkdirTemp("", "wrap-xdg-") // short: the supervisor's ipc paths must fit sun_path
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	t.Cleanup(func() { os.RemoveAll(xdg) })
 	tag := e2eTag(t)
 	env, tmp := installEnv(t, "XDG_RUNTIME_DIR="+xdg, "E2E_TAG="+tag)
@@ -381,9 +377,7 @@ func installStartBoth(t *testing.T, env []string, py, tag string, names ...strin
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	script, err := filepath.Abs(filepath.Join("testdata", "install", "startboth.py"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	cmd := exec.CommandContext(ctx, py, append([]string{script}, names...)...)
 	var stdout, stderr bytes.Buffer
 	cmd.Env, cmd.Stdout, cmd.Stderr = env, &stdout, &stderr
@@ -456,18 +450,14 @@ func installTreeSum(t *testing.T, dir string) string {
 		}
 		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	return b.String()
 }
 
 func readInstallFile(t *testing.T, p string) []byte {
 	t.Helper()
 	b, err := os.ReadFile(p)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	return b
 }
 

@@ -231,9 +231,7 @@ func TestInstallSpareFlags(t *testing.T) {
 			t.Fatalf("install %v: exit %d: %s", tc.args, r.code, r.stderr)
 		}
 		b, err := os.ReadFile(filepath.Join(prefix, "share", "jupyter", "kernels", "tfgpu", "kernel.json"))
-		if err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, err)
 		var spec struct{ Argv []string }
 		testutil.NoErr(t, json.Unmarshal(b, &spec))
 		joined := strings.Join(spec.Argv, " ")

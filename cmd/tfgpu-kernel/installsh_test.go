@@ -29,9 +29,7 @@ func newInstallSh(t *testing.T, extra ...string) (*installSh, string) {
 	t.Helper()
 	testutil.Integration(t)
 	script, err := filepath.Abs(filepath.Join("..", "..", "install.sh"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	env, tmp := installEnv(t, extra...)
 	env = append(env, "JUPYTER_DATA_DIR="+filepath.Join(tmp, "data"))
 	// The temp HOME must not hide the Go setup: same caches, same go env file.
@@ -212,9 +210,7 @@ func TestInstallScriptChecksBeforeReplacing(t *testing.T) {
 func installStat(t *testing.T, p string) os.FileInfo {
 	t.Helper()
 	fi, err := os.Stat(p)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	return fi
 }
 
@@ -261,9 +257,7 @@ func TestInstallScriptAdvisesTheVenvsPip(t *testing.T) {
 func copyRepo(t *testing.T, dst string) {
 	t.Helper()
 	root, err := filepath.Abs(filepath.Join("..", ".."))
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	out, err := exec.Command("git", "-C", root, "ls-files", "-z", "--cached", "--others", "--exclude-standard").Output()
 	if err != nil {
 		t.Fatalf("git ls-files: %v", err)
@@ -277,9 +271,7 @@ func copyRepo(t *testing.T, dst string) {
 		p := filepath.Join(dst, rel)
 		testutil.NoErr(t, os.MkdirAll(filepath.Dir(p), 0o755))
 		b, err := os.ReadFile(src)
-		if err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, err)
 		testutil.NoErr(t, os.WriteFile(p, b, fi.Mode().Perm()|0o444))
 	}
 }
@@ -436,9 +428,7 @@ func TestInstallScriptSuggestsAJupyterYouHave(t *testing.T) {
 	}
 	sh, tmp := newInstallSh(t)
 	goroot, err := exec.Command("go", "env", "GOROOT").Output()
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	path := filepath.Join(strings.TrimSpace(string(goroot)), "bin") + ":/usr/bin:/bin"
 	vpy := systemSiteVenv(t, py)
 	venvBin := filepath.Dir(vpy)

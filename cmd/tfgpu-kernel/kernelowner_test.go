@@ -52,9 +52,7 @@ func newKernelOwner(t *testing.T, bin, role, python string, runFlags ...string) 
 	t.Cleanup(func() { os.RemoveAll(run) })
 	deleg := delegateCgroup(t, o.localUser)
 	fd, err := syscall.Open(deleg, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	t.Cleanup(func() { syscall.Close(fd) })
 	o.cgroupFD = fd
 	o.memory = delegateMemoryV1(t, o.localUser)
@@ -81,9 +79,7 @@ func newKernelOwner(t *testing.T, bin, role, python string, runFlags ...string) 
 func delegateMemoryV1(t *testing.T, u localUser) string {
 	t.Helper()
 	l, err := cgroup.DetectLayout()
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	parent, err := cgroup.V1SelfDir(l, "memory")
 	if err != nil {
 		testutil.RequireOrSkip(t, "needs a v1 memory hierarchy: %v", err)
@@ -248,9 +244,7 @@ func (o *kernelOwner) startDriver(t *testing.T, id string) *stateDriver {
 	scripts := sharedDir(t)
 	for _, name := range []string{"harness.py", "states.py", "gate/sitecustomize.py"} {
 		b, err := os.ReadFile(filepath.Join("testdata", "e2e", name))
-		if err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, err)
 		os.MkdirAll(filepath.Dir(filepath.Join(scripts, name)), 0o755)
 		testutil.NoErr(t, os.WriteFile(filepath.Join(scripts, name), b, 0o644))
 	}
@@ -268,9 +262,7 @@ func (o *kernelOwner) startDriver(t *testing.T, id string) *stateDriver {
 		t.Fatal(err)
 	}
 	out, err := d.cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	testutil.NoErr(t, d.cmd.Start())
 	go func() {
 		sc := bufio.NewScanner(out)

@@ -117,9 +117,7 @@ func fakeRig(t *testing.T) *gpuRig {
 		t.Setenv(k, v) // this process reads the fake too, with the same knobs
 	}
 	n, err := gpu.Open(f.Library(), "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	t.Cleanup(n.Close)
 	apps := func() (map[int]int, error) {
 		hs, err := n.Holders()
@@ -171,9 +169,7 @@ func TestRealGPU(t *testing.T) {
 		defer logTo("sigterm", &load.log)
 		pids := load.waitReady(t)
 		during, err := rig.used()
-		if err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, err)
 		appsDuring, _ := rig.apps()
 		t.Logf("GPU0 memory.used before %d MiB, with the load %d MiB; load pids %v; compute apps %v", load.before, during, pids, appsDuring)
 		f["used_before_mib"], f["used_with_load_mib"] = load.before, during
@@ -280,14 +276,10 @@ func TestRealGPU(t *testing.T) {
 			t.Fatalf("PyTorch's %s.%s (%q) was not recognised: %q, %v", e.Module, e.Ename, e.Evalue, fw, ok)
 		}
 		n, err := gpu.Open(rig.library, "")
-		if err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, err)
 		defer n.Close()
 		hs, err := n.Holders()
-		if err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, err)
 		listed := slices.ContainsFunc(hs, func(h gpu.Holder) bool { return h.PID == holder.Process.Pid })
 		f["holder_listed"] = listed
 		if !listed {
@@ -303,13 +295,9 @@ func TestRealGPU(t *testing.T) {
 		figures["placement"] = f
 		dir := t.TempDir()
 		self, err := os.Executable()
-		if err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, err)
 		n, err := gpu.Open(rig.library, "")
-		if err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, err)
 		units, err := n.Units()
 		n.Close()
 		if err != nil || len(units) == 0 {
@@ -386,9 +374,7 @@ func startLoad(t *testing.T, rig *gpuRig, flags ...string) *gpuLoad {
 	}
 	script, _ = filepath.Abs(script)
 	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	dir := t.TempDir()
 	l := &gpuLoad{ready: filepath.Join(dir, "ready.json"), exited: make(chan error, 1)}
 	if l.before, err = rig.used(); err != nil {
@@ -488,9 +474,7 @@ func (l *gpuLoad) line(s string) string {
 func (l *gpuLoad) checkGone(t *testing.T, rig *gpuRig, f map[string]any) {
 	t.Helper()
 	after, err := rig.used()
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	appsAfter, _ := rig.apps()
 	pids := l.pids()
 	var alive, listed []int
@@ -529,9 +513,7 @@ func measureNVML(t *testing.T, rig *gpuRig, f map[string]any) {
 	t.Helper()
 	start := time.Now()
 	n, err := gpu.Open(rig.library, "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	defer n.Close()
 	f["nvml_open_ms"] = float64(time.Since(start).Microseconds()) / 1000
 	var ru0, ru1 syscall.Rusage
@@ -542,9 +524,7 @@ func measureNVML(t *testing.T, rig *gpuRig, f map[string]any) {
 		s := time.Now()
 		hs, err := n.Holders()
 		took[i] = time.Since(s)
-		if err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, err)
 		held = len(hs)
 	}
 	syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)

@@ -27,9 +27,7 @@ func TestE2EBadConnectionFile(t *testing.T) {
 	s := e2eSetup(t)
 	free := func() int {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, err)
 		defer l.Close()
 		return l.Addr().(*net.TCPAddr).Port
 	}
@@ -46,9 +44,7 @@ func TestE2EBadConnectionFile(t *testing.T) {
 		return b
 	}
 	busy, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	defer busy.Close()
 	busyPort := busy.Addr().(*net.TCPAddr).Port
 

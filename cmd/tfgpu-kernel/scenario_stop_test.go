@@ -123,9 +123,7 @@ func writeTCPConn(t *testing.T, dir, id, key string) string {
 	// by one, the kernel may hand the same free port out twice.
 	for _, name := range []string{"shell_port", "iopub_port", "stdin_port", "control_port", "hb_port"} {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, err)
 		defer l.Close()
 		c[name] = l.Addr().(*net.TCPAddr).Port
 	}

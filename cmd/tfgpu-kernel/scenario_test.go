@@ -288,9 +288,7 @@ func e2eTag(t *testing.T) string {
 func e2eXDG(t *testing.T) string {
 	t.Helper()
 	d, err := os.MkdirTemp("", "e2e-xdg-")
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	t.Cleanup(func() { os.RemoveAll(d) })
 	return d
 }
@@ -642,9 +640,7 @@ func TestE2ELauncherKilled(t *testing.T) {
 	r := s.command(ctx, t, "launcher.py")
 	// The pids line is read from a pipe of our own as it comes.
 	pr, pw, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	r.cmd.Stdout = pw
 	if err := r.cmd.Start(); err != nil {
 		t.Fatalf("start launcher.py: %v", err)

@@ -93,9 +93,7 @@ func TestSecurityRootsWorkPerUserIsBounded(t *testing.T) {
 		d := mallory.mkdir(t, filepath.Join(mallory.home, fmt.Sprintf("d%02d", i)), 0o700)
 		mallory.own(t, filepath.Join(d, id+".json"), big, 0o600)
 		f, err := os.Open(d)
-		if err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, err)
 		defer f.Close()
 		dirs = append(dirs, f)
 	}
@@ -172,9 +170,7 @@ func TestSecurityUserStringsInRootsOutputAreBounded(t *testing.T) {
 	cmd.Dir = "/"
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: alice.credential, Setpgid: true}
 	logf, err := os.Create(filepath.Join(t.TempDir(), "log"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	defer logf.Close()
 	cmd.Stdout, cmd.Stderr = logf, logf
 	testutil.NoErr(t, cmd.Start())

@@ -39,9 +39,7 @@ func TestSecurityEngineClaimsAreChecked(t *testing.T) {
 	bob.own(t, filepath.Join(fake, "freezer.state"), []byte("FROZEN\n"), 0o644)
 	bob.own(t, filepath.Join(fake, "cgroup.procs"), []byte(strconv.Itoa(alicePid)+"\n"), 0o644)
 	l, err := cgroup.DetectLayout()
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	freezer, err := cgroup.V1SelfDir(l, "freezer")
 	if err != nil {
 		testutil.RequireOrSkip(t, "needs a v1 freezer hierarchy: %v", err)

@@ -121,9 +121,7 @@ func TestSecurityWrapCopiesNoSecrets(t *testing.T) {
 	}
 	dir := filepath.Join(prefix, "share", "jupyter", "kernels", "bobs-tfgpu")
 	ents, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	for _, e := range ents {
 		p := filepath.Join(dir, e.Name())
 		b, _ := os.ReadFile(p)
@@ -222,9 +220,7 @@ while :; do sleep 0.1; done
 		testutil.NoErr(t, cmd.Start())
 		t.Cleanup(func() { syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); cmd.Wait() })
 		st, err := proc.StartTime(cmd.Process.Pid)
-		if err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, err)
 		return cmd.Process.Pid, st
 	}
 	var pids []string

@@ -53,9 +53,7 @@ func TestSecurityIdentitySurvivesRestart(t *testing.T) {
 	scripts := sharedDir(t)
 	for _, name := range []string{"identity_restart.py", "peers_attack.py", "zmtpraw.py"} {
 		b, err := os.ReadFile(filepath.Join("testdata", "e2e", name))
-		if err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, err)
 		testutil.NoErr(t, os.WriteFile(filepath.Join(scripts, name), b, 0o644))
 	}
 	for _, c := range []struct {
@@ -96,9 +94,7 @@ func identityRace(t *testing.T, bin, scripts string, alice, bob localUser, how s
 	// Bob's client.
 	errPath := filepath.Join(t.TempDir(), "bob.stderr")
 	errf, err := os.Create(errPath)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	defer errf.Close()
 	supLog := filepath.Join(bob.home, "supervisors-"+tag+".log")
 	victim := exec.Command("/usr/bin/python3", filepath.Join(scripts, "identity_restart.py"), how, sid, supLog)
@@ -244,9 +240,7 @@ func linesOf(r io.Reader) <-chan string {
 func waitIdentitiesOnDisk(t *testing.T, state, id, sid string) {
 	t.Helper()
 	d, err := record.OpenDir(state, false, true)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	defer d.Close()
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		ids, _ := d.ReadIdentities(id, time.Now())

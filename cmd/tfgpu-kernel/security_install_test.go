@@ -90,13 +90,9 @@ func TestSecurityInstallShBuildsOnlyRootsInputs(t *testing.T) {
 	marker := filepath.Join(marks, "ran")
 	sys := bobsSys(t, bob, top, marker)
 	goMod, err := os.ReadFile(filepath.Join(src, "go.mod"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	goSum, err := os.ReadFile(filepath.Join(src, "go.sum"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	version := ""
 	for _, l := range strings.Split(string(goMod), "\n") {
 		if f := strings.Fields(l); len(f) >= 2 && f[0] == "golang.org/x/sys" {

@@ -51,9 +51,7 @@ func TestSecurityStopOrders(t *testing.T) {
 		t.Fatalf("bob's kernel is %s", before.Phase)
 	}
 	p, err := proc.Read(bobs.cmd.Process.Pid)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 
 	// alice's planted record naming bob's supervisor.
 	aliceState := alice.mkdir(t, filepath.Join(alice.home, "state"), 0o700)

@@ -145,9 +145,7 @@ while True:
 		req, _ := json.Marshal(map[string]any{"conn_file": conn, "argv": kernel,
 			"env": strings.Split(strings.TrimRight(string(env), "\x00"), "\x00"), "cwd": "/"})
 		c, err := net.DialTimeout("unix", at, 5*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, err)
 		c.SetDeadline(time.Now().Add(10 * time.Second))
 		c.Write(append(req, '\n'))
 		reply := make([]byte, 4096)

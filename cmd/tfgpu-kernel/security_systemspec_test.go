@@ -44,9 +44,7 @@ func newSystemInstaller(t *testing.T) *systemInstaller {
 	bin := filepath.Join(srv, "bin", "tfgpu-kernel")
 	testutil.NoErr(t, os.Mkdir(filepath.Dir(bin), 0o755))
 	b, err := os.ReadFile(buildInstallTestBinary(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	testutil.NoErr(t, os.WriteFile(bin, b, 0o755))
 	share := sharedDir(t)
 	env := append(e2eCleanEnv(), "HOME="+t.TempDir(), "PATH=/usr/bin:/bin", "XDG_DATA_HOME=")

@@ -56,9 +56,7 @@ func newLocalUser(t *testing.T, role string) localUser {
 func sharedDir(t *testing.T) string {
 	t.Helper()
 	d, err := os.MkdirTemp("", "tfgpu-users-")
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	os.Chmod(d, 0o755)
 	t.Cleanup(func() { os.RemoveAll(d) })
 	return d
@@ -69,9 +67,7 @@ func sharedBinary(t *testing.T) string {
 	t.Helper()
 	src := buildInstallTestBinary(t)
 	b, err := os.ReadFile(src)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	dst := filepath.Join(sharedDir(t), "tfgpu-kernel")
 	testutil.NoErr(t, os.WriteFile(dst, b, 0o755))
 	return dst
@@ -104,9 +100,7 @@ func sleeper(t *testing.T, cred *syscall.Credential) (int, uint64) {
 	testutil.NoErr(t, cmd.Start())
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 	start, err := proc.StartTime(cmd.Process.Pid)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	return cmd.Process.Pid, start
 }
 
@@ -122,9 +116,7 @@ func alive(pid int) bool {
 func recordJSON(t *testing.T, st record.State) []byte {
 	t.Helper()
 	b, err := json.Marshal(st)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	return b
 }
 
@@ -470,9 +462,7 @@ func TestSecurityRootLoadsOnlyRootsNVML(t *testing.T) {
 	bob := newLocalUser(t, "bob")
 	f := gputest.New(t, 1, gputest.Full)
 	lib, err := os.ReadFile(f.Library())
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	bobs := bob.mkdir(t, filepath.Join(sharedDir(t), "lib"), 0o755)
 	bobsLib := bob.own(t, filepath.Join(bobs, "libnvidia-ml.so.1"), lib, 0o755)
 	roots := filepath.Join(sharedDir(t), "rootlib")
@@ -544,9 +534,7 @@ func TestSecurityHandoffLink(t *testing.T) {
 	}
 	// Jupyter's restart: a signed shutdown_request with restart=true.
 	ci, err := jmsg.Load(conn)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	signer, _ := jmsg.NewSigner(ci.SignatureScheme, ci.Key)
 	frames, _ := jmsg.NewMessage(signer, nil, "shutdown_request", nil, "s", map[string]any{"restart": true})
 	ctl := zmq4.NewDealer(ctx)

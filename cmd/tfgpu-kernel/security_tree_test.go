@@ -57,9 +57,7 @@ func startUserRunEnv(t *testing.T, bin string, u localUser, state string, cgroup
 	}
 	s := &userSupervisor{logPath: filepath.Join(t.TempDir(), "supervisor.log"), done: make(chan struct{})}
 	logf, err := os.Create(s.logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	defer logf.Close()
 	s.cmd = exec.Command(bin, append([]string{"run", "--cgroup", mode, "-f", conn, "--"}, kernel...)...)
 	s.cmd.Env = userEnv(u, append([]string{"TFGPU_STATE_DIR=" + state}, env...)...)
@@ -125,9 +123,7 @@ func TestSecurityTreeLeavingItsCgroupIsKilled(t *testing.T) {
 	bob := newLocalUser(t, "bob")
 	deleg := delegateCgroup(t, bob)
 	fd, err := syscall.Open(deleg, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	defer syscall.Close(fd)
 	shared := bob.mkdir(t, filepath.Join(sharedDir(t), "out"), 0o755)
 	pidFile := filepath.Join(shared, "escapee")

@@ -42,18 +42,14 @@ func TestStandbyGivesUpTheSpareWhenItsSupervisorEnds(t *testing.T) {
 	args, _ := json.Marshal([]string{"--cgroup", "proc", "--preload", "tfgpuslowimport", "-f", conn, "--",
 		"/usr/bin/python3", "-m", "ipykernel_launcher", "-f", conn})
 	r, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	cmd := exec.Command(bin, "standby", id)
 	cmd.ExtraFiles = []*os.File{r}
 	cmd.Env = append(os.Environ(), "TFGPU_STATE_DIR="+testutil.PrivateDir(t), "PYTHONPATH="+mods)
 	// A file, not a pipe: Wait would wait for every holder of a pipe (the
 	// spare inherits it).
 	stderr, err := os.Create(filepath.Join(dir, "standby.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	defer stderr.Close()
 	cmd.Stderr = stderr
 	logOf := func() string { b, _ := os.ReadFile(stderr.Name()); return string(b) }

@@ -25,9 +25,7 @@ func TestInstallConfiguresTheWheelsKernelspec(t *testing.T) {
 	dir := filepath.Join(prefix, "share", "jupyter", "kernels", "tfgpu")
 	testutil.NoErr(t, kernelspec.WriteLauncherSpec(dir, "v9"))
 	pipped, err := os.ReadFile(filepath.Join(dir, "kernel.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	settings := filepath.Join(prefix, "etc", "jupyter", "tfgpu-kernel.json")
 	install := func(args ...string) installRunResult {
 		t.Helper()
@@ -36,9 +34,7 @@ func TestInstallConfiguresTheWheelsKernelspec(t *testing.T) {
 	read := func() *kernelspec.Settings {
 		t.Helper()
 		s, err := kernelspec.ReadSettings(settings)
-		if err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, err)
 		return s
 	}
 

@@ -24,18 +24,14 @@ func deadRef(t *testing.T) proc.Ref {
 	t.Helper()
 	cmd := exec.Command("/bin/sh", "-c", "read x")
 	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	start, err := proc.StartTime(cmd.Process.Pid)
 	stdin.Close()
 	cmd.Wait()
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	return proc.Ref{PID: cmd.Process.Pid, Start: start}
 }
 
@@ -50,9 +46,7 @@ func liveStandby(t *testing.T) (*exec.Cmd, proc.Ref) {
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 	start, err := proc.StartTime(cmd.Process.Pid)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	return cmd, proc.Ref{PID: cmd.Process.Pid, Start: start}
 }
 
@@ -64,9 +58,7 @@ func plantKernel(t *testing.T, standby, spare proc.Ref) string {
 	t.Helper()
 	dir := testutil.PrivateDir(t)
 	d, err := record.OpenDir(dir, false, false)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	defer d.Close()
 	sup, kernel := deadRef(t), deadRef(t)
 	st := record.State{KernelID: stopTestID, SupervisorPID: sup.PID, SupervisorStart: sup.Start, KernelPID: kernel.PID,
@@ -80,9 +72,7 @@ func plantKernel(t *testing.T, standby, spare proc.Ref) string {
 		t.Fatal(err)
 	}
 	ln, err := d.ListenUnix(record.StandbyName(stopTestID))
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	ln.SetUnlinkOnClose(false) // as a SIGKILLed standby leaves it
 	ln.Close()
 	return dir
@@ -125,9 +115,7 @@ func TestLiveStandbyKeepsItsSocketUnlessStopped(t *testing.T) {
 		t.Fatal(sts, err)
 	}
 	d, err := record.OpenDir(dir, false, false)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	defer d.Close()
 	if _, err := d.Finish(sts[0], 2*time.Second); err != nil {
 		t.Fatal(err)
@@ -167,9 +155,7 @@ func TestRootStopKillsNoOtherUsersProcessNamedBySpare(t *testing.T) {
 	}
 	t.Cleanup(func() { vcmd.Process.Kill(); vcmd.Wait() })
 	vstart, err := proc.StartTime(vcmd.Process.Pid)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	dir := plantKernel(t, rootProc, proc.Ref{PID: vcmd.Process.Pid, Start: vstart})
 	// The directory and all in it are the owner's, as its supervisor made
 	// them (a record's owner is its directory's).

@@ -356,9 +356,7 @@ func TestFormat(t *testing.T) {
 	}
 	h := Holder{Device: 1, PID: os.Getpid(), Bytes: 1 << 30}
 	me, err := user.LookupId(strconv.Itoa(os.Geteuid())) // root in the suites, tfgpu-ci-unit in CI's unit run
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	if d := Describe(h); !strings.HasPrefix(d, fmt.Sprintf("GPU1: pid %d (", os.Getpid())) || !strings.HasSuffix(d, " of "+me.Username+" holds 1 GiB") {
 		t.Errorf("Describe = %q", d)
 	}
@@ -380,9 +378,7 @@ func BenchmarkHolders(b *testing.B) {
 		b.Setenv(k, v)
 	}
 	n, err := Open(f.Library(), "")
-	if err != nil {
-		b.Fatal(err)
-	}
+	testutil.NoErr(b, err)
 	defer n.Close()
 	for b.Loop() {
 		if hs, err := n.Holders(); err != nil || len(hs) != 2 {

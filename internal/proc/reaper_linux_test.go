@@ -65,9 +65,7 @@ func TestReaperDeliversFastExits(t *testing.T) {
 		script := fmt.Sprintf("exit %d", i)
 		pid, ch, err := testReaper.StartProcess("/bin/sh", []string{"sh", "-c", script},
 			&syscall.ProcAttr{Files: []uintptr{0, 1, 2}})
-		if err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, err)
 		pids[i], chans[i] = pid, ch
 	}
 	for i, ch := range chans {
@@ -104,9 +102,7 @@ func TestReaperReapsOrphans(t *testing.T) {
 	before := testReaper.Orphans()
 	_, ch, err := testReaper.StartProcess("/bin/sh", []string{"sh", "-c", "(sleep 0.05 &) ; exit 0"},
 		&syscall.ProcAttr{Files: []uintptr{0, 1, 2}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	<-ch
 	deadline := time.Now().Add(10 * time.Second)
 	for testReaper.Orphans() == before {
@@ -126,9 +122,7 @@ func TestReaperDrainLeavesNoZombie(t *testing.T) {
 	// re-parented to this (subreaper) process and exits while nobody waits.
 	pid, ch, err := testReaper.StartProcess("/bin/sh", []string{"sh", "-c", "(sleep 0.05 &) ; exit 0"},
 		&syscall.ProcAttr{Files: []uintptr{0, 1, 2}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	<-ch
 	if !testReaper.Drain(5 * time.Second) {
 		t.Fatalf("Drain: children still there 5 s after sh %d's grandchild (sleep 0.05) was started", pid)
@@ -139,9 +133,7 @@ func TestReaperDrainLeavesNoZombie(t *testing.T) {
 	}
 	// A child that runs on keeps Drain waiting no longer than it was told.
 	pid, ch, err = testReaper.StartProcess("/bin/sleep", []string{"sleep", "60"}, &syscall.ProcAttr{Files: []uintptr{0, 1, 2}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	defer func() { unix.Kill(pid, unix.SIGKILL); <-ch }()
 	if testReaper.Drain(20 * time.Millisecond) {
 		t.Fatal("Drain said no child is left while sleep 60 runs")

@@ -19,9 +19,7 @@ func TestActivityIsPublished(t *testing.T) {
 	d, dir := openTestDir(t)
 	start := time.Now().Add(-time.Hour).Truncate(time.Millisecond)
 	a, err := d.PublishActivity("k1", start)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	defer a.Close()
 	fi, err := os.Lstat(filepath.Join(dir, "k1.activity"))
 	if err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm() != 0o600 || fi.Size() != activitySize {

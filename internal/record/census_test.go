@@ -31,9 +31,7 @@ func startProc(t *testing.T, sys *syscall.SysProcAttr, argv ...string) (int, uin
 		cmd.Wait()
 	})
 	start, err := proc.StartTime(cmd.Process.Pid)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	return cmd.Process.Pid, start
 }
 
@@ -42,9 +40,7 @@ func childOf(t *testing.T, pid int) int {
 	t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
 		sn, err := proc.TakeSnapshot()
-		if err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, err)
 		for _, p := range sn.Pids() {
 			if pr, ok := sn.Proc(p); ok && pr.PPid == pid && pr.Alive() {
 				return p
@@ -68,9 +64,7 @@ func TestCensusNamesEveryProcessInItsRole(t *testing.T) {
 	const id = "5b2c1e7a-cccc-4bbb-8ccc-000000000003"
 	self := os.Getpid()
 	selfStart, err := proc.StartTime(self)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	cg := filepath.Join(parent, "tfgpu-"+id+"-"+strconv.Itoa(self))
 	testutil.NoErr(t, os.Mkdir(cg, 0o755))
 	t.Cleanup(func() { os.Remove(cg) })
@@ -93,9 +87,7 @@ func TestCensusNamesEveryProcessInItsRole(t *testing.T) {
 		Watcher: &proc.Ref{PID: watcher, Start: watcherStart}}
 	writeStateIn(t, dir, st)
 	d, err := OpenDir(dir, false, false)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	defer d.Close()
 	if err := d.WriteSpare(Spare{KernelID: id, StandbyPID: standby, StandbyStart: standbyStart, PID: sparePid, Start: spareStart,
 		Ready: time.Now()}); err != nil {
@@ -153,15 +145,11 @@ func TestCollectFindsKernelsThroughHeldDirectories(t *testing.T) {
 	// as every supervisor, standby and stub does.
 	bin := filepath.Join(t.TempDir(), "tfgpu-kernel")
 	b, err := os.ReadFile("/bin/sleep")
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	testutil.NoErr(t, os.WriteFile(bin, b, 0o755))
 	holder := func() (int, uint64) {
 		f, err := os.Open(held)
-		if err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, err)
 		defer f.Close()
 		cmd := exec.Command(bin, "600")
 		cmd.ExtraFiles = []*os.File{f}
@@ -170,9 +158,7 @@ func TestCollectFindsKernelsThroughHeldDirectories(t *testing.T) {
 		}
 		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 		start, err := proc.StartTime(cmd.Process.Pid)
-		if err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, err)
 		return cmd.Process.Pid, start
 	}
 	sup, supStart := holder()
@@ -184,9 +170,7 @@ func TestCollectFindsKernelsThroughHeldDirectories(t *testing.T) {
 	writeStateIn(t, held, State{KernelID: "k-claim", SupervisorPID: self, SupervisorStart: selfStart, Phase: PhaseRunning})
 
 	states, refusals, err := Collect(own, false)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	var ids []string
 	for _, st := range states {
 		if st.Dir == held { // root's other kernels on the host are not this test's

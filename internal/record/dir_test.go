@@ -46,9 +46,7 @@ func TestStateDirMustBeTheUsersOwn(t *testing.T) {
 		})
 	}
 	d, err := OpenDir(filepath.Join(base, "new", "state"), true, false)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	d.Close()
 	if fi, err := os.Stat(filepath.Join(base, "new", "state")); err != nil || fi.Mode().Perm() != 0o700 {
 		t.Fatalf("made %v, %v; want 0700", fi.Mode(), err)
@@ -68,9 +66,7 @@ func TestStateDirFilesAreNeverFollowed(t *testing.T) {
 	victim := filepath.Join(t.TempDir(), "bashrc")
 	testutil.NoErr(t, os.WriteFile(victim, []byte("export PS1=mine\n"), 0o600))
 	d, err := OpenDir(dir, false, false)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	defer d.Close()
 	os.Symlink(victim, filepath.Join(dir, "k1.gpu"))
 	if _, err := d.read("k1.gpu"); err == nil || !strings.Contains(err.Error(), "symbolic link") {
@@ -242,9 +238,7 @@ func TestRecordFieldsAreChecked(t *testing.T) {
 func zombieChild(t *testing.T) int {
 	t.Helper()
 	pid, err := syscall.ForkExec("/bin/true", []string{"true"}, &syscall.ProcAttr{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	t.Cleanup(func() {
 		var ws syscall.WaitStatus
 		syscall.Wait4(pid, &ws, 0, nil)

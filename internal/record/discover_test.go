@@ -29,9 +29,7 @@ func TestHeldDirOpensThroughAHolderThatStillHoldsIt(t *testing.T) {
 	}
 	link := func(path string) (string, *os.File) {
 		f, err := os.Open(path)
-		if err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, err)
 		t.Cleanup(func() { f.Close() })
 		return fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), f.Fd()), f
 	}

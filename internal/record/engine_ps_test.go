@@ -67,9 +67,7 @@ func TestPSSaysTheKernelEndedWithItsSlurmJob(t *testing.T) {
 func TestPSSaysTheTreeIsFrozen(t *testing.T) {
 	requireRootUser(t)
 	l, err := cgroup.DetectLayout()
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	parent, err := cgroup.V1SelfDir(l, "freezer")
 	if err != nil {
 		testutil.RequireOrSkip(t, "needs a v1 freezer hierarchy: %v", err)

@@ -44,9 +44,7 @@ func openTestDir(t *testing.T) (*Dir, string) {
 	t.Helper()
 	dir := testutil.PrivateDir(t)
 	d, err := OpenDir(dir, false, false)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	t.Cleanup(func() { d.Close() })
 	return d, dir
 }

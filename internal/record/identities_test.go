@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tfgpu/tfgpu-kernel/internal/proc"
+	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
 
 const identitiesID = "5f1c7a0e-0b7e-4d1e-9c55-3d2b1f7a9e02"
@@ -40,9 +41,7 @@ func TestIdentitiesRoundTrip(t *testing.T) {
 		t.Fatalf("identities file: %v, %v; want mode 0600", fi, err)
 	}
 	got, err := d.ReadIdentities(identitiesID, now)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	if !sameIdentities(got, want) {
 		t.Fatalf("read back %+v\nwant %+v", got, want)
 	}
@@ -100,9 +99,7 @@ func TestIdentitiesBounds(t *testing.T) {
 	read := func() map[string]int {
 		t.Helper()
 		got, err := d.ReadIdentities(identitiesID, now)
-		if err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, err)
 		count := map[string]int{"all": len(got)}
 		for _, e := range got {
 			count[e.Socket+" "+e.Peer]++

@@ -10,6 +10,7 @@ import (
 
 	"github.com/tfgpu/tfgpu-kernel/internal/gpu"
 	"github.com/tfgpu/tfgpu-kernel/internal/proc"
+	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
 
 // The placement ledger keeps the claims that still count: written within
@@ -19,9 +20,7 @@ func TestPlacementClaims(t *testing.T) {
 	d, dir := openTestDir(t)
 	now := time.Now()
 	start, err := proc.StartTime(os.Getpid())
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	me := proc.Ref{PID: os.Getpid(), Start: start}
 	if got, err := d.Claims(now); got != nil || err != nil {
 		t.Fatalf("Claims with no ledger = %v, %v", got, err)
@@ -84,14 +83,10 @@ func TestPlantedLedgerIsRefused(t *testing.T) {
 func TestPlacementLock(t *testing.T) {
 	d, dir := openTestDir(t)
 	other, err := OpenDir(dir, false, false)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	defer other.Close()
 	unlock, err := d.LockPlacements(time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	if _, err := other.LockPlacements(50 * time.Millisecond); err == nil || !strings.Contains(err.Error(), "still held") {
 		t.Fatalf("a second handle took the held lock: %v", err)
 	}

@@ -23,9 +23,7 @@ func TestPSShowsDirtyKernels(t *testing.T) {
 	var states []State
 	for _, dir := range []string{a, b} {
 		sts, _, err := ReadStates(dir)
-		if err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, err)
 		states = append(states, sts...)
 	}
 	rows, note := PS(states, "")
@@ -43,9 +41,7 @@ func TestPSShowsDirtyKernels(t *testing.T) {
 func deadPid(t *testing.T) int {
 	t.Helper()
 	p, err := os.StartProcess("/bin/true", []string{"true"}, &os.ProcAttr{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	if _, err := p.Wait(); err != nil {
 		t.Fatal(err)
 	}
@@ -56,9 +52,7 @@ func deadPid(t *testing.T) int {
 func writeStateIn(t *testing.T, dir string, st State) {
 	t.Helper()
 	d, err := OpenDir(dir, true, false)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	defer d.Close()
 	if err := d.Write(st); err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tfgpu/tfgpu-kernel/internal/proc"
+	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
 
 const spareTestID = "5b2c1e7a-aaaa-4bbb-8ccc-000000000001"
@@ -20,15 +21,11 @@ const spareTestID = "5b2c1e7a-aaaa-4bbb-8ccc-000000000001"
 // reason (off) names no process at all.
 func TestReadSpare(t *testing.T) {
 	d, err := OpenDir(filepath.Join(t.TempDir(), "state"), true, false)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	defer d.Close()
 	self := os.Getpid()
 	start, err := proc.StartTime(self)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	live := Spare{KernelID: spareTestID, StandbyPID: self, StandbyStart: start, PID: self, Start: start, Ready: time.Now()}
 	for _, tc := range []struct {
 		name string

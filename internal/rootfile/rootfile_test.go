@@ -82,9 +82,7 @@ func TestOctalTellsTheSpecialBits(t *testing.T) {
 	} {
 		testutil.NoErr(t, os.Chmod(dir, c.mode))
 		fi, err := os.Lstat(dir)
-		if err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, err)
 		if got := Octal(fi.Mode()); got != c.want {
 			t.Errorf("Octal(%v) = %s, want %s", fi.Mode(), got, c.want)
 		}

@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/tfgpu/tfgpu-kernel/internal/jmsg"
+	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
 
 // run refuses a TFGPU_ variable it would ignore, with one line naming it
@@ -69,9 +70,7 @@ func TestCheckRunEnv(t *testing.T) {
 func TestEveryTFGPUNameIsKnown(t *testing.T) {
 	typos := map[string]bool{"TFGPU_GPU_MEM_LIMIT": true, "TFGPU_MEMORY_LIMT": true, "TFGPU_CONFIRM_TIMOUT": true}
 	root, err := filepath.Abs(filepath.Join("..", ".."))
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	out, err := exec.Command("git", "-C", root, "ls-files", "-z", "--cached", "--others", "--exclude-standard").Output()
 	if err != nil {
 		t.Fatalf("git ls-files in %s: %v", root, err)
@@ -196,9 +195,7 @@ func TestRunConfigRefusesBadSettings(t *testing.T) {
 func captureStderr(t *testing.T, f func()) string {
 	t.Helper()
 	r, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	got := make(chan string, 1)
 	go func() {
 		b, _ := io.ReadAll(r)

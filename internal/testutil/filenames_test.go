@@ -41,18 +41,14 @@ func TestFileNamesSayTheSuite(t *testing.T) {
 		}
 		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	NoErr(t, err)
 }
 
 // needsE2ETag reports whether the file's //go:build line keeps it out of
 // a build without -tags e2e and lets it into one with it, on this platform.
 func needsE2ETag(t *testing.T, path string) bool {
 	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	NoErr(t, err)
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
@@ -80,9 +76,7 @@ func needsE2ETag(t *testing.T, path string) bool {
 // moduleRoot is the directory of go.mod above the test's directory.
 func moduleRoot(t *testing.T) string {
 	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
+	NoErr(t, err)
 	for {
 		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
 			return dir

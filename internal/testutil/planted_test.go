@@ -51,9 +51,7 @@ func TestQuickTestsOnAPlantedHost(t *testing.T) {
 		RequireOrSkip(t, "needs the go command on PATH: %v", err)
 	}
 	root, err := filepath.Abs(filepath.Join("..", ".."))
-	if err != nil {
-		t.Fatal(err)
-	}
+	NoErr(t, err)
 	tmp := t.TempDir()
 	plant := func(kernels string, names ...string) string {
 		t.Helper()

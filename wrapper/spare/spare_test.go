@@ -65,9 +65,7 @@ func start(t *testing.T) StartFunc {
 
 func attr(t *testing.T) syscall.ProcAttr {
 	null, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	t.Cleanup(func() { null.Close() })
 	return syscall.ProcAttr{Files: []uintptr{null.Fd(), null.Fd(), os.Stderr.Fd()}}
 }
@@ -113,9 +111,7 @@ func TestSpareBecomesTheKernel(t *testing.T) {
 	defer cancel()
 	l := Launch{Python: python, Flags: []string{"-Xfrozen_modules=off"}}
 	s, err := Start(ctx, l, testKernel, env(), nil, attr(t), start(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	checkTitle(t, s.Pid(), []string{python, "(tfgpu-kernel", "spare", "for", "kernel", testKernel + ")"})
 	if slices.Contains(pgrep(t, "ipykernel_launcher"), s.Pid()) {
 		t.Error("pgrep -f ipykernel_launcher lists the waiting spare: it is not a kernel yet")
@@ -142,9 +138,7 @@ func TestSparePreloads(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	s, err := Start(ctx, Launch{Python: python}, testKernel, env(), []string{"json", "sqlite3"}, attr(t), start(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	if !imported(t, s.Pid(), "_sqlite3") {
 		t.Fatal("the preloaded sqlite3 is not loaded in the spare")
 	}
@@ -160,9 +154,7 @@ func TestStaleSpareRefuses(t *testing.T) {
 	defer cancel()
 	site := t.TempDir()
 	s, err := Start(ctx, Launch{Python: python}, testKernel, append(env(), "PYTHONPATH="+site), nil, attr(t), start(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	time.Sleep(20 * time.Millisecond) // a new mtime, whatever the file system's granularity
 	testutil.NoErr(t, os.Mkdir(filepath.Join(site, "newpkg"), 0o755))
 	conn, _ := writeConn(t)
@@ -183,9 +175,7 @@ func TestDiscardedSpareExits(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	s, err := Start(ctx, Launch{Python: python}, testKernel, env(), nil, attr(t), start(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	s.Discard()
 	select {
 	case <-s.exited:
@@ -200,9 +190,7 @@ func TestDiscardedSpareExits(t *testing.T) {
 func imported(t *testing.T, pid int, name string) bool {
 	t.Helper()
 	maps, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/maps")
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	return strings.Contains(string(maps), name)
 }
 
@@ -211,9 +199,7 @@ func writeConn(t *testing.T) (string, *jmsg.ConnInfo) {
 	var ports [5]int
 	for i := range ports {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, err)
 		ports[i] = l.Addr().(*net.TCPAddr).Port
 		defer l.Close()
 	}
@@ -230,9 +216,7 @@ func writeConn(t *testing.T) (string, *jmsg.ConnInfo) {
 func kernelInfo(ctx context.Context, t *testing.T, ci *jmsg.ConnInfo) time.Time {
 	t.Helper()
 	signer, err := jmsg.NewSigner(ci.SignatureScheme, ci.Key)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	shell := zmq4.NewDealer(ctx, zmq4.WithID(zmq4.SocketIdentity("spare-test")))
 	defer shell.Close()
 	if err := shell.Dial(ci.Endpoint(jmsg.Shell)); err != nil {
@@ -250,18 +234,14 @@ func kernelInfo(ctx context.Context, t *testing.T, ci *jmsg.ConnInfo) time.Time 
 	}()
 	for {
 		frames, err := jmsg.NewMessage(signer, nil, "kernel_info_request", nil, "spare-test", map[string]any{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, err)
 		if err := shell.Send(zmq4.NewMsgFrom(frames...)); err != nil {
 			t.Fatal(err)
 		}
 		select {
 		case m := <-replies:
 			p, err := jmsg.Split(m.Frames)
-			if err != nil {
-				t.Fatal(err)
-			}
+			testutil.NoErr(t, err)
 			var h struct {
 				MsgType string `json:"msg_type"`
 			}
@@ -284,9 +264,7 @@ func checkTitle(t *testing.T, pid int, argv []string) {
 	t.Helper()
 	want := strings.Join(argv, " ")
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	if got := strings.TrimSuffix(string(b), "\x00"); got != want {
 		t.Errorf("/proc/%d/cmdline = %q; want %q", pid, got, want)
 	}
@@ -349,9 +327,7 @@ with open("/proc/self/cmdline", "rb") as c, open("/proc/self/environ", "rb") as 
 	run := func(n int, mem ...string) (argv []string, cmdline, environ, said string) {
 		argv = append([]string{python, "-c", code, script, fmt.Sprintf("%05d", n)}, mem...)
 		r, w, err := os.Pipe()
-		if err != nil {
-			t.Fatal(err)
-		}
+		testutil.NoErr(t, err)
 		defer r.Close()
 		cmd := exec.Command(argv[0], argv[1:]...)
 		cmd.Env = []string{"A=1", "B=2"}

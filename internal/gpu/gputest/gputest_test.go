@@ -321,9 +321,7 @@ func TestUnregisteredHolder(t *testing.T) {
 			// This process holds the device; Go opens files O_CLOEXEC, so the
 			// probe does not inherit the hold.
 			dev, err := os.Open(f.Device(0))
-			if err != nil {
-				t.Fatal(err)
-			}
+			testutil.NoErr(t, err)
 			defer dev.Close()
 			wantCompute(t, observe(t, f, tt.knobs...), 0, listed(os.Getpid(), tt.bytes))
 
@@ -585,16 +583,12 @@ func startEscape(t *testing.T, f *Fake, how string) (starter *exec.Cmd, pid int)
 	t.Helper()
 	testutil.Integration(t) // a Python starter
 	r, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	defer r.Close()
 	// A file, not a buffer: the escaped holder inherits the starter's
 	// stderr, and Wait would wait for it to close a pipe.
 	stderr, err := os.Create(filepath.Join(t.TempDir(), "stderr"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	defer stderr.Close()
 	starter = exec.Command(python, "-c", escapeStarter, how)
 	starter.Env = append(os.Environ(), f.Env()...)
@@ -602,9 +596,7 @@ func startEscape(t *testing.T, f *Fake, how string) (starter *exec.Cmd, pid int)
 	starter.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	err = starter.Start()
 	w.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	t.Cleanup(func() {
 		if pid > 0 {
 			_ = unix.Kill(pid, unix.SIGKILL)
@@ -627,9 +619,7 @@ func startEscape(t *testing.T, f *Fake, how string) (starter *exec.Cmd, pid int)
 func procStatus(t *testing.T, pid int, key string) string {
 	t.Helper()
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoErr(t, err)
 	for line := range strings.Lines(string(data)) {
 		if v, ok := strings.CutPrefix(line, key+":"); ok {
 			return strings.TrimSpace(v)
@@ -649,16 +639,12 @@ func TestEscapes(t *testing.T) {
 			wantCompute(t, observe(t, f), 0, listed(pid, 64*mib))
 
 			pgid, err := unix.Getpgid(pid)
-			if err != nil {
-				t.Fatal(err)
-			}
+			testutil.NoErr(t, err)
 			if pgid == starter.Process.Pid {
 				t.Errorf("holder %d is in the starter's process group %d", pid, pgid)
 			}
 			sid, err := unix.Getsid(pid)
-			if err != nil {
-				t.Fatal(err)
-			}
+			testutil.NoErr(t, err)
 			switch how {
 			case "setsid":
 				if sid != pid {
@@ -668,17 +654,13 @@ func TestEscapes(t *testing.T) {
 				// The session is the intermediate's, which exited: the
 				// holder is no session leader, as a daemon should be.
 				starterSid, err := unix.Getsid(starter.Process.Pid)
-				if err != nil {
-					t.Fatal(err)
-				}
+				testutil.NoErr(t, err)
 				if ppid := procStatus(t, pid, "PPid"); sid == starterSid || ppid != strconv.Itoa(os.Getpid()) {
 					t.Errorf("holder %d: session %d, parent %s; want a new session, reparented to us", pid, sid, ppid)
 				}
 			case "ignore_term":
 				ign, err := strconv.ParseUint(procStatus(t, pid, "SigIgn"), 16, 64)
-				if err != nil {
-					t.Fatal(err)
-				}
+				testutil.NoErr(t, err)
 				if pgid != pid || ign&(1<<(unix.SIGTERM-1)) == 0 {
 					t.Errorf("holder %d: process group %d, SigIgn %#x; want its own group, SIGTERM ignored", pid, pgid, ign)
 				}
