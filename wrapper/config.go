@@ -8,7 +8,7 @@ import (
 
 	"github.com/tfgpu/tfgpu-kernel/cgroup"
 	"github.com/tfgpu/tfgpu-kernel/internal/engine"
-	"github.com/tfgpu/tfgpu-kernel/internal/gpu/place"
+	"github.com/tfgpu/tfgpu-kernel/internal/place"
 	"github.com/tfgpu/tfgpu-kernel/internal/record"
 	"github.com/tfgpu/tfgpu-kernel/internal/zmtp"
 )

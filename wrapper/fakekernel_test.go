@@ -18,8 +18,8 @@ import (
 	"github.com/go-zeromq/zmq4"
 
 	"github.com/tfgpu/tfgpu-kernel/internal/bytesize"
-	"github.com/tfgpu/tfgpu-kernel/internal/gpu/place"
 	"github.com/tfgpu/tfgpu-kernel/internal/jmsg"
+	"github.com/tfgpu/tfgpu-kernel/internal/place"
 	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 	"github.com/tfgpu/tfgpu-kernel/internal/testutil/fakesystemd"
 )

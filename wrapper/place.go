@@ -9,7 +9,7 @@ import (
 
 	"github.com/tfgpu/tfgpu-kernel/internal/gpu"
 	"github.com/tfgpu/tfgpu-kernel/internal/gpu/oom"
-	"github.com/tfgpu/tfgpu-kernel/internal/gpu/place"
+	"github.com/tfgpu/tfgpu-kernel/internal/place"
 	"github.com/tfgpu/tfgpu-kernel/internal/proc"
 	"github.com/tfgpu/tfgpu-kernel/internal/record"
 )

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/tfgpu/tfgpu-kernel/internal/gpu"
-	"github.com/tfgpu/tfgpu-kernel/internal/gpu/place"
+	"github.com/tfgpu/tfgpu-kernel/internal/place"
 	"github.com/tfgpu/tfgpu-kernel/internal/record"
 )
 

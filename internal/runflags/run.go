@@ -10,7 +10,7 @@ import (
 
 	"github.com/tfgpu/tfgpu-kernel/cgroup"
 	"github.com/tfgpu/tfgpu-kernel/internal/bytesize"
-	"github.com/tfgpu/tfgpu-kernel/internal/gpu/place"
+	"github.com/tfgpu/tfgpu-kernel/internal/place"
 	"github.com/tfgpu/tfgpu-kernel/internal/zmtp"
 	"github.com/tfgpu/tfgpu-kernel/wrapper"
 )
