@@ -20,19 +20,30 @@ func Pids() []int {
 	return pids
 }
 
-// ProcStat returns a process's state letter and parent from
-// /proc/PID/stat ("pid (comm) S ppid ...": comm may hold spaces and
-// parentheses); ok is false once it is gone.
-func ProcStat(pid int) (state byte, ppid int, ok bool) {
+// statFields returns the fields of /proc/PID/stat after "pid (comm)"
+// (comm may hold spaces and parentheses): the state letter first; nil
+// once it is gone.
+func statFields(pid int) []string {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, 0, false
-	}
 	i := bytes.LastIndexByte(b, ')')
-	if i < 0 || i+4 >= len(b) {
-		return 0, 0, false
+	if err != nil || i < 0 {
+		return nil
 	}
-	f := strings.Fields(string(b[i+2:]))
+	return strings.Fields(string(b[i+1:]))
+}
+
+// procStart returns a process's start time (field 22); "" once it is gone.
+func procStart(pid int) string {
+	if f := statFields(pid); len(f) > 19 {
+		return f[19]
+	}
+	return ""
+}
+
+// ProcStat returns a process's state letter and parent; ok is false once
+// it is gone.
+func ProcStat(pid int) (state byte, ppid int, ok bool) {
+	f := statFields(pid)
 	if len(f) < 2 {
 		return 0, 0, false
 	}

@@ -3,10 +3,12 @@ package testutil
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"os"
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -29,16 +31,13 @@ func NewUser(t testing.TB, role string, home func(name string) string) User {
 	if os.Geteuid() != 0 {
 		RequireOrSkip(t, "needs root (useradd)")
 	}
-	var b [3]byte
-	_, _ = rand.Read(b[:])
-	name := "tfgpu" + role + hex.EncodeToString(b[:])
+	name := userName(role)
 	dir := "/nonexistent"
 	if home != nil {
 		dir = home(name)
 	}
-	if out, err := exec.Command("useradd", "-M", "-U", "-d", dir, "-s", "/usr/sbin/nologin", name).CombinedOutput(); err != nil {
-		t.Fatalf("useradd %s: %v\n%s", name, err, out)
-	}
+	sweepUsersOnce.Do(sweepUsers)
+	addUser(t, name, dir, os.Getpid())
 	t.Cleanup(func() { removeUser(t, name) })
 	id := func(flag string) int {
 		out, err := exec.Command("id", flag, name).Output()
@@ -51,6 +50,47 @@ func NewUser(t testing.TB, role string, home func(name string) string) User {
 	u := User{Name: name, UID: id("-u"), GID: id("-g")}
 	u.Cred = &syscall.Credential{Uid: uint32(u.UID), Gid: uint32(u.GID), NoSetGroups: true}
 	return u
+}
+
+// userName is tfgpu<role><6 random hex digits>.
+func userName(role string) string {
+	var b [3]byte
+	_, _ = rand.Read(b[:])
+	return "tfgpu" + role + hex.EncodeToString(b[:])
+}
+
+// userMark starts the passwd comment of a user NewUser made; the test
+// binary's pid and start time follow.
+const userMark = "tfgpu test user of"
+
+var sweepUsersOnce sync.Once
+
+// addUser runs useradd for name, its comment naming the test binary pid.
+func addUser(t testing.TB, name, home string, pid int) {
+	t.Helper()
+	mark := fmt.Sprintf("%s %d %s", userMark, pid, procStart(pid))
+	if out, err := exec.Command("useradd", "-M", "-U", "-d", home, "-s", "/usr/sbin/nologin", "-c", mark, name).CombinedOutput(); err != nil {
+		t.Fatalf("useradd %s: %v\n%s", name, err, out)
+	}
+}
+
+// sweepUsers removes the users NewUser made for a test binary that died
+// before its cleanups ran (killed by go test's -timeout): their comment
+// names that binary, and no process with its pid and start time is alive.
+// userdel refuses one with a live process: it is left for a later sweep.
+func sweepUsers() {
+	b, _ := os.ReadFile("/etc/passwd")
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Split(line, ":")
+		var pid int
+		var start string
+		if len(f) != 7 || !strings.HasPrefix(f[0], "tfgpu") {
+			continue
+		}
+		if n, _ := fmt.Sscanf(f[4], userMark+" %d %s", &pid, &start); n == 2 && procStart(pid) != start {
+			_ = exec.Command("userdel", f[0]).Run()
+		}
+	}
 }
 
 // removeUser deletes a user NewUser made. userdel refuses a user with a
