@@ -50,6 +50,14 @@ func Prometheus(out io.Writer, rows []record.KernelStatus, gpuNote string, now t
 				}
 			}
 		}))
+	family("tfgpu_kernel_gpu_placement", "1 per GPU or MIG instance --gpus auto chose for the kernel at its start (uuid), held or not; absent without --gpus auto, or when CUDA_VISIBLE_DEVICES was set before the start.",
+		each(func(r record.KernelStatus, k string, emit func(string, float64)) {
+			if p := r.Placement; p != nil && !p.Explicit {
+				for _, u := range p.GPUs {
+					emit(k+`,gpu="`+strconv.Itoa(u.Device)+`",uuid="`+labelValue(u.UUID)+`"`, 1)
+				}
+			}
+		}))
 	family("tfgpu_kernel_rss_bytes", "Resident memory of the kernel's whole process tree.",
 		each(func(r record.KernelStatus, k string, emit func(string, float64)) { emit(k, float64(r.RSSBytes)) }))
 	family("tfgpu_kernel_processes", "Live processes in the kernel's tree.",

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tfgpu/tfgpu-kernel/internal/gpu"
 	"github.com/tfgpu/tfgpu-kernel/internal/record"
 	"github.com/tfgpu/tfgpu-kernel/internal/testutil"
 )
@@ -68,5 +69,26 @@ func TestPrometheusLabelsSurviveAnyNotebookName(t *testing.T) {
 	}
 	if v, ok := testutil.PromValue(testutil.ParseProm(t, b.String()), "tfgpu_gpu_memory_attributed", nil); !ok || v != 0 {
 		t.Errorf("without NVML: tfgpu_gpu_memory_attributed %v (found %v)\n%s", v, ok, b.String())
+	}
+}
+
+// What --gpus auto chose is a sample per GPU, before the kernel holds
+// anything there; a CUDA_VISIBLE_DEVICES set before the start chose none.
+func TestPrometheusPlacement(t *testing.T) {
+	rows := []record.KernelStatus{
+		{KernelID: "auto", User: "alice", Placement: &record.Placement{Asked: "auto:2", GPUs: []gpu.Unit{{Device: 1, UUID: "GPU-b"}, {Device: 3, MIG: 2, UUID: "MIG-d"}}}},
+		{KernelID: "set", User: "alice", Placement: &record.Placement{Asked: "auto", Explicit: true, Visible: "GPU-a", GPUs: []gpu.Unit{{UUID: "GPU-a"}}}},
+		{KernelID: "none", User: "alice"},
+	}
+	var b bytes.Buffer
+	testutil.NoErr(t, Prometheus(&b, rows, "", time.Now()))
+	fams := testutil.ParseProm(t, b.String())
+	for _, want := range []map[string]string{{"kernel_id": "auto", "gpu": "1", "uuid": "GPU-b"}, {"kernel_id": "auto", "gpu": "3", "uuid": "MIG-d"}} {
+		if v, ok := testutil.PromValue(fams, "tfgpu_kernel_gpu_placement", want); !ok || v != 1 {
+			t.Errorf("%v: %v (found %v)\n%s", want, v, ok, b.String())
+		}
+	}
+	if n := len(fams["tfgpu_kernel_gpu_placement"].GetMetric()); n != 2 {
+		t.Errorf("%d placement samples, want the 2 chosen\n%s", n, b.String())
 	}
 }

@@ -730,6 +730,10 @@ def placement():
     rows = [r for r in ps_json() if r["supervisor_pid"] == h.supervisor_pid(km)]
     h.check(rows and (rows[0].get("placement") or {}).get("visible") == uuid_of(1),
             "ps --json does not show the placement: %s" % (rows and rows[0].get("placement")))
+    prom = run_bin("ps", "--format", "prometheus").stdout
+    h.check(rows and any(l.startswith('tfgpu_kernel_gpu_placement{kernel_id="%s",' % rows[0]["kernel_id"]) and
+                         l.endswith(',gpu="1",uuid="%s"} 1' % uuid_of(1)) for l in prom.splitlines()),
+            "ps --format prometheus does not show the placement:\n%s" % prom)
     u = usage_reply(kc)
     h.check((u.get("gpu_placement") or {}).get("visible") == uuid_of(1) and [g["index"] for g in u.get("gpus", [])] == [1],
             "usage_reply: gpu_placement %s, gpus %s" % (u.get("gpu_placement"), u.get("gpus")))
